@@ -1,0 +1,240 @@
+"""Pixel grids, homographies, dense-flow warping and composition.
+
+Conventions (DESIGN §1): channel-last arrays, flow ``[..., H, W, 2]`` holds (u, v) = (dx, dy)
+in pixels; x is the column, y the row, pixel centres at integers. A homography maps image-1
+pixel coordinates to image-2 pixel coordinates and its flow is ``H(p) - p``.
+
+Every function is pure ``jax.numpy``: jit-, vmap- and grad-friendly. Functions documented as
+taking "an optional leading batch dimension" accept both ``[H, W, C]`` and ``[B, H, W, C]``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+__all__ = [
+    "pixel_grid",
+    "normalized_grid",
+    "apply_homography",
+    "homography_to_flow",
+    "fit_homography",
+    "warp",
+    "warp_validity",
+    "sample_bilinear",
+    "compose_flows",
+    "resize_flow",
+    "resize_bilinear_align_corners",
+    "resize_image",
+]
+
+
+def pixel_grid(h: int, w: int, dtype=jnp.float32) -> jax.Array:
+    """``[h, w, 2]`` grid whose entry (y, x) is the pixel coordinate (x, y)."""
+    ys, xs = jnp.meshgrid(jnp.arange(h, dtype=dtype), jnp.arange(w, dtype=dtype), indexing="ij")
+    return jnp.stack([xs, ys], axis=-1)
+
+
+def normalized_grid(h: int, w: int, dtype=jnp.float32) -> jax.Array:
+    """``[h, w, 2]`` grid in normalized coordinates x_n = 2x/(w-1) - 1, y_n = 2y/(h-1) - 1."""
+    g = pixel_grid(h, w, dtype)
+    scale = jnp.array([2.0 / max(w - 1, 1), 2.0 / max(h - 1, 1)], dtype)
+    return g * scale - 1.0
+
+
+def apply_homography(H: jax.Array, points: jax.Array) -> jax.Array:
+    """Maps points ``[..., 2]`` by ``H`` ``[3, 3]`` (or batched ``[B, 3, 3]`` with points ``[B, ..., 2]``).
+
+    p' = (H [x, y, 1]^T)_{1,2} / (H [x, y, 1]^T)_3.
+    """
+    H = jnp.asarray(H, points.dtype)
+    ones = jnp.ones(points.shape[:-1] + (1,), points.dtype)
+    ph = jnp.concatenate([points, ones], axis=-1)
+    if H.ndim == 2:
+        q = jnp.einsum("ij,...j->...i", H, ph)
+    else:  # [B, 3, 3] against [B, ..., 3]
+        q = jnp.einsum("bij,b...j->b...i", H, ph)
+    return q[..., :2] / q[..., 2:3]
+
+
+def homography_to_flow(H: jax.Array, h: int, w: int) -> jax.Array:
+    """Dense flow ``H(p) - p`` on the ``h x w`` pixel grid; ``H`` is ``[3, 3]`` or ``[B, 3, 3]``."""
+    grid = pixel_grid(h, w)
+    H = jnp.asarray(H, jnp.float32)
+    if H.ndim == 3:
+        grid = jnp.broadcast_to(grid, (H.shape[0], h, w, 2))
+    return apply_homography(H, grid) - grid
+
+
+def _normalizer(h: int, w: int) -> jax.Array:
+    """Similarity T taking pixel coords to normalized coords (centre 0, corners ±1)."""
+    sx, sy = 2.0 / max(w - 1, 1), 2.0 / max(h - 1, 1)
+    return jnp.array([[sx, 0.0, -1.0], [0.0, sy, -1.0], [0.0, 0.0, 1.0]], jnp.float32)
+
+
+def _fit_homography_single(flow: jax.Array, weight: jax.Array) -> jax.Array:
+    h, w = flow.shape[:2]
+    T = _normalizer(h, w)
+    p = pixel_grid(h, w).reshape(-1, 2)
+    q = p + flow.reshape(-1, 2).astype(jnp.float32)
+    wgt = weight.reshape(-1).astype(jnp.float32)
+    # Non-finite flow must not poison the normal equations: drop those correspondences.
+    finite = jnp.all(jnp.isfinite(q), axis=-1)
+    wgt = jnp.where(finite, wgt, 0.0)
+    q = jnp.where(finite[:, None], q, 0.0)
+    # Both point sets in the same normalized frame (conditioning; Hartley-style).
+    pn = p @ T[:2, :2].T + T[:2, 2]
+    qn = q @ T[:2, :2].T + T[:2, 2]
+    x, y = pn[:, 0], pn[:, 1]
+    xp, yp = qn[:, 0], qn[:, 1]
+    zero, one = jnp.zeros_like(x), jnp.ones_like(x)
+    # h9 = 1 parametrisation; camera-motion homographies never send the centre to infinity.
+    rows_u = jnp.stack([x, y, one, zero, zero, zero, -x * xp, -y * xp], axis=-1)
+    rows_v = jnp.stack([zero, zero, zero, x, y, one, -x * yp, -y * yp], axis=-1)
+    A = jnp.concatenate([rows_u, rows_v], axis=0)
+    b = jnp.concatenate([xp, yp], axis=0)
+    ww = jnp.concatenate([wgt, wgt], axis=0)
+    ata = (A * ww[:, None]).T @ A
+    atb = (A * ww[:, None]).T @ b
+    # Tiny ridge keeps the solve finite when the mask is (nearly) empty; it is 1e-9 of the
+    # typical diagonal, so it does not bias well-posed fits.
+    ata = ata + 1e-9 * jnp.trace(ata) / 8.0 * jnp.eye(8) + 1e-12 * jnp.eye(8)
+    hvec = jnp.linalg.solve(ata, atb)
+    Hn = jnp.concatenate([hvec, jnp.ones((1,), hvec.dtype)]).reshape(3, 3)
+    H = jnp.linalg.inv(T) @ Hn @ T
+    return H / H[2, 2]
+
+
+def fit_homography(flow: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+    """Least-squares (algebraic DLT) homography explaining a dense flow.
+
+    Args:
+      flow: ``[H, W, 2]`` or ``[B, H, W, 2]``; correspondences p -> p + flow(p).
+      mask: optional weights ``[H, W]`` / ``[H, W, 1]`` (or batched); 0 excludes a pixel.
+        Non-finite flow values are always excluded.
+    Returns:
+      ``[3, 3]`` (or ``[B, 3, 3]``) with H[2, 2] = 1. Exact for a noise-free homography flow.
+    """
+    flow = jnp.asarray(flow)
+    if mask is None:
+        mask = jnp.ones(flow.shape[:-1], jnp.float32)
+    mask = jnp.asarray(mask, jnp.float32)
+    if mask.ndim == flow.ndim:  # trailing channel of size 1
+        mask = mask[..., 0]
+    if flow.ndim == 4:
+        return jax.vmap(_fit_homography_single)(flow, mask)
+    return _fit_homography_single(flow, mask)
+
+
+def sample_bilinear(image: jax.Array, x: jax.Array, y: jax.Array, mode: str = "zero") -> jax.Array:
+    """Bilinear samples of ``image`` ``[H, W, C]`` at pixel coordinates ``x``, ``y`` (same shape S).
+
+    mode="zero": the reference semantics — a sample is exactly 0 unless
+      0 <= x < W-1 and 0 <= y < H-1 (so the last row/column is 0 even at integer coords).
+    mode="edge": coordinates are clamped to the image (border replication).
+    Returns ``S + [C]``.
+    """
+    h, w = image.shape[:2]
+    x = x.astype(jnp.float32)
+    y = y.astype(jnp.float32)
+    if mode == "edge":
+        x = jnp.clip(x, 0.0, w - 1.0)
+        y = jnp.clip(y, 0.0, h - 1.0)
+    elif mode != "zero":
+        raise ValueError(f"sample_bilinear: mode must be 'zero' or 'edge', got {mode!r}")
+    x0 = jnp.floor(x)
+    y0 = jnp.floor(y)
+    fx = (x - x0)[..., None]
+    fy = (y - y0)[..., None]
+    x0i = jnp.clip(x0.astype(jnp.int32), 0, w - 1)
+    y0i = jnp.clip(y0.astype(jnp.int32), 0, h - 1)
+    x1i = jnp.clip(x0i + 1, 0, w - 1)
+    y1i = jnp.clip(y0i + 1, 0, h - 1)
+    flat = image.reshape(h * w, -1)
+
+    def gather(yi, xi):
+        return jnp.take(flat, (yi * w + xi).reshape(-1), axis=0).reshape(x.shape + (flat.shape[-1],))
+
+    top = gather(y0i, x0i) * (1 - fx) + gather(y0i, x1i) * fx
+    bot = gather(y1i, x0i) * (1 - fx) + gather(y1i, x1i) * fx
+    out = top * (1 - fy) + bot * fy
+    if mode == "zero":
+        inside = (x >= 0) & (x < w - 1) & (y >= 0) & (y < h - 1)
+        out = jnp.where(inside[..., None], out, jnp.zeros((), out.dtype))
+    return out.astype(image.dtype)
+
+
+def warp_validity(flow: jax.Array) -> jax.Array:
+    """``[..., H, W, 1]`` float mask: 1 where ``warp`` samples inside the image, else 0."""
+    h, w = flow.shape[-3:-1]
+    g = pixel_grid(h, w)
+    x = g[..., 0] + flow[..., 0]
+    y = g[..., 1] + flow[..., 1]
+    inside = (x >= 0) & (x < w - 1) & (y >= 0) & (y < h - 1)
+    return inside[..., None].astype(jnp.float32)
+
+
+def _warp_single(image, flow, mode):
+    h, w = flow.shape[:2]
+    if image.shape[:2] != (h, w):
+        raise ValueError(f"warp: image is {image.shape[:2]} but flow is {(h, w)}; they must match")
+    g = pixel_grid(h, w)
+    return sample_bilinear(image, g[..., 0] + flow[..., 0], g[..., 1] + flow[..., 1], mode)
+
+
+def warp(image: jax.Array, flow: jax.Array, mode: str = "zero") -> jax.Array:
+    """Backward warp ``out(p) = image(p + flow(p))`` (bilinear).
+
+    With the forward flow of a pair, ``warp(img2, flow_f) ≈ img1``. Accepts ``[H, W, C]`` with
+    ``[H, W, 2]`` or batched ``[B, H, W, C]`` with ``[B, H, W, 2]``. ``mode`` as in
+    :func:`sample_bilinear` ("zero" = reference semantics used by the network).
+    """
+    if image.ndim != flow.ndim:
+        raise ValueError(f"warp: image has ndim {image.ndim}, flow has ndim {flow.ndim}")
+    if flow.shape[-1] != 2:
+        raise ValueError(f"warp: flow must end in 2 channels (u, v), got shape {flow.shape}")
+    if flow.ndim == 4:
+        return jax.vmap(lambda i, f: _warp_single(i, f, mode))(image, flow)
+    return _warp_single(image, flow, mode)
+
+
+def compose_flows(f12: jax.Array, f23: jax.Array) -> jax.Array:
+    """Exact composition f13(x) = f12(x) + f23(x + f12(x)).
+
+    f23 is read bilinearly with border replication where x + f12(x) leaves the image (there
+    the composition is an extrapolation). Batched inputs ``[B, H, W, 2]`` are supported.
+    """
+    return f12 + warp(f23, f12, mode="edge")
+
+
+def resize_bilinear_align_corners(x: jax.Array, h: int, w: int) -> jax.Array:
+    """Align-corners bilinear resize of ``[..., H, W, C]`` (PyTorch ``align_corners=True``)."""
+    hi, wi = x.shape[-3], x.shape[-2]
+    ys = jnp.linspace(0.0, hi - 1.0, h) if h > 1 else jnp.zeros((1,))
+    xs = jnp.linspace(0.0, wi - 1.0, w) if w > 1 else jnp.zeros((1,))
+    y0 = jnp.clip(jnp.floor(ys).astype(jnp.int32), 0, max(hi - 2, 0))
+    x0 = jnp.clip(jnp.floor(xs).astype(jnp.int32), 0, max(wi - 2, 0))
+    y1 = jnp.minimum(y0 + 1, hi - 1)
+    x1 = jnp.minimum(x0 + 1, wi - 1)
+    fy = (ys - y0)[:, None, None].astype(x.dtype)
+    fx = (xs - x0)[None, :, None].astype(x.dtype)
+    rows0 = jnp.take(x, y0, axis=-3)
+    rows1 = jnp.take(x, y1, axis=-3)
+    top = jnp.take(rows0, x0, axis=-2) * (1 - fx) + jnp.take(rows0, x1, axis=-2) * fx
+    bot = jnp.take(rows1, x0, axis=-2) * (1 - fx) + jnp.take(rows1, x1, axis=-2) * fx
+    return top * (1 - fy) + bot * fy
+
+
+def resize_flow(flow: jax.Array, h: int, w: int) -> jax.Array:
+    """Resizes a flow ``[..., H, W, 2]`` to ``h x w`` (align-corners bilinear) and rescales it:
+    u by w/W and v by h/H, so the flow stays in pixels of the new grid."""
+    hi, wi = flow.shape[-3], flow.shape[-2]
+    out = resize_bilinear_align_corners(flow, h, w)
+    return out * jnp.array([w / wi, h / hi], out.dtype)
+
+
+def resize_image(image: jax.Array, h: int, w: int) -> jax.Array:
+    """Bilinear resize ``[..., H, W, C]`` with half-pixel centres and no antialiasing
+    (PyTorch ``F.interpolate(mode='bilinear', align_corners=False)``)."""
+    shape = image.shape[:-3] + (h, w, image.shape[-1])
+    return jax.image.resize(image, shape, method="linear", antialias=False)
