@@ -26,6 +26,8 @@ __all__ = [
     "resize_flow",
     "resize_bilinear_align_corners",
     "resize_image",
+    "resize_intrinsics",
+    "crop_intrinsics",
 ]
 
 
@@ -238,3 +240,22 @@ def resize_image(image: jax.Array, h: int, w: int) -> jax.Array:
     (PyTorch ``F.interpolate(mode='bilinear', align_corners=False)``)."""
     shape = image.shape[:-3] + (h, w, image.shape[-1])
     return jax.image.resize(image, shape, method="linear", antialias=False)
+
+
+def resize_intrinsics(K, old_hw: tuple[int, int], new_hw: tuple[int, int]):
+    """Intrinsics (fx, fy, cx, cy) of an image resized from ``old_hw`` to ``new_hw``.
+
+    Matches :func:`resize_image` (half-pixel centres): x_new = (x_old + 0.5) * s - 0.5, so
+    fx' = s_x fx and cx' = (cx + 0.5) s_x - 0.5 (likewise for y). ``K`` is ``[..., 4]``.
+    """
+    K = jnp.asarray(K, jnp.float32)
+    sy, sx = new_hw[0] / old_hw[0], new_hw[1] / old_hw[1]
+    fx, fy, cx, cy = K[..., 0], K[..., 1], K[..., 2], K[..., 3]
+    return jnp.stack([fx * sx, fy * sy, (cx + 0.5) * sx - 0.5, (cy + 0.5) * sy - 0.5], axis=-1)
+
+
+def crop_intrinsics(K, top: int, left: int):
+    """Intrinsics after cropping an image at offset (top, left): the principal point shifts."""
+    K = jnp.asarray(K, jnp.float32)
+    zero = jnp.zeros((), jnp.float32)
+    return K - jnp.stack([zero, zero, jnp.asarray(left, jnp.float32), jnp.asarray(top, jnp.float32)])

@@ -1,0 +1,317 @@
+"""Motion bases of CamFlow / CamFlow+ (DESIGN §4, paper §3.1).
+
+A basis is a pixel-displacement field ``[h, w, 2]`` (u, v) on the network grid; a basis set is
+``[N, h, w, 2]``; a motion is a linear combination ``m = sum_k w_k b_k`` (:func:`combine`).
+
+Families, in the order :func:`hybrid_bases` stacks them:
+
+* **homography** (12): second-order Taylor expansion of a homography's flow around the image
+  centre in normalized coordinates (x, y in [-1, 1]). With b = [1, x, y, xy, x^2, y^2] the fields
+  are (b_i, 0) and (0, b_i). They are Gram-Schmidt orthogonalized in that order, scaled to
+  max |value| = 1 px, and signed so that each correlates positively with its monomial.
+  :func:`homography_bases_first_order` gives the 8-field BasesHomo set (translation, affine,
+  (x^2, xy), (xy, y^2)) for the 8-vs-12 ablation.
+* **stochastic** (n): flows of random homographies H (h1..h8 ~ N(0, 1), h9 = 1, normalized
+  coordinates), reduced by SVD to their top-n left singular vectors. See
+  :func:`stochastic_bases` for our documented departures (rejection of unbounded draws,
+  projection off the homography span).
+* **depth-translational** (3 per depth level): for depth D and intrinsics K = (fx, fy, cx, cy),
+  f^x = (fx / D, 0), f^y = (0, fy / D), f^z = -((u - cx) / D, (v - cy) / D): the flows of small
+  lateral, vertical and forward camera translations. Computed on a Gaussian depth pyramid
+  D_s = G_{sigma_s} * D_0.
+
+Everything here is pure: homography and depth bases are ``jax.numpy`` (jit/vmap-friendly with
+static sizes); stochastic bases are float64 numpy from a seeded ``numpy`` Generator so the same
+seed regenerates the same set on any machine.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from camflow_jax import geometry
+
+__all__ = [
+    "homography_bases",
+    "homography_bases_first_order",
+    "stochastic_bases",
+    "default_depth_sigmas",
+    "depth_translational_bases",
+    "static_bases",
+    "hybrid_bases",
+    "combine",
+    "least_squares_coeffs",
+]
+
+
+def _orthonormalize_and_scale(fields: jax.Array, reference: jax.Array) -> jax.Array:
+    """QR (Gram-Schmidt in the given order) of ``[N, h, w, 2]`` fields, then max|.| = 1 each.
+
+    ``reference`` (same shape) fixes the sign: each output correlates positively with it.
+    """
+    n = fields.shape[0]
+    flat = fields.reshape(n, -1).astype(jnp.float32)
+    q, _ = jnp.linalg.qr(flat.T)  # columns span the same nested subspaces as Gram-Schmidt
+    q = q.T
+    sign = jnp.sign(jnp.sum(q * reference.reshape(n, -1), axis=1))
+    q = q * jnp.where(sign == 0, 1.0, sign)[:, None]
+    q = q / jnp.max(jnp.abs(q), axis=1, keepdims=True)
+    return q.reshape(fields.shape)
+
+
+def _monomial_fields(h: int, w: int, monomials_u, monomials_v) -> jax.Array:
+    g = geometry.normalized_grid(h, w)
+    x, y = g[..., 0], g[..., 1]
+    terms = {"1": jnp.ones_like(x), "x": x, "y": y, "xy": x * y, "xx": x * x, "yy": y * y}
+    zero = jnp.zeros_like(x)
+    fields = []
+    for mu, mv in zip(monomials_u, monomials_v):
+        u = terms[mu] if mu else zero
+        v = terms[mv] if mv else zero
+        fields.append(jnp.stack([u, v], axis=-1))
+    return jnp.stack(fields)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def homography_bases(h: int, w: int) -> jax.Array:
+    """The 12 second-order homography bases ``[12, h, w, 2]`` (orthogonal, max |value| = 1).
+
+    Order: (1,0) (x,0) (y,0) (xy,0) (x^2,0) (y^2,0) then the same six monomials in v.
+    """
+    mono = ["1", "x", "y", "xy", "xx", "yy"]
+    fields = _monomial_fields(h, w, mono + [None] * 6, [None] * 6 + mono)
+    return _orthonormalize_and_scale(fields, fields)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def homography_bases_first_order(h: int, w: int) -> jax.Array:
+    """The 8 BasesHomo-style bases ``[8, h, w, 2]``: translations, the 4 affine fields and the
+    two projective fields (x^2, xy), (xy, y^2) (first-order perspective terms)."""
+    g = geometry.normalized_grid(h, w)
+    x, y = g[..., 0], g[..., 1]
+    one, zero = jnp.ones_like(x), jnp.zeros_like(x)
+    comps = [(one, zero), (zero, one), (x, zero), (y, zero), (zero, x), (zero, y),
+             (x * x, x * y), (x * y, y * y)]
+    fields = jnp.stack([jnp.stack(c, axis=-1) for c in comps])
+    return _orthonormalize_and_scale(fields, fields)
+
+
+def _random_homography_flows(rng: np.random.Generator, count: int, xs: np.ndarray, ys: np.ndarray,
+                             min_denominator: float) -> np.ndarray:
+    """``count`` flows (flattened u then v, float64) of N(0,1) homographies in normalized coords."""
+    out = []
+    corners = np.array([[-1, -1], [1, -1], [-1, 1], [1, 1]], np.float64)
+    while len(out) < count:
+        hv = rng.standard_normal(8)
+        # The denominator h7 x + h8 y + 1 is affine, so its extremes on the image are at corners.
+        den_c = corners @ hv[6:8] + 1.0
+        if min_denominator > 0 and den_c.min() < min_denominator:
+            continue  # unbounded (or sign-flipping) flow on the image: reject
+        den = hv[6] * xs + hv[7] * ys + 1.0
+        u = (hv[0] * xs + hv[1] * ys + hv[2]) / den - xs
+        v = (hv[3] * xs + hv[4] * ys + hv[5]) / den - ys
+        out.append(np.concatenate([u.ravel(), v.ravel()]))
+    return np.stack(out, axis=1)  # [2hw, count]
+
+
+@functools.lru_cache(maxsize=8)
+def _stochastic_bases_cached(h, w, n, seed, draws_per_basis, orthogonal_to_homography,
+                             min_denominator):
+    rng = np.random.default_rng(seed)
+    xs = np.linspace(-1.0, 1.0, w)[None, :].repeat(h, 0)
+    ys = np.linspace(-1.0, 1.0, h)[:, None].repeat(w, 1)
+    A = _random_homography_flows(rng, n * draws_per_basis, xs, ys, min_denominator)
+    # Each draw gets unit energy so a few extreme homographies cannot dominate the SVD.
+    A /= np.linalg.norm(A, axis=0, keepdims=True)
+    if orthogonal_to_homography:
+        Q = np.asarray(homography_bases(h, w), np.float64).reshape(12, h * w, 2)
+        Q = Q.transpose(0, 2, 1).reshape(12, -1).T  # [2hw, 12], u plane then v plane
+        Q, _ = np.linalg.qr(Q)
+        A -= Q @ (Q.T @ A)
+    # Top-n left singular vectors via the small Gram matrix (A is tall: 2hw x n*draws).
+    evals, V = np.linalg.eigh(A.T @ A)
+    order = np.argsort(evals)[::-1][:n]
+    U = A @ V[:, order] / np.sqrt(np.maximum(evals[order], 1e-300))
+    U = U.T.reshape(n, 2, h, w).transpose(0, 2, 3, 1)  # [n, h, w, 2]
+    flat = U.reshape(n, -1)
+    # Deterministic sign: the strongest value of each basis is positive.
+    idx = np.argmax(np.abs(flat), axis=1)
+    flat = flat * np.sign(flat[np.arange(n), idx])[:, None]
+    flat = flat / np.max(np.abs(flat), axis=1, keepdims=True)
+    return flat.reshape(n, h, w, 2).astype(np.float32)
+
+
+def stochastic_bases(h: int, w: int, n: int = 12, seed: int = 0, *, draws_per_basis: int = 20,
+                     orthogonal_to_homography: bool = True, min_denominator: float = 0.2) -> np.ndarray:
+    """Stochastic bases ``[n, h, w, 2]`` (float32 numpy; same arguments -> identical arrays).
+
+    Recipe (paper §3.1.3): draw ``n * draws_per_basis`` random homographies with h1..h8 ~ N(0, 1)
+    and h9 = 1 in normalized coordinates, rasterize their flows, take the top-n left singular
+    vectors, scale each to max |value| = 1 with the strongest value positive.
+
+    Our documented choices:
+      * ``min_denominator``: draws whose denominator h7 x + h8 y + 1 falls below this anywhere
+        on the image are rejected (their flow is unbounded or folds); 0 disables it.
+      * each draw's flow is scaled to unit L2 norm before the SVD;
+      * ``orthogonal_to_homography`` (default True): the draws are projected onto the orthogonal
+        complement of the 12 homography bases first, so the stochastic set adds new directions
+        instead of re-spanning the physical ones. ``False`` (with ``min_denominator=0``)
+        reproduces the raw paper recipe.
+    """
+    if n < 1 or draws_per_basis < 1:
+        raise ValueError(f"stochastic_bases: need n >= 1 and draws_per_basis >= 1, got {n}, {draws_per_basis}")
+    if n * draws_per_basis < n:
+        raise ValueError("stochastic_bases: not enough draws for the requested number of bases")
+    return _stochastic_bases_cached(int(h), int(w), int(n), int(seed), int(draws_per_basis),
+                                    bool(orthogonal_to_homography), float(min_denominator)).copy()
+
+
+def default_depth_sigmas(width: int) -> tuple[float, ...]:
+    """Depth-pyramid blur sigmas (pixels): (0, 2, 8, 32) at 576 px wide, scaled with the width."""
+    s = width / 576.0
+    return (0.0, 2.0 * s, 8.0 * s, 32.0 * s)
+
+
+def _gaussian_blur(image: jax.Array, sigma: float) -> jax.Array:
+    """Separable Gaussian blur of ``[h, w]`` with edge replication (sigma static, pixels)."""
+    if sigma <= 0:
+        return image
+    radius = int(np.ceil(3.0 * sigma))
+    t = np.arange(-radius, radius + 1, dtype=np.float64)
+    k = np.exp(-0.5 * (t / sigma) ** 2)
+    k = jnp.asarray(k / k.sum(), jnp.float32)
+    padded = jnp.pad(image, ((radius, radius), (radius, radius)), mode="edge")
+    rows = jax.vmap(lambda r: jnp.convolve(r, k, mode="valid"))(padded)
+    return jax.vmap(lambda c: jnp.convolve(c, k, mode="valid"), in_axes=1, out_axes=1)(rows)
+
+
+def _clean_depth(depth: jax.Array, min_depth_ratio: float) -> jax.Array:
+    """Replaces non-finite / non-positive depth by the median of the valid depth and clamps
+    from below at ``min_depth_ratio * median`` (so near outliers cannot explode 1/D)."""
+    valid = jnp.isfinite(depth) & (depth > 0)
+    d = jnp.where(valid, depth, jnp.nan)
+    med = jnp.nanmedian(d)
+    med = jnp.where(jnp.isfinite(med), med, 1.0)  # no valid depth at all: constant depth
+    d = jnp.where(valid, depth, med)
+    return jnp.maximum(d, min_depth_ratio * med)
+
+
+def depth_translational_bases(depth, K, sigmas: Sequence[float] | None = None, *,
+                              min_depth_ratio: float = 0.05, percentile: float = 99.0) -> jax.Array:
+    """Depth-translational bases ``[3 * len(sigmas), H, W, 2]`` (paper §3.1.2).
+
+    For every pyramid level s (depth D_s = G_{sigma_s} * D_0, sigma 0 = no blur):
+      f^x = (fx / D_s, 0),  f^y = (0, fy / D_s),  f^z = -((u - cx) / D_s, (v - cy) / D_s),
+    in that order, with pixel coords (u, v) of the depth map's grid and K = (fx, fy, cx, cy) in
+    that grid's pixels (see :func:`camflow_jax.geometry.resize_intrinsics`). Sign and global
+    scale are left to the learned weights; each basis is scaled so that the ``percentile``-th
+    percentile of its magnitude is 1 px (robust to a few very near pixels).
+
+    Invalid depth (NaN, inf, <= 0) is replaced by the median valid depth and depth is clamped
+    below at ``min_depth_ratio`` x median, so the output is always finite. With constant depth
+    the bases are a translation and a radial (affine) field: inside the homography span.
+
+    Args:
+      depth: ``[H, W]`` depth of the image the bases are for (any global scale).
+      K: ``[4]`` intrinsics. sigmas: blur per level in pixels (default
+        :func:`default_depth_sigmas`). Batched use: ``jax.vmap`` over depth and K.
+    """
+    depth = jnp.asarray(depth, jnp.float32)
+    if depth.ndim != 2:
+        raise ValueError(f"depth_translational_bases: depth must be [H, W], got shape {depth.shape}")
+    K = jnp.asarray(K, jnp.float32)
+    if K.shape != (4,):
+        raise ValueError(f"depth_translational_bases: K must be (fx, fy, cx, cy), got shape {K.shape}")
+    h, w = depth.shape
+    if sigmas is None:
+        sigmas = default_depth_sigmas(w)
+    d0 = _clean_depth(depth, min_depth_ratio)
+    g = geometry.pixel_grid(h, w)
+    fx, fy, cx, cy = K[0], K[1], K[2], K[3]
+    out = []
+    for sigma in sigmas:
+        inv = 1.0 / _gaussian_blur(d0, float(sigma))
+        zero = jnp.zeros_like(inv)
+        fields = [
+            jnp.stack([fx * inv, zero], axis=-1),
+            jnp.stack([zero, fy * inv], axis=-1),
+            -jnp.stack([(g[..., 0] - cx) * inv, (g[..., 1] - cy) * inv], axis=-1),
+        ]
+        for f in fields:
+            mag = jnp.sqrt(jnp.sum(f * f, axis=-1))
+            scale = jnp.percentile(mag, percentile)
+            out.append(f / jnp.maximum(scale, 1e-12))
+    return jnp.stack(out)
+
+
+def static_bases(h: int, w: int, num_homography: int = 12, num_stochastic: int = 12,
+                 seed: int = 0, **stochastic_kwargs) -> jax.Array:
+    """The depth-independent part of a basis set: [homography | stochastic] ``[N, h, w, 2]``.
+
+    ``num_homography`` is 12 (second order), 8 (first order) or 0; ``num_stochastic`` >= 0.
+    """
+    parts = []
+    if num_homography == 12:
+        parts.append(homography_bases(h, w))
+    elif num_homography == 8:
+        parts.append(homography_bases_first_order(h, w))
+    elif num_homography != 0:
+        raise ValueError(f"num_homography must be 0, 8 or 12, got {num_homography}")
+    if num_stochastic:
+        parts.append(jnp.asarray(stochastic_bases(h, w, num_stochastic, seed, **stochastic_kwargs)))
+    if not parts:
+        raise ValueError("static_bases: the basis set is empty")
+    return jnp.concatenate(parts, axis=0)
+
+
+def hybrid_bases(h: int, w: int, depth=None, K=None, *, num_homography: int = 12,
+                 num_stochastic: int = 12, seed: int = 0, sigmas: Sequence[float] | None = None,
+                 **stochastic_kwargs) -> jax.Array:
+    """[homography | stochastic | depth-translational] bases.
+
+    Without ``depth``: ``[num_homography + num_stochastic, h, w, 2]`` (24 = CamFlow). With
+    ``depth`` ``[h, w]`` and ``K``: 12 depth bases are appended (36 = CamFlow+); with a batch
+    ``[B, h, w]`` / ``[B, 4]`` the result is ``[B, N, h, w, 2]`` (static part broadcast).
+    """
+    static = static_bases(h, w, num_homography, num_stochastic, seed, **stochastic_kwargs)
+    if depth is None:
+        return static
+    if K is None:
+        raise ValueError("hybrid_bases: depth bases need intrinsics K = (fx, fy, cx, cy)")
+    depth = jnp.asarray(depth)
+    if depth.shape[-2:] != (h, w):
+        raise ValueError(f"hybrid_bases: depth is {depth.shape[-2:]} but bases are {(h, w)}; "
+                         "resize depth (and K) to the network grid first")
+    if depth.ndim == 3:
+        dep = jax.vmap(lambda d, k: depth_translational_bases(d, k, sigmas))(depth, jnp.asarray(K))
+        return jnp.concatenate([jnp.broadcast_to(static, (depth.shape[0],) + static.shape), dep], axis=1)
+    return jnp.concatenate([static, depth_translational_bases(depth, K, sigmas)], axis=0)
+
+
+def combine(coeffs: jax.Array, bases: jax.Array) -> jax.Array:
+    """Motion ``sum_k coeffs[:, k] * bases[k]``: coeffs ``[B, N]``, bases ``[N, h, w, 2]`` or
+    ``[B | 1, N, h, w, 2]`` -> ``[B, h, w, 2]``."""
+    if bases.ndim == 4:
+        return jnp.einsum("bn,nhwc->bhwc", coeffs, bases.astype(coeffs.dtype))
+    if bases.ndim == 5:
+        return jnp.einsum("bn,bnhwc->bhwc", coeffs, bases.astype(coeffs.dtype))
+    raise ValueError(f"combine: bases must be [N,h,w,2] or [B,N,h,w,2], got {bases.shape}")
+
+
+def least_squares_coeffs(flow: jax.Array, bases: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+    """Coefficients ``[N]`` of the best (masked) least-squares fit of ``flow`` ``[h, w, 2]`` by
+    ``bases`` ``[N, h, w, 2]`` — the best a model restricted to this basis set can do."""
+    n = bases.shape[0]
+    A = bases.reshape(n, -1).T
+    b = flow.reshape(-1)
+    if mask is not None:
+        wgt = jnp.repeat(jnp.asarray(mask, jnp.float32).reshape(-1), 2)
+        A = A * wgt[:, None]
+        b = b * wgt
+    coeffs, *_ = jnp.linalg.lstsq(A, b)
+    return coeffs

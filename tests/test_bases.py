@@ -1,0 +1,186 @@
+"""Motion bases against closed forms and least-squares oracles (numpy float64)."""
+
+import cv2
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from camflow_jax import bases as B
+
+
+def _lstsq_residual(bases, flow):
+    A = np.asarray(bases, np.float64).reshape(bases.shape[0], -1).T
+    c, *_ = np.linalg.lstsq(A, np.asarray(flow, np.float64).reshape(-1), rcond=None)
+    return (A @ c).reshape(flow.shape) - flow
+
+
+def _homography_flow(H, h, w):
+    ys, xs = np.mgrid[0:h, 0:w].astype(np.float64)
+    d = H[2, 0] * xs + H[2, 1] * ys + H[2, 2]
+    return np.stack([(H[0, 0] * xs + H[0, 1] * ys + H[0, 2]) / d - xs,
+                     (H[1, 0] * xs + H[1, 1] * ys + H[1, 2]) / d - ys], -1)
+
+
+def test_homography_bases_orthogonal_unit_max_and_span():
+    h, w = 32, 48
+    hb = np.asarray(B.homography_bases(h, w), np.float64)
+    assert hb.shape == (12, h, w, 2)
+    g = hb.reshape(12, -1)
+    gram = g @ g.T
+    off = gram - np.diag(np.diag(gram))
+    assert np.abs(off).max() < 1e-4 * np.diag(gram).min()
+    np.testing.assert_allclose(np.abs(hb).max(axis=(1, 2, 3)), 1.0, atol=1e-6)
+    # span = {1, x, y, xy, x^2, y^2} x {u, v} in normalized coords (closed form)
+    xs = np.linspace(-1, 1, w)[None].repeat(h, 0)
+    ys = np.linspace(-1, 1, h)[:, None].repeat(w, 1)
+    for m in [np.ones_like(xs), xs, ys, xs * ys, xs ** 2, ys ** 2]:
+        for c in range(2):
+            f = np.zeros((h, w, 2))
+            f[..., c] = m
+            assert np.abs(_lstsq_residual(hb, f)).max() < 1e-4
+    # first basis is the u translation, with positive sign
+    np.testing.assert_allclose(hb[0, ..., 0], 1.0, atol=1e-5)
+    np.testing.assert_allclose(hb[0, ..., 1], 0.0, atol=1e-5)
+
+
+def test_homography_fit_quality_320x576_12_vs_8():
+    """Random homographies with ±16 px uniform corner jitter, least-squares fits."""
+    h, w = 320, 576
+    rng = np.random.default_rng(0)
+    sets = {12: np.asarray(B.homography_bases(h, w), np.float64),
+            8: np.asarray(B.homography_bases_first_order(h, w), np.float64)}
+    pinv = {k: (v.reshape(k, -1).T, np.linalg.pinv(v.reshape(k, -1).T)) for k, v in sets.items()}
+    src = np.float32([[0, 0], [w - 1, 0], [0, h - 1], [w - 1, h - 1]])
+    epe = {12: [], 8: []}
+    for _ in range(64):
+        H = cv2.getPerspectiveTransform(src, src + rng.uniform(-16, 16, (4, 2)).astype(np.float32))
+        f = _homography_flow(H, h, w).reshape(-1)
+        for k, (A, P) in pinv.items():
+            r = (A @ (P @ f) - f).reshape(h, w, 2)
+            epe[k].append(np.sqrt((r ** 2).sum(-1)).mean())
+    mean12, mean8 = np.mean(epe[12]), np.mean(epe[8])
+    assert mean12 <= 0.06, mean12
+    assert mean8 > 5 * mean12, (mean8, mean12)
+
+
+def _depth_closed_form(depth, K):
+    fx, fy, cx, cy = K
+    h, w = depth.shape
+    ys, xs = np.mgrid[0:h, 0:w].astype(np.float64)
+    inv = 1.0 / depth
+    z = np.zeros_like(inv)
+    return [np.stack([fx * inv, z], -1), np.stack([z, fy * inv], -1),
+            -np.stack([(xs - cx) * inv, (ys - cy) * inv], -1)]
+
+
+def test_depth_bases_equal_closed_forms_up_to_scale():
+    rng = np.random.default_rng(1)
+    h, w = 24, 40
+    depth = rng.uniform(1.0, 5.0, (h, w))
+    K = (50.0, 55.0, 19.0, 12.5)
+    db = np.asarray(B.depth_translational_bases(jnp.asarray(depth), jnp.asarray(K), sigmas=(0.0,)), np.float64)
+    assert db.shape == (3, h, w, 2)
+    for got, ref in zip(db, _depth_closed_form(depth, K)):
+        scale = np.sum(got * ref) / np.sum(ref * ref)
+        assert scale != 0
+        np.testing.assert_allclose(got, scale * ref, atol=1e-5)
+        mag = np.sqrt((got ** 2).sum(-1))
+        assert abs(np.percentile(mag, 99) - 1.0) < 2e-2
+
+
+def test_depth_pyramid_levels_use_blurred_depth():
+    rng = np.random.default_rng(2)
+    depth = rng.uniform(1.0, 5.0, (32, 48)).astype(np.float32)
+    K = (40.0, 40.0, 24.0, 16.0)
+    db = np.asarray(B.depth_translational_bases(depth, K, sigmas=(0.0, 2.0)))
+    assert db.shape == (6, 32, 48, 2)
+    blurred = cv2.GaussianBlur(depth.astype(np.float64), (13, 13), 2.0, borderType=cv2.BORDER_REPLICATE)
+    ref = _depth_closed_form(blurred, K)[0]
+    scale = np.sum(db[3] * ref) / np.sum(ref * ref)
+    np.testing.assert_allclose(db[3], scale * ref, atol=2e-3)
+
+
+def test_constant_depth_lies_in_homography_span():
+    h, w = 32, 48
+    db = np.asarray(B.depth_translational_bases(jnp.full((h, w), 7.0), jnp.array([40.0, 40.0, 20.0, 14.0])))
+    hb = np.asarray(B.homography_bases(h, w))
+    for f in db:
+        assert np.abs(_lstsq_residual(hb, f)).max() < 1e-4
+
+
+def test_two_layer_lateral_translation_needs_depth_bases():
+    """Pure sideways translation: true flow u = fx * t / Z(p), a step at the layer boundary."""
+    h, w = 64, 96
+    depth = np.full((h, w), 10.0)
+    depth[16:48, 20:60] = 2.0  # near box in front of a far wall
+    K = np.array([80.0, 80.0, 47.5, 31.5])
+    flow = np.zeros((h, w, 2))
+    flow[..., 0] = K[0] * 0.25 / depth
+    hb = np.asarray(B.homography_bases(h, w))
+    hyb = np.asarray(B.hybrid_bases(h, w, depth=jnp.asarray(depth, jnp.float32), K=jnp.asarray(K), num_stochastic=0))
+    assert hyb.shape == (24, h, w, 2)
+    epe_h = np.sqrt((_lstsq_residual(hb, flow) ** 2).sum(-1)).mean()
+    epe_hd = np.sqrt((_lstsq_residual(hyb, flow) ** 2).sum(-1)).mean()
+    assert epe_h > 1.0, epe_h
+    assert epe_hd < 0.05, epe_hd
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -3.0, 0.0])
+def test_depth_bases_finite_with_invalid_depth(bad):
+    depth = np.full((16, 24), 4.0, np.float32)
+    depth[3:7, 5:9] = bad
+    depth[0, 0] = 1e-9  # absurdly near pixel: clamped, must not set the scale
+    db = np.asarray(jax.jit(B.depth_translational_bases)(depth, jnp.array([20.0, 20.0, 12.0, 8.0])))
+    assert np.all(np.isfinite(db))
+    all_bad = np.asarray(B.depth_translational_bases(np.full((16, 24), np.nan, np.float32), (20.0, 20.0, 12.0, 8.0)))
+    assert np.all(np.isfinite(all_bad))
+
+
+def test_depth_bases_errors_and_batching():
+    with pytest.raises(ValueError, match="depth must be"):
+        B.depth_translational_bases(np.ones((2, 3, 4)), (1, 1, 1, 1))
+    with pytest.raises(ValueError, match="K must be"):
+        B.depth_translational_bases(np.ones((8, 8)), (1, 1, 1))
+    d = jnp.stack([jnp.full((16, 24), 3.0), jnp.linspace(1, 5, 16 * 24).reshape(16, 24)])
+    K = jnp.array([[20.0, 20.0, 12.0, 8.0]] * 2)
+    hyb = B.hybrid_bases(16, 24, depth=d, K=K, num_stochastic=4)
+    assert hyb.shape == (2, 28, 16, 24, 2)
+    single = B.hybrid_bases(16, 24, depth=d[1], K=K[1], num_stochastic=4)
+    np.testing.assert_allclose(np.asarray(hyb[1]), np.asarray(single), atol=1e-6)
+
+
+def test_stochastic_bases_seeded_orthogonal_and_finite():
+    h, w = 24, 40
+    a = B.stochastic_bases(h, w, n=12, seed=3)
+    b = B.stochastic_bases(h, w, n=12, seed=3)
+    c = B.stochastic_bases(h, w, n=12, seed=4)
+    assert a.shape == (12, h, w, 2) and a.dtype == np.float32
+    np.testing.assert_array_equal(a, b)
+    assert np.abs(a - c).max() > 0.1
+    assert np.all(np.isfinite(a))
+    np.testing.assert_allclose(np.abs(a).max(axis=(1, 2, 3)), 1.0, atol=1e-6)
+    hb = np.asarray(B.homography_bases(h, w), np.float64).reshape(12, -1)
+    hb /= np.linalg.norm(hb, axis=1, keepdims=True)
+    s = a.reshape(12, -1).astype(np.float64)
+    s /= np.linalg.norm(s, axis=1, keepdims=True)
+    assert np.abs(s @ hb.T).max() < 1e-4  # orthogonal to the homography span
+    assert np.abs(s @ s.T - np.eye(12)).max() < 1e-4  # orthonormal among themselves
+    raw = B.stochastic_bases(h, w, n=12, seed=3, orthogonal_to_homography=False, min_denominator=0.0)
+    r = raw.reshape(12, -1).astype(np.float64)
+    r /= np.linalg.norm(r, axis=1, keepdims=True)
+    assert np.abs(r @ hb.T).max() > 0.3  # the raw paper recipe overlaps the physical span
+    assert np.all(np.isfinite(raw))
+
+
+def test_combine_matches_numpy():
+    rng = np.random.default_rng(5)
+    bases = rng.normal(size=(5, 6, 7, 2)).astype(np.float32)
+    coeffs = rng.normal(size=(3, 5)).astype(np.float32)
+    ref = np.tensordot(coeffs, bases, axes=(1, 0))
+    np.testing.assert_allclose(np.asarray(B.combine(coeffs, bases)), ref, atol=1e-5)
+    per_sample = np.stack([bases * (i + 1) for i in range(3)])
+    ref2 = np.stack([np.tensordot(coeffs[i], per_sample[i], axes=(0, 0)) for i in range(3)])
+    np.testing.assert_allclose(np.asarray(B.combine(coeffs, per_sample)), ref2, atol=1e-4)
+    with pytest.raises(ValueError):
+        B.combine(coeffs, bases[0])

@@ -1,0 +1,144 @@
+"""geometry against OpenCV and numpy closed forms."""
+
+import cv2
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from camflow_jax import geometry as G
+
+
+def _rand_h(rng, h, w, jitter):
+    src = np.float32([[0, 0], [w - 1, 0], [0, h - 1], [w - 1, h - 1]])
+    dst = src + rng.uniform(-jitter, jitter, (4, 2)).astype(np.float32)
+    return cv2.getPerspectiveTransform(src, dst)
+
+
+def _grid_points(h, w):
+    xs, ys = np.meshgrid(np.arange(w), np.arange(h))
+    return np.stack([xs, ys], -1).astype(np.float64)
+
+
+def test_homography_to_flow_matches_perspective_transform():
+    rng = np.random.default_rng(0)
+    h, w = 48, 80
+    Hs = np.stack([_rand_h(rng, h, w, 12) for _ in range(3)])
+    flows = np.asarray(G.homography_to_flow(jnp.asarray(Hs), h, w))
+    pts = _grid_points(h, w)
+    for H, flow in zip(Hs, flows):
+        ref = cv2.perspectiveTransform(pts.reshape(-1, 1, 2), H).reshape(h, w, 2) - pts
+        np.testing.assert_allclose(flow, ref, atol=2e-4)
+    single = np.asarray(G.homography_to_flow(Hs[0], h, w))
+    np.testing.assert_allclose(single, flows[0], atol=1e-5)
+
+
+def test_warp_matches_remap_inside_and_is_zero_outside():
+    rng = np.random.default_rng(1)
+    h, w = 40, 64
+    img = rng.uniform(0, 1, (h, w, 3)).astype(np.float32)
+    flow = rng.uniform(-6, 6, (h, w, 2)).astype(np.float32)
+    out = np.asarray(G.warp(jnp.asarray(img), jnp.asarray(flow)))
+    maps = (_grid_points(h, w) + flow).astype(np.float32)
+    ref = _remap_per_channel(img, maps[..., 0], maps[..., 1], cv2.BORDER_CONSTANT)
+    inside = (maps[..., 0] >= 0) & (maps[..., 0] < w - 1) & (maps[..., 1] >= 0) & (maps[..., 1] < h - 1)
+    assert inside.mean() > 0.5 and (~inside).sum() > 50
+    np.testing.assert_allclose(out[inside], ref[inside], atol=1e-5)
+    assert np.all(out[~inside] == 0)
+    np.testing.assert_array_equal(np.asarray(G.warp_validity(jnp.asarray(flow)))[..., 0], inside.astype(np.float32))
+
+
+def test_warp_zero_flow_keeps_image_and_zeroes_last_row_and_column():
+    img = np.arange(5 * 7 * 2, dtype=np.float32).reshape(5, 7, 2) + 1
+    out = np.asarray(G.warp(jnp.asarray(img), jnp.zeros((5, 7, 2))))
+    np.testing.assert_array_equal(out[:-1, :-1], img[:-1, :-1])
+    assert np.all(out[-1] == 0) and np.all(out[:, -1] == 0)
+
+
+def test_warp_batched_and_jitted():
+    rng = np.random.default_rng(2)
+    img = rng.uniform(size=(2, 16, 24, 1)).astype(np.float32)
+    flow = rng.uniform(-2, 2, (2, 16, 24, 2)).astype(np.float32)
+    batched = np.asarray(jax.jit(G.warp)(img, flow))
+    for b in range(2):
+        np.testing.assert_allclose(batched[b], np.asarray(G.warp(img[b], flow[b])), atol=1e-6)
+    with pytest.raises(ValueError, match="flow"):
+        G.warp(img[0], flow[0, ..., :1])
+
+
+def test_fit_homography_recovers_h_with_mask_and_nan():
+    rng = np.random.default_rng(3)
+    h, w = 60, 96
+    H = _rand_h(rng, h, w, 10)
+    flow = np.asarray(G.homography_to_flow(H, h, w)).copy()
+    flow[:10, :20] += 25.0  # an outlier region the mask removes
+    flow[30, 40] = np.nan   # non-finite flow is always ignored
+    mask = np.ones((h, w), np.float32)
+    mask[:10, :20] = 0
+    H_fit = np.asarray(G.fit_homography(jnp.asarray(flow), jnp.asarray(mask)))
+    ref = np.asarray(G.homography_to_flow(H, h, w))
+    fit_flow = np.asarray(G.homography_to_flow(H_fit, h, w))
+    assert np.abs(fit_flow - ref).max() < 1e-2
+    np.testing.assert_allclose(H_fit / H_fit[2, 2], H / H[2, 2], atol=1e-3, rtol=1e-3)
+    # batched
+    Hb = np.asarray(G.fit_homography(jnp.stack([jnp.asarray(ref)] * 2)))
+    assert Hb.shape == (2, 3, 3)
+
+
+def test_compose_flows_equals_product_homography():
+    rng = np.random.default_rng(4)
+    h, w = 64, 96
+    H12, H23 = _rand_h(rng, h, w, 6), _rand_h(rng, h, w, 6)
+    f12 = G.homography_to_flow(H12, h, w)
+    f23 = G.homography_to_flow(H23, h, w)
+    f13 = np.asarray(G.compose_flows(f12, f23))
+    ref = np.asarray(G.homography_to_flow(H23 @ H12, h, w))
+    inside = np.asarray(G.warp_validity(f12))[..., 0] > 0
+    assert inside.mean() > 0.6
+    # bilinear interpolation of a smooth field: sub-0.01 px error
+    assert np.abs(f13 - ref)[inside].max() < 1e-2
+
+
+def _remap_per_channel(img, mx, my, border):
+    # OpenCV's remap is exact per channel; its 2-channel float path was seen to deviate.
+    return np.stack([cv2.remap(img[..., c], mx, my, cv2.INTER_LINEAR, borderMode=border)
+                     for c in range(img.shape[-1])], -1)
+
+
+def _align_corners_resize_np(x, h, w):
+    hi, wi = x.shape[:2]
+    ys = np.linspace(0, hi - 1, h, dtype=np.float32)
+    xs = np.linspace(0, wi - 1, w, dtype=np.float32)
+    mx, my = np.meshgrid(xs, ys)
+    return _remap_per_channel(x.astype(np.float32), mx, my, cv2.BORDER_REPLICATE)
+
+
+def test_resize_flow_align_corners_and_scaling():
+    rng = np.random.default_rng(5)
+    flow = rng.normal(size=(12, 20, 2)).astype(np.float32)
+    out = np.asarray(G.resize_flow(jnp.asarray(flow), 30, 50))
+    ref = _align_corners_resize_np(flow, 30, 50) * np.array([50 / 20, 30 / 12], np.float32)
+    np.testing.assert_allclose(out, ref, atol=1e-4)
+    const = np.asarray(G.resize_flow(jnp.full((8, 16, 2), jnp.array([3.0, 2.0])), 16, 64))
+    np.testing.assert_allclose(const, np.broadcast_to([12.0, 4.0], (16, 64, 2)), atol=1e-5)
+
+
+def test_resize_image_matches_cv2_linear():
+    rng = np.random.default_rng(6)
+    img = rng.uniform(0, 255, (30, 40, 3)).astype(np.float32)
+    for h, w in [(60, 80), (45, 70)]:
+        out = np.asarray(G.resize_image(jnp.asarray(img), h, w))
+        ref = cv2.resize(img, (w, h), interpolation=cv2.INTER_LINEAR)
+        np.testing.assert_allclose(out, ref, atol=1e-2)
+
+
+def test_intrinsics_follow_resize_and_crop():
+    K = np.array([500.0, 480.0, 300.0, 200.0])
+    X = np.array([0.3, -0.2, 2.0])
+    u, v = K[0] * X[0] / X[2] + K[2], K[1] * X[1] / X[2] + K[3]
+    K2 = np.asarray(G.resize_intrinsics(K, (400, 600), (200, 300)))
+    # same 3D point, half-pixel-centre resize: x' = (x + 0.5) s - 0.5
+    np.testing.assert_allclose([K2[0] * X[0] / X[2] + K2[2], K2[1] * X[1] / X[2] + K2[3]],
+                               [(u + 0.5) * 0.5 - 0.5, (v + 0.5) * 0.5 - 0.5], atol=1e-4)
+    K3 = np.asarray(G.crop_intrinsics(K, 10, 20))
+    np.testing.assert_allclose([K3[0] * X[0] / X[2] + K3[2], K3[1] * X[1] / X[2] + K3[3]], [u - 20, v - 10], atol=1e-4)
