@@ -1,0 +1,130 @@
+"""Inference checkpoints: one directory holding a model's config, variables and static bases.
+
+Layout written by :func:`save_model`::
+
+    DIR/model.json        {"format": ..., "model_config": {...}}   (JSON, human readable)
+    DIR/arrays/           Orbax checkpoint of {"params", "batch_stats"[, "bases"]}
+
+:func:`load_model` reads such a directory, or a training workdir (``model.json`` +
+``checkpoints/<step>/``: the latest step's parameters are used).
+
+``model_config`` is the network config of :func:`camflow_jax.models.resolve_config` plus
+``height``/``width`` (the network input size) and a ``bases`` section describing the static
+bases (used when the checkpoint does not store them, e.g. for trained models whose stochastic
+bases are regenerated from their seed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import jax
+import numpy as np
+
+FORMAT = "camflow_jax.inference/1"
+DEFAULT_BASES = {"num_homography": 12, "num_stochastic": 12, "seed": 0,
+                 "orthogonal_to_homography": True, "depth_sigmas": None}
+
+__all__ = ["FORMAT", "save_model", "load_model", "model_bases", "latest_step"]
+
+
+def _ocp():
+    import orbax.checkpoint as ocp  # lazily: importing orbax is slow and not always needed
+    return ocp
+
+
+def model_bases(model_config: Mapping[str, Any]) -> np.ndarray:
+    """Regenerates the static [homography | stochastic] bases a config describes."""
+    from camflow_jax import bases as bases_lib
+
+    spec = {**DEFAULT_BASES, **dict(model_config.get("bases") or {})}
+    h, w = int(model_config["height"]), int(model_config["width"])
+    return np.asarray(bases_lib.static_bases(
+        h, w, spec["num_homography"], spec["num_stochastic"], spec["seed"],
+        orthogonal_to_homography=spec["orthogonal_to_homography"]))
+
+
+def save_model(directory, model_config: Mapping[str, Any], variables: Mapping[str, Any],
+               bases=None, *, overwrite: bool = False) -> Path:
+    """Writes an inference checkpoint (see module docstring). Returns the directory."""
+    from camflow_jax.models import resolve_config
+
+    directory = Path(directory).absolute()
+    cfg = resolve_config(model_config)
+    for key in ("height", "width"):
+        if key not in cfg:
+            raise ValueError(f"save_model: model_config needs {key!r} (the network input size)")
+    if (directory / "model.json").exists() and not overwrite:
+        raise FileExistsError(f"{directory} already holds a checkpoint; pass overwrite=True to replace it")
+    if "params" not in variables:
+        raise ValueError("save_model: variables must contain 'params' (and usually 'batch_stats')")
+    directory.mkdir(parents=True, exist_ok=True)
+    tree = {"params": variables["params"], "batch_stats": variables.get("batch_stats", {})}
+    if bases is not None:
+        tree["bases"] = np.asarray(bases, np.float32)
+    tree = jax.tree.map(np.asarray, tree)
+    ocp = _ocp()
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(directory / "arrays", tree, force=True)
+    meta = {"format": FORMAT, "model_config": cfg, "has_bases": bases is not None}
+    (directory / "model.json").write_text(json.dumps(meta, indent=2))
+    return directory
+
+
+def latest_step(checkpoint_dir) -> int | None:
+    """Largest integer-named step folder under ``checkpoint_dir`` (None if there is none)."""
+    checkpoint_dir = Path(checkpoint_dir)
+    if not checkpoint_dir.is_dir():
+        return None
+    steps = [int(p.name) for p in checkpoint_dir.iterdir() if p.is_dir() and p.name.isdigit()]
+    return max(steps) if steps else None
+
+
+def _restore_raw(path: Path) -> dict:
+    ocp = _ocp()
+    try:
+        with ocp.StandardCheckpointer() as ckptr:
+            return ckptr.restore(path)
+    except Exception as e:  # orbax raises a variety of errors for damaged folders
+        raise ValueError(f"could not read the checkpoint arrays in {path}: {type(e).__name__}: {e}") from e
+
+
+def load_model(path) -> tuple[Any, dict, np.ndarray, dict]:
+    """Loads ``(model, variables, static_bases, model_config)`` from an inference checkpoint
+    directory or a training workdir (latest step)."""
+    from camflow_jax.models import build_model
+
+    path = Path(os.path.expanduser(str(path))).absolute()
+    meta_file = path / "model.json"
+    if not path.exists():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    if not meta_file.is_file():
+        raise FileNotFoundError(
+            f"{path} is not a camflow_jax checkpoint (no model.json). Train one with "
+            "`python -m camflow_jax.train --config=configs/synthetic.py --workdir=DIR`, or convert the "
+            "released weights with `python tools/import_official_checkpoint.py ckpt.pth -o DIR`.")
+    try:
+        meta = json.loads(meta_file.read_text())
+        model_config = dict(meta["model_config"])
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"{meta_file} is malformed: {e}") from e
+    if (path / "arrays").is_dir():
+        tree = _restore_raw(path / "arrays")
+        params, batch_stats = tree["params"], tree.get("batch_stats", {})
+        bases = tree.get("bases")
+    else:
+        step = latest_step(path / "checkpoints")
+        if step is None:
+            raise FileNotFoundError(f"{path} has model.json but neither arrays/ nor checkpoints/<step>/")
+        state = _restore_raw(path / "checkpoints" / str(step) / "state")
+        params, batch_stats, bases = state["params"], state.get("batch_stats", {}), None
+        if (path / "static_bases.npy").is_file():  # written by the trainer (e.g. released bases)
+            bases = np.load(path / "static_bases.npy")
+    if bases is None:
+        bases = model_bases(model_config)
+    model = build_model(model_config)
+    variables = {"params": params, "batch_stats": batch_stats or {}}
+    return model, variables, np.asarray(bases, np.float32), model_config

@@ -1,0 +1,141 @@
+"""grain input pipelines: sources from a config, resize/crop of training pairs, batching.
+
+The global batch of step k is the same whatever the number of processes: each process reads
+the rows ``[p * b, (p + 1) * b)`` of it (``b`` = global batch / process count), so a run on
+several hosts sees exactly the data of a single-host run.
+"""
+
+from __future__ import annotations
+
+import cv2
+import grain
+import numpy as np
+
+from camflow_jax.data import train_sources
+
+_ALWAYS = ("img1", "img2", "flow_f", "flow_b", "label_mask_f", "label_mask_b", "category_id")
+
+
+def _resize_pair(s: dict, h: int, w: int) -> dict:
+    """Resizes every field of a training pair to h x w (flows rescaled, K updated)."""
+    h0, w0 = s["img1"].shape[:2]
+    if (h0, w0) == (h, w):
+        return s
+    out = dict(s)
+    sx, sy = w / w0, h / h0
+    for k in ("img1", "img2"):
+        out[k] = cv2.resize(s[k], (w, h), interpolation=cv2.INTER_LINEAR)
+    for k in ("flow_f", "flow_b", "gt_flow_f"):
+        if k in s:
+            out[k] = cv2.resize(s[k], (w, h), interpolation=cv2.INTER_LINEAR) * np.float32([sx, sy])
+    for k in ("label_mask_f", "label_mask_b", "gt_valid_f", "depth1", "depth2"):
+        if k in s:  # nearest: never blends valid with invalid pixels or depth across edges
+            out[k] = cv2.resize(s[k], (w, h), interpolation=cv2.INTER_NEAREST)
+    if "K" in s:
+        fx, fy, cx, cy = s["K"]
+        out["K"] = np.float32([fx * sx, fy * sy, (cx + 0.5) * sx - 0.5, (cy + 0.5) * sy - 0.5])
+    return out
+
+
+def _crop_pair(s: dict, top: int, left: int, h: int, w: int) -> dict:
+    """Same-offset crop of both frames: flow vectors are unchanged, K's principal point shifts."""
+    out = {}
+    for k, v in s.items():
+        if isinstance(v, np.ndarray) and v.ndim >= 2 and k != "K":
+            out[k] = np.ascontiguousarray(v[top:top + h, left:left + w])
+        else:
+            out[k] = v
+    if "K" in s:
+        out["K"] = s["K"] - np.float32([0, 0, left, top])
+    return out
+
+
+def prepare_pair(sample: dict, height: int, width: int, resize=(0, 0),
+                 rng: np.random.Generator | None = None, need_depth: bool = False) -> dict:
+    """Resize (optional) then crop a training pair to the network size ``height x width``.
+
+    A random crop when ``rng`` is given (training), else the centre crop (evaluation).
+    """
+    missing = [k for k in _ALWAYS if k not in sample]
+    if missing:
+        raise ValueError(f"training pair lacks {missing}")
+    s = dict(sample)
+    if resize and resize[0] and resize[1]:
+        s = _resize_pair(s, int(resize[0]), int(resize[1]))
+    h0, w0 = s["img1"].shape[:2]
+    if h0 < height or w0 < width:
+        s = _resize_pair(s, max(h0, height), max(w0, width))
+        h0, w0 = s["img1"].shape[:2]
+    if rng is None:
+        top, left = (h0 - height) // 2, (w0 - width) // 2
+    else:
+        top, left = int(rng.integers(0, h0 - height + 1)), int(rng.integers(0, w0 - width + 1))
+    s = _crop_pair(s, top, left, height, width)
+    if need_depth:
+        if "depth1" not in s or "K" not in s:
+            raise ValueError("bases.use_depth=True needs depth1/depth2 and K from the data "
+                             "(set data.depth_pattern, or bases.use_depth=False)")
+    out = {k: s[k] for k in _ALWAYS}
+    out["img1"], out["img2"] = s["img1"].astype(np.uint8), s["img2"].astype(np.uint8)
+    for k in ("flow_f", "flow_b", "label_mask_f", "label_mask_b"):
+        out[k] = s[k].astype(np.float32)
+    if need_depth:
+        out.update(depth1=s["depth1"].astype(np.float32), depth2=s["depth2"].astype(np.float32),
+                   K=np.asarray(s["K"], np.float32))
+    if "gt_flow_f" in s:
+        out["gt_flow_f"], out["gt_valid_f"] = s["gt_flow_f"].astype(np.float32), s["gt_valid_f"].astype(np.float32)
+    out["category_id"] = np.int32(s["category_id"])
+    return out
+
+
+def make_source(data_cfg, height: int, width: int, split: str = "train"):
+    """The training pair source a ``config.data`` describes (``split``: 'train' or 'eval')."""
+    name = data_cfg.name
+    if name == "synthetic":
+        from camflow_jax.data.synthetic import SyntheticScenes
+
+        rh = data_cfg.render_height or (height + height // 8)
+        rw = data_cfg.render_width or (width + width // 8)
+        if split == "train":
+            scenes = SyntheticScenes(seed=data_cfg.train_seed, num_samples=data_cfg.num_train, height=rh, width=rw)
+        else:
+            scenes = SyntheticScenes(seed=data_cfg.eval_seed, num_samples=data_cfg.num_eval, height=rh, width=rw)
+        return train_sources.SyntheticPairs(scenes, data_cfg.label)
+    if not data_cfg.path:
+        raise ValueError(f"data.name={name!r} needs data.path (the dataset folder)")
+    if name == "ghof":
+        return train_sources.GhofTrain(data_cfg.path, data_cfg.depth_pattern)
+    if name == "cahomo":
+        return train_sources.CahomoTrain(data_cfg.path)
+    if name == "frames":
+        return train_sources.FramePairs(data_cfg.path, data_cfg.frame_gap)
+    raise ValueError(f"unknown data.name {name!r}; choose synthetic, ghof, cahomo or frames")
+
+
+class _PrepareRandom(grain.transforms.RandomMap):
+    def __init__(self, **kw):
+        self.kw = kw
+
+    def random_map(self, element, rng):
+        return prepare_pair(element, rng=rng, **self.kw)
+
+
+def train_dataset(source, *, seed: int, global_batch: int, process_index: int, process_count: int,
+                  prepare_kwargs: dict, num_workers: int = 0, prefetch: int = 2) -> grain.IterDataset:
+    """Shuffled, repeated, randomly cropped batches of this process's rows of the global batch."""
+    if global_batch % process_count:
+        raise ValueError(f"batch_size {global_batch} must be divisible by the {process_count} processes")
+    local = global_batch // process_count
+    ds = grain.MapDataset.source(source).shuffle(seed=seed).repeat(None)
+    ds = ds.random_map(_PrepareRandom(**prepare_kwargs), seed=seed)
+    ds = ds.batch(local, drop_remainder=True)[process_index::process_count]
+    it = ds.to_iter_dataset()
+    if num_workers > 0:
+        it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers, per_worker_buffer_size=prefetch))
+    return it
+
+
+def eval_batches(source, batch: int, prepare_kwargs: dict):
+    """Centre-cropped evaluation batches (every sample once, the last batch may be short)."""
+    ds = grain.MapDataset.source(source).map(lambda s: prepare_pair(s, **prepare_kwargs))
+    return ds.batch(batch, drop_remainder=False).to_iter_dataset()

@@ -1,0 +1,400 @@
+"""Training loop: ``train_and_evaluate(config, workdir)`` (flag-free; notebooks and tests call it).
+
+One code path for 1 CPU, N GPUs and multi-host TPU: a 1-D ``data`` mesh over all devices, the
+batch sharded along it, the train state replicated and donated, one ``jax.jit`` step. With
+several processes (``jax.distributed.initialize()`` done by the caller) each process feeds
+its rows of the global batch.
+
+Workdir layout: ``config.json``, ``model.json`` (loadable by :func:`camflow_jax.checkpoint.load_model`),
+``static_bases.npy``, ``checkpoints/<step>/{state,data}`` (Orbax; data = grain iterator state),
+``metrics.jsonl`` (one JSON object per logged step), ``eval_<step>.json``, ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import grain
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+
+from camflow_jax import baselines, bases as bases_lib, checkpoint, losses, metrics, models
+from camflow_jax.data import pipeline
+
+GROUP_NAMES = {"homography": "physical", "stochastic": "stochastic", "depth": "depth"}
+
+
+# ----------------------------------------------------------------------------------------------
+# Config -> model description
+# ----------------------------------------------------------------------------------------------
+
+def depth_sigmas(config) -> tuple[float, ...]:
+    return tuple(config.bases.depth_sigmas) or bases_lib.default_depth_sigmas(config.model.width)
+
+
+def model_config_from(config) -> dict:
+    """The model config (network + input size + bases) a training config describes."""
+    b = config.bases
+    sizes, names = [], []
+    for n, name in ((b.num_homography, "physical"), (b.num_stochastic, "stochastic")):
+        if n:
+            sizes.append(int(n))
+            names.append(name)
+    if b.use_depth:
+        sizes.append(3 * len(depth_sigmas(config)))
+        names.append("depth")
+    if not sizes:
+        raise ValueError("config.bases describes no bases at all")
+    return {**config.model.to_dict(), "group_sizes": sizes, "group_names": names,
+            "bases": {"num_homography": int(b.num_homography), "num_stochastic": int(b.num_stochastic),
+                      "seed": int(b.seed), "orthogonal_to_homography": bool(b.orthogonal_to_homography),
+                      "use_depth": bool(b.use_depth), "depth_sigmas": list(depth_sigmas(config))}}
+
+
+def validate_config(config) -> None:
+    h, w = config.model.height, config.model.width
+    if h % 64 or w % 64 or h <= 0 or w <= 0:
+        raise ValueError(f"model.height/width must be positive multiples of 64, got {h}x{w}")
+    if config.batch_size <= 0 or config.num_steps < 0:
+        raise ValueError("batch_size must be > 0 and num_steps >= 0")
+    n_dev = jax.device_count()
+    if config.batch_size % n_dev:
+        raise ValueError(f"batch_size {config.batch_size} is not divisible by the {n_dev} devices")
+
+
+# ----------------------------------------------------------------------------------------------
+# State, optimizer, sharding
+# ----------------------------------------------------------------------------------------------
+
+def _path_str(path) -> str:
+    return "/".join(str(getattr(k, "key", getattr(k, "name", k))) for k in path)
+
+
+def make_optimizer(config, steps_per_epoch: int) -> optax.GradientTransformation:
+    o = config.optim
+    schedule = optax.exponential_decay(o.learning_rate, transition_steps=max(steps_per_epoch, 1),
+                                       decay_rate=o.decay_rate, staircase=True)
+    tx = optax.adam(schedule, b1=o.b1, b2=o.b2)
+    if o.grad_clip:
+        tx = optax.chain(optax.clip_by_global_norm(o.grad_clip), tx)
+    frozen = tuple(o.freeze)
+    if frozen:
+        def labels(params):
+            return jax.tree_util.tree_map_with_path(
+                lambda p, _: "frozen" if _path_str(p).startswith(frozen) else "train", params)
+        tx = optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()}, labels)
+    return tx
+
+
+def make_mesh() -> Mesh:
+    return Mesh(np.array(jax.devices()), ("data",), axis_types=(AxisType.Auto,))
+
+
+def _copy_matching(fresh, loaded, prefix=""):
+    """Params of ``fresh`` replaced by same-path same-shape arrays of ``loaded``."""
+    used, skipped = [], []
+
+    def pick(path, x):
+        node = loaded
+        for k in path:
+            key = getattr(k, "key", k)
+            if not isinstance(node, dict) or key not in node:
+                skipped.append(_path_str(path))
+                return x
+            node = node[key]
+        if np.shape(node) != x.shape:
+            skipped.append(_path_str(path))
+            return x
+        used.append(_path_str(path))
+        return jnp.asarray(node, x.dtype)
+
+    return jax.tree_util.tree_map_with_path(pick, fresh), used, skipped
+
+
+# ----------------------------------------------------------------------------------------------
+# Steps
+# ----------------------------------------------------------------------------------------------
+
+def _assemble_bases(static, batch, use_depth, sigmas):
+    """Per-direction basis sets: static bases, plus depth bases of image 1 / image 2."""
+    if not use_depth:
+        return static, static
+    dep = jax.vmap(lambda d, k: bases_lib.depth_translational_bases(d, k, sigmas))
+    b = batch["img1"].shape[0]
+    st = jnp.broadcast_to(static, (b,) + static.shape)
+    return (jnp.concatenate([st, dep(batch["depth1"], batch["K"])], axis=1),
+            jnp.concatenate([st, dep(batch["depth2"], batch["K"])], axis=1))
+
+
+def make_steps(model, tx, config):
+    h, w = config.model.height, config.model.width
+    use_depth, sigmas = bool(config.bases.use_depth), depth_sigmas(config)
+    weights = {k: float(v) if not isinstance(v, bool) else v for k, v in config.loss.to_dict().items()}
+
+    def forward(variables, batch, static, train):
+        g1 = models.preprocess(batch["img1"], h, w)
+        g2 = models.preprocess(batch["img2"], h, w)
+        ba, bb = _assemble_bases(static, batch, use_depth, sigmas)
+        if train:
+            return model.apply(variables, g1, g2, ba, bb, train=True, mutable=["batch_stats"])
+        return model.apply(variables, g1, g2, ba, bb, train=False), None
+
+    def train_step(state, batch, static):
+        def loss_fn(params):
+            out, mut = forward({"params": params, "batch_stats": state["batch_stats"]}, batch, static, True)
+            lb = {k: batch[k] for k in ("flow_f", "flow_b", "label_mask_f", "label_mask_b")}
+            if use_depth:
+                lb.update(depth1=batch["depth1"], depth2=batch["depth2"])
+            loss, terms = losses.total_loss(out, lb, weights)
+            return loss, (terms, mut["batch_stats"])
+
+        (_, (terms, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
+        updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+        new_state = dict(state, step=state["step"] + 1, params=optax.apply_updates(state["params"], updates),
+                         batch_stats=batch_stats, opt_state=opt_state,
+                         rng=jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state["rng"]))[0]))
+        terms = dict(terms, grad_norm=optax.global_norm(grads))
+        return new_state, terms
+
+    def eval_step(state, batch, static):
+        out, _ = forward({"params": state["params"], "batch_stats": state["batch_stats"]}, batch, static, False)
+        return out["flow_f"]
+
+    return train_step, eval_step
+
+
+# ----------------------------------------------------------------------------------------------
+# Evaluation on the held-out set
+# ----------------------------------------------------------------------------------------------
+
+def _eval_targets(b):
+    if "gt_flow_f" in b:
+        return b["gt_flow_f"], b["gt_valid_f"]
+    return b["flow_f"], b["label_mask_f"]
+
+
+def evaluate_heldout(predict, eval_source, prepare_kwargs, batch_size, baseline_names, cache: dict):
+    """Per-category EPE (published all-pixel form and valid-pixel mean) of the model and of the
+    baselines on the held-out pairs. ``cache`` keeps baseline results across calls."""
+    records = {"camflow": []}
+    need_baselines = "baselines" not in cache
+    base_records = {n: [] for n in baseline_names}
+    for b in pipeline.eval_batches(eval_source, batch_size, prepare_kwargs):
+        flows = np.asarray(predict(b))
+        gt, valid = _eval_targets(b)
+        for i in range(len(flows)):
+            cat = int(b["category_id"][i])
+            records["camflow"].append((cat, metrics.epe_all_pixels(flows[i], gt[i], valid[i]),
+                                       metrics.epe_valid(flows[i], gt[i], valid[i])))
+            if need_baselines:
+                for n in baseline_names:
+                    f, _ = baselines.estimate_flow(n, b["img1"][i], b["img2"][i])
+                    base_records[n].append((cat, metrics.epe_all_pixels(f, gt[i], valid[i]),
+                                            metrics.epe_valid(f, gt[i], valid[i])))
+    if need_baselines:
+        cache["baselines"] = base_records
+    records.update(cache["baselines"])
+    return records
+
+
+def summarize(records, category_names) -> dict:
+    """{method: {category: {'epe', 'epe_valid'}}} with AVG = mean of category means."""
+    table = {}
+    for method, rows in records.items():
+        cats = {}
+        for c in sorted({r[0] for r in rows}):
+            sel = [r for r in rows if r[0] == c]
+            cats[category_names[c] if c < len(category_names) else str(c)] = {
+                "epe": float(np.mean([r[1] for r in sel])), "epe_valid": float(np.mean([r[2] for r in sel]))}
+        if cats:
+            cats["AVG"] = {m: float(np.mean([v[m] for v in cats.values()])) for m in ("epe", "epe_valid")}
+        table[method] = cats
+    return table
+
+
+def format_table(table, metric="epe") -> str:
+    methods = list(table)
+    cats = list(next(iter(table.values())).keys()) if table else []
+    lines = [f"| {metric} | " + " | ".join(cats) + " |", "|---" * (len(cats) + 1) + "|"]
+    for m in methods:
+        lines.append(f"| {m} | " + " | ".join(f"{table[m][c][metric]:.3f}" for c in cats) + " |")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
+# The loop
+# ----------------------------------------------------------------------------------------------
+
+def _log(msg: str) -> None:
+    if jax.process_index() == 0:
+        print(msg, flush=True)
+
+
+def _fmt_time(s: float) -> str:
+    s = int(max(s, 0))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
+    """Trains (resuming from ``workdir`` if it holds checkpoints) and evaluates. Returns the
+    final summary (also written to ``workdir/summary.json``)."""
+    t_start = time.time()
+    validate_config(config)
+    workdir = Path(workdir).absolute()
+    workdir.mkdir(parents=True, exist_ok=True)
+    is_main = jax.process_index() == 0
+    h, w = config.model.height, config.model.width
+    model_config = model_config_from(config)
+    model = models.build_model(model_config)
+
+    # --- data -----------------------------------------------------------------------------
+    prepare = dict(height=h, width=w, resize=(config.data.resize_height, config.data.resize_width),
+                   need_depth=bool(config.bases.use_depth))
+    train_source = pipeline.make_source(config.data, h, w, "train")
+    eval_source = pipeline.make_source(config.data, h, w, "eval") if config.data.name == "synthetic" else None
+    steps_per_epoch = config.optim.steps_per_epoch or max(len(train_source) // config.batch_size, 1)
+    train_ds = pipeline.train_dataset(
+        train_source, seed=config.seed, global_batch=config.batch_size, process_index=jax.process_index(),
+        process_count=jax.process_count(), prepare_kwargs=prepare, num_workers=config.data.num_workers,
+        prefetch=config.data.prefetch)
+    train_iter = iter(train_ds)
+
+    # --- state ----------------------------------------------------------------------------
+    mesh = make_mesh()
+    repl, data_sharding = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+    tx = make_optimizer(config, steps_per_epoch)
+
+    def init_state(key):
+        variables = models.init_variables(model, key, h, w)
+        return {"step": jnp.zeros((), jnp.int32), "params": variables["params"],
+                "batch_stats": variables.get("batch_stats", {}), "opt_state": tx.init(variables["params"]),
+                "rng": jax.random.key_data(jax.random.fold_in(key, 1))}
+
+    key = jax.random.key(config.seed)
+    state = jax.jit(init_state, out_shardings=repl)(key)
+    static = np.asarray(checkpoint.model_bases(model_config))
+    if config.init_from:
+        _, loaded, loaded_bases, _ = checkpoint.load_model(config.init_from)
+        params, used, skipped = _copy_matching(state["params"], loaded["params"])
+        stats, _, _ = _copy_matching(state["batch_stats"], loaded.get("batch_stats", {}))
+        state = jax.device_put(dict(state, params=params, batch_stats=stats, opt_state=tx.init(params)), repl)
+        if loaded_bases.shape == static.shape:
+            static = loaded_bases  # a released model is only meaningful with its own bases
+        _log(f"init_from {config.init_from}: {len(used)} arrays loaded, {len(skipped)} kept from init"
+             + (f" (e.g. {skipped[:3]})" if skipped else ""))
+    static_dev = jax.device_put(jnp.asarray(static), repl)
+    if is_main:
+        (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
+        (workdir / "model.json").write_text(json.dumps({"format": checkpoint.FORMAT, "model_config":
+                                                        models.resolve_config(model_config)}, indent=2))
+        np.save(workdir / "static_bases.npy", static)
+
+    mngr = ocp.CheckpointManager(workdir / "checkpoints", item_names=("state", "data"),
+                                 options=ocp.CheckpointManagerOptions(max_to_keep=config.keep_checkpoints, create=True))
+    start = mngr.latest_step() or 0
+    if start:
+        abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=repl), state)
+        restored = mngr.restore(start, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract), data=grain.checkpoint.CheckpointRestore(train_iter)))
+        state = restored["state"]
+        _log(f"resumed from {workdir / 'checkpoints' / str(start)} at step {start}")
+
+    train_step, eval_step = make_steps(model, tx, config)
+    p_train = jax.jit(train_step, in_shardings=(repl, data_sharding, repl), out_shardings=(repl, repl),
+                      donate_argnums=(0,))
+    p_eval = jax.jit(eval_step, in_shardings=(repl, data_sharding, repl), out_shardings=data_sharding)
+    n_params = models.count_params(state["params"])
+    _log(f"CamFlow {model_config['group_sizes']} ({n_params:,} params) at {h}x{w}, batch {config.batch_size} "
+         f"on {jax.device_count()} {jax.devices()[0].platform} device(s), {jax.process_count()} process(es); "
+         f"steps {start + 1}..{config.num_steps}, {steps_per_epoch} steps/epoch")
+
+    def to_global(batch):
+        return jax.tree.map(lambda x: jax.make_array_from_process_local_data(data_sharding, np.asarray(x)), batch)
+
+    eval_cache: dict = {}
+    categories = _category_names(config)
+
+    def run_eval(step):
+        if eval_source is None:
+            return None
+
+        def predict(b):
+            n = len(b["img1"])
+            pad = (-n) % jax.device_count()  # eval batches must split evenly over devices
+            bb = {k: np.concatenate([v, np.repeat(v[-1:], pad, 0)]) if pad else v for k, v in b.items()}
+            return np.asarray(jax.device_get(p_eval(state, to_global(bb), static_dev)))[:n]
+
+        records = evaluate_heldout(predict, eval_source, prepare, max(config.batch_size, jax.device_count()),
+                                   tuple(config.eval_baselines), eval_cache)
+        table = summarize(records, categories)
+        if is_main:
+            (workdir / f"eval_{step}.json").write_text(json.dumps(table, indent=2))
+            _log(f"eval at step {step} on {len(records['camflow'])} held-out pairs "
+                 "(EPE px; 'epe' = published all-pixel form over the valid mask, 'epe_valid' = mean over valid pixels)")
+            _log(format_table(table, "epe"))
+            _log(format_table(table, "epe_valid"))
+        return table
+
+    # --- loop -----------------------------------------------------------------------------
+    metrics_file = open(workdir / "metrics.jsonl", "a") if is_main else None
+    t_last, step_last, table = time.time(), start, None
+    t_loop = time.time()
+    for step in range(start + 1, config.num_steps + 1):
+        batch = to_global(next(train_iter))
+        state, terms = p_train(state, batch, static_dev)
+        if step % config.log_every == 0 or step == config.num_steps or step == start + 1:
+            terms = {k: float(v) for k, v in jax.device_get(terms).items()}
+            now = time.time()
+            sps = (step - step_last) / max(now - t_last, 1e-9)
+            t_last, step_last = now, step
+            eta = (config.num_steps - step) / sps if sps > 0 else 0
+            lr = float(tx_lr(config, steps_per_epoch, step))
+            if is_main:
+                metrics_file.write(json.dumps({"step": step, **terms, "lr": lr, "steps_per_sec": sps,
+                                               "pairs_per_sec": sps * config.batch_size, "time": now - t_start}) + "\n")
+                metrics_file.flush()
+            _log(f"step {step}/{config.num_steps} | loss {terms['total']:.4f} (motion {terms['motion']:.4f}, "
+                 f"feature {terms['feature']:.4f}, smooth {terms['smooth']:.4f}) | lr {lr:.2e} | "
+                 f"{sps:.2f} steps/s | ETA {_fmt_time(eta)}")
+        if (config.checkpoint_every and step % config.checkpoint_every == 0) or step == config.num_steps:
+            mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                    data=grain.checkpoint.CheckpointSave(train_iter)))
+        if config.eval_every and step % config.eval_every == 0 and step != config.num_steps:
+            run_eval(step)
+    mngr.wait_until_finished()
+    train_time = time.time() - t_loop
+    if metrics_file:
+        metrics_file.close()
+
+    # --- final evaluation and summary -------------------------------------------------------
+    final_step = int(jax.device_get(state["step"]))
+    table = run_eval(final_step)
+    summary = {"final_step": final_step, "steps_run": config.num_steps - start, "train_seconds": train_time,
+               "wall_seconds": time.time() - t_start, "params": n_params, "devices": jax.device_count(),
+               "processes": jax.process_count(), "platform": jax.devices()[0].platform, "eval": table}
+    if is_main:
+        (workdir / "summary.json").write_text(json.dumps(summary, indent=2))
+        _log(f"done: step {final_step}, {summary['steps_run']} steps in {_fmt_time(train_time)} "
+             f"(wall {_fmt_time(summary['wall_seconds'])}); workdir {workdir}")
+    mngr.close()
+    return summary
+
+
+def tx_lr(config, steps_per_epoch, step):
+    return config.optim.learning_rate * config.optim.decay_rate ** (step // max(steps_per_epoch, 1))
+
+
+def _category_names(config):
+    if config.data.name == "synthetic":
+        from camflow_jax.data.synthetic import CATEGORIES
+
+        return CATEGORIES
+    return ("ALL",)
