@@ -1,0 +1,269 @@
+r"""Camera motion of one image pair: ``python -m camflow_jax.estimate``.
+
+    python -m camflow_jax.estimate IMG1 IMG2 --checkpoint CKPT -o OUTDIR
+    python -m camflow_jax.estimate IMG1 IMG2 --depth1 D1.npy --depth2 D2.npy \
+        --intrinsics fx,fy,cx,cy --checkpoint CKPT -o OUTDIR          # CamFlow+ with depth
+    python -m camflow_jax.estimate IMG1 IMG2 --method sift_magsac -o OUTDIR   # no checkpoint
+
+Images of any size and orientation (EXIF orientation is applied when reading; portrait pairs
+are handled by :class:`camflow_jax.predictor.Predictor`). Written to OUTDIR:
+
+=======================  ===================================================================
+flow_f.npy / flow_f.flo  forward flow [H, W, 2] on image 1's grid (warp(img2, flow_f) ~ img1)
+flow_b.npy / flow_b.flo  backward flow on image 2's grid
+img2_warped.png          image 2 warped onto image 1 (warp(img2, flow_f))
+img1_warped.png          image 1 warped onto image 2 (warp(img1, flow_b))
+overlay.png              red = image 1, cyan = warped image 2 (grey where aligned)
+overlay_input.png        the same for the unaligned input pair
+error_heatmap.png        |img1 - warped img2| (mean over channels, 0..64 levels mapped to the
+                         JET colour map; black outside the warp)
+flow_f_color.png         flow colour coding (direction = hue, magnitude = saturation)
+confidence_f.png         exp(-log-variance) of the model (only with a checkpoint)
+homography.json          3x3 homography image 1 -> image 2 (pixels) and a summary
+=======================  ===================================================================
+
+Depth files: ``.npy`` / ``.npz`` (first array, or the one named ``depth``) or 16-bit / float
+images (PNG, TIFF, EXR) read with OpenCV; aligned with their image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+import cv2
+import numpy as np
+
+from camflow_jax import baselines, flowio, viz
+
+__all__ = ["read_image", "read_depth", "estimate_pair", "write_outputs", "main"]
+
+NO_CHECKPOINT_HELP = (
+    "no --checkpoint given. To use the CamFlow model, either train one\n"
+    "    python -m camflow_jax.train --config=configs/synthetic.py --workdir=DIR\n"
+    "or convert the released CamFlow weights\n"
+    "    python tools/import_official_checkpoint.py ckpt.pth -o DIR\n"
+    "and pass --checkpoint DIR. Without a checkpoint, run a classical estimator with\n"
+    f"    --method {{{','.join(m for m in baselines.METHODS if m != 'identity')}}}")
+
+ERROR_RANGE = 64.0  # grey levels mapped to the top of the heat map's colour scale
+
+
+def read_image(path: str) -> np.ndarray:
+    """uint8 RGB ``[H, W, 3]`` (EXIF orientation applied)."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"image not found: {path}")
+    img = cv2.imread(path, cv2.IMREAD_COLOR)
+    if img is None:
+        raise ValueError(f"cannot decode image {path}")
+    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+
+
+def read_depth(path: str) -> np.ndarray:
+    """float32 depth ``[H, W]`` from .npy / .npz / an image file."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"depth file not found: {path}")
+    ext = os.path.splitext(path)[1].lower()
+    if ext == ".npy":
+        d = np.load(path, allow_pickle=False)
+    elif ext == ".npz":
+        with np.load(path, allow_pickle=False) as z:
+            if not z.files:
+                raise ValueError(f"{path}: empty .npz")
+            d = z["depth"] if "depth" in z.files else z[z.files[0]]
+    else:
+        d = cv2.imread(path, cv2.IMREAD_ANYDEPTH | cv2.IMREAD_GRAYSCALE)
+        if d is None:
+            raise ValueError(f"cannot decode depth image {path}")
+    d = np.asarray(d, np.float32)
+    if d.ndim == 3 and d.shape[-1] == 1:
+        d = d[..., 0]
+    if d.ndim != 2:
+        raise ValueError(f"{path}: depth must be [H, W], got shape {d.shape}")
+    return d
+
+
+def _homography_of_flow(flow: np.ndarray) -> np.ndarray:
+    from camflow_jax import geometry
+
+    H = np.asarray(geometry.fit_homography(flow), np.float64)
+    return H / H[2, 2]
+
+
+def estimate_pair(img1, img2, *, method: str = "camflow", predictor=None, depth1=None, depth2=None,
+                  intrinsics=None) -> dict:
+    """Flows, homography (and model outputs) for one pair.
+
+    ``method`` is ``camflow`` (needs ``predictor``) or one of
+    :data:`camflow_jax.baselines.METHODS`.
+    """
+    img1, img2 = np.asarray(img1), np.asarray(img2)
+    if img1.shape != img2.shape:
+        raise ValueError(f"the images differ in size: {img1.shape} vs {img2.shape}")
+    h, w = img1.shape[:2]
+    if method == "camflow":
+        if predictor is None:
+            raise ValueError(NO_CHECKPOINT_HELP)
+        out = dict(predictor(img1, img2, depth1=depth1, depth2=depth2, intrinsics=intrinsics))
+        out["method"] = "camflow"
+        return out
+    if method not in baselines.METHODS:
+        raise ValueError(f"unknown method {method!r}; choose camflow or one of {baselines.METHODS}")
+    flow_f, info = baselines.estimate_flow(method, img1, img2)
+    if method == "dis":
+        flow_b = baselines.dis_flow(img2, img1)
+        H = _homography_of_flow(flow_f)
+    else:
+        H = info.get("homography")
+        if H is None:  # feature matching failed: identity, said out loud
+            H = np.eye(3)
+        flow_b = baselines.homography_flow_np(np.linalg.inv(H), h, w)
+    return {"flow_f": flow_f, "flow_b": flow_b, "homography": np.asarray(H, np.float64),
+            "method": method, "fallback": bool(info.get("fallback", False))}
+
+
+def _warp(image: np.ndarray, flow: np.ndarray) -> np.ndarray:
+    from camflow_jax.evaluate import warp_np
+
+    return np.clip(np.rint(warp_np(image, flow)), 0, 255).astype(np.uint8)
+
+
+def _gray(img: np.ndarray) -> np.ndarray:
+    return cv2.cvtColor(img, cv2.COLOR_RGB2GRAY)
+
+
+def _overlay(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Red/cyan anaglyph (RGB): red from a, green and blue from b."""
+    ga, gb = _gray(a), _gray(b)
+    return np.stack([ga, gb, gb], axis=-1)
+
+
+def _save_png(path: str, rgb: np.ndarray) -> None:
+    if not cv2.imwrite(path, cv2.cvtColor(np.ascontiguousarray(rgb), cv2.COLOR_RGB2BGR)):
+        raise OSError(f"could not write {path}")
+
+
+def write_outputs(out_dir: str, img1: np.ndarray, img2: np.ndarray, result: dict) -> dict:
+    """Writes the files listed in the module doc; returns the summary stored in homography.json."""
+    from camflow_jax.evaluate import warp_validity_np
+
+    os.makedirs(out_dir, exist_ok=True)
+    flow_f = np.asarray(result["flow_f"], np.float32)
+    flow_b = np.asarray(result["flow_b"], np.float32)
+    for name, f in (("flow_f", flow_f), ("flow_b", flow_b)):
+        np.save(os.path.join(out_dir, f"{name}.npy"), f)
+        flowio.write_flo(os.path.join(out_dir, f"{name}.flo"), f)
+    warped2 = _warp(img2, flow_f)
+    warped1 = _warp(img1, flow_b)
+    _save_png(os.path.join(out_dir, "img2_warped.png"), warped2)
+    _save_png(os.path.join(out_dir, "img1_warped.png"), warped1)
+    _save_png(os.path.join(out_dir, "overlay.png"), _overlay(img1, warped2))
+    _save_png(os.path.join(out_dir, "overlay_input.png"), _overlay(img1, img2))
+    valid = warp_validity_np(flow_f) > 0
+    err = np.abs(img1.astype(np.float32) - warped2.astype(np.float32)).mean(axis=-1)
+    scaled = np.clip(err / ERROR_RANGE * 255.0, 0, 255).astype(np.uint8)
+    heat = cv2.cvtColor(cv2.applyColorMap(scaled, cv2.COLORMAP_JET), cv2.COLOR_BGR2RGB)
+    heat[~valid] = 0
+    _save_png(os.path.join(out_dir, "error_heatmap.png"), heat)
+    _save_png(os.path.join(out_dir, "flow_f_color.png"), viz.flow_to_color(flow_f))
+    if "logvar_f" in result:
+        conf = np.exp(-np.asarray(result["logvar_f"], np.float32)[..., 0])
+        conf8 = np.clip(conf * 255.0, 0, 255).astype(np.uint8)
+        _save_png(os.path.join(out_dir, "confidence_f.png"), np.repeat(conf8[..., None], 3, -1))
+    H = np.asarray(result["homography"], np.float64)
+    mag = np.hypot(flow_f[..., 0], flow_f[..., 1])
+    summary = {
+        "homography": H.tolist(),
+        "convention": "maps image-1 pixel coordinates (x right, y down, pixel centres at integers) "
+                      "to image-2 pixel coordinates",
+        "method": result.get("method"),
+        "image_size_hw": [int(img1.shape[0]), int(img1.shape[1])],
+        "mean_flow_magnitude_px": float(mag.mean()),
+        "max_flow_magnitude_px": float(mag.max()),
+        "mean_abs_error_aligned": float(err[valid].mean()) if valid.any() else None,
+        "mean_abs_error_input": float(np.abs(img1.astype(np.float32) - img2.astype(np.float32)).mean()),
+        "valid_fraction": float(valid.mean()),
+    }
+    if result.get("fallback"):
+        summary["fallback"] = "feature matching failed; identity used"
+    if "rotated" in result:
+        summary["portrait_rotated"] = bool(result["rotated"])
+    with open(os.path.join(out_dir, "homography.json"), "w") as fh:
+        json.dump(summary, fh, indent=2)
+    return summary
+
+
+def _num(v) -> float:
+    return float("nan") if v is None else float(v)
+
+
+def _parse_intrinsics(text: str) -> tuple[float, ...]:
+    try:
+        vals = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        vals = ()
+    if len(vals) != 4:
+        raise argparse.ArgumentTypeError(f"--intrinsics must be fx,fy,cx,cy; got {text!r}")
+    return vals
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m camflow_jax.estimate",
+                                description="Estimate the camera motion between two images.")
+    p.add_argument("img1")
+    p.add_argument("img2")
+    p.add_argument("-o", "--out", required=True, help="output folder")
+    p.add_argument("--checkpoint", default=None, help="camflow_jax checkpoint (inference dir or workdir)")
+    p.add_argument("--method", default=None,
+                   help="camflow (default with --checkpoint) or " + ", ".join(baselines.METHODS))
+    p.add_argument("--depth1", default=None, help="depth of image 1 (CamFlow+)")
+    p.add_argument("--depth2", default=None, help="depth of image 2 (CamFlow+)")
+    p.add_argument("--intrinsics", type=_parse_intrinsics, default=None,
+                   help="fx,fy,cx,cy of the input images in pixels")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    method = args.method or ("camflow" if args.checkpoint else None)
+    if method is None:
+        print(f"error: {NO_CHECKPOINT_HELP}", file=sys.stderr)
+        return 2
+    try:
+        img1, img2 = read_image(args.img1), read_image(args.img2)
+        if (args.depth1 is None) != (args.depth2 is None):
+            raise ValueError("give both --depth1 and --depth2, or neither")
+        d1 = read_depth(args.depth1) if args.depth1 else None
+        d2 = read_depth(args.depth2) if args.depth2 else None
+        predictor = None
+        if method == "camflow":
+            if not args.checkpoint:
+                raise ValueError(NO_CHECKPOINT_HELP)
+            from camflow_jax.predictor import Predictor
+
+            predictor = Predictor.from_checkpoint(args.checkpoint)
+        elif args.checkpoint:
+            print(f"note: --method {method} ignores --checkpoint", file=sys.stderr)
+        result = estimate_pair(img1, img2, method=method, predictor=predictor, depth1=d1, depth2=d2,
+                               intrinsics=args.intrinsics)
+        summary = write_outputs(args.out, img1, img2, result)
+    except (ValueError, FileNotFoundError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    H = np.asarray(summary["homography"])
+    print(f"{method}: {img1.shape[1]}x{img1.shape[0]} pair, mean |flow| "
+          f"{summary['mean_flow_magnitude_px']:.2f} px, mean |img1 - warped img2| "
+          f"{_num(summary['mean_abs_error_aligned']):.2f} (input {summary['mean_abs_error_input']:.2f})")
+    if summary.get("fallback"):
+        print("warning: feature matching failed; the identity was used", file=sys.stderr)
+    print("homography (image 1 -> image 2):\n" + np.array2string(H, precision=5, suppress_small=True))
+    print(f"wrote {args.out}/ (flow_f.npy/.flo, flow_b.npy/.flo, warped images, overlay, heat map, "
+          "flow colours, homography.json)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,310 @@
+"""Inference on image pairs of any size and orientation: :class:`Predictor`.
+
+    pred = Predictor.from_checkpoint("checkpoints/camflow")
+    out = pred(img1, img2)                       # uint8 RGB [H0, W0, 3] each
+    out["flow_f"]                                # [H0, W0, 2]: warp(img2, flow_f) ~ img1
+    out["homography"]                            # [3, 3], image-1 pixels -> image-2 pixels
+
+Pipeline for one pair (DESIGN §6.1, §6.7):
+
+1. Portrait input (H0 > W0): both images (and depths) are rotated 90° counter-clockwise
+   (``np.rot90``) to landscape. A pixel (x, y) lands at (x', y') = (y, W0 - 1 - x), so the
+   intrinsics become (fx', fy', cx', cy') = (fy, fx, cy, W0 - 1 - cx).
+2. Images are normalized, averaged to gray and resized to the network size (``height`` x
+   ``width`` from the model config, default 320 x 576) by :func:`camflow_jax.models.preprocess`.
+3. CamFlow+ (a ``depth`` basis group): each depth map is resized (bilinear, half-pixel centres,
+   invalid values filled with the median first) to the network size, K is rescaled with the same
+   convention (:func:`camflow_jax.geometry.resize_intrinsics`: fx' = fx s_x, cx' = (cx + 0.5) s_x
+   - 0.5), and depth-translational bases built from image 1's depth (forward) and image 2's
+   depth (backward) are appended to the static bases. Without depth a constant depth is used
+   (the depth bases then fall inside the homography span: the model degrades to CamFlow).
+4. The network runs once for both directions; flows are resized back to the (rotated) input
+   size with :func:`camflow_jax.geometry.resize_flow` (align-corners bilinear, u scaled by
+   W0/w and v by H0/h — the release's convention), log-variances likewise (unscaled).
+5. Portrait: fields are rotated back (``np.rot90(k=-1)``) and each vector (u', v') measured in
+   the rotated frame becomes (u, v) = (-v', u') in the original frame; the homography is
+   conjugated with the rotation. (The reference code got this sign wrong.)
+6. The homography is a least-squares fit (:func:`camflow_jax.geometry.fit_homography`) of
+   flow_f over all pixels.
+
+Steps 2–4 are one ``jax.jit`` function; JAX caches its compilation per input shape, so a video
+or a benchmark of equal-size frames compiles once.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from camflow_jax import geometry
+
+__all__ = ["Predictor", "rotate_to_landscape", "flow_from_rotated", "homography_from_rotated"]
+
+DEFAULT_SIZE = (320, 576)
+_DEPTH_GROUP = "depth"
+
+
+# ----------------------------------------------------------------------------- rotation maths
+def rotate_to_landscape(x: np.ndarray) -> np.ndarray:
+    """``np.rot90`` (counter-clockwise) of ``[H, W, ...]``: pixel (x, y) -> (y, W - 1 - x)."""
+    return np.ascontiguousarray(np.rot90(np.asarray(x), k=1, axes=(0, 1)))
+
+
+def flow_from_rotated(flow_rot: np.ndarray) -> np.ndarray:
+    """A flow estimated on :func:`rotate_to_landscape`-d images, expressed on the original grid.
+
+    Positions rotate back (``rot90(k=-1)``) and vectors transform with the inverse rotation:
+    original (u, v) = (-v', u').
+    """
+    f = np.rot90(np.asarray(flow_rot), k=-1, axes=(0, 1))
+    return np.ascontiguousarray(np.stack([-f[..., 1], f[..., 0]], axis=-1))
+
+
+def _rotation_matrix(width: int) -> np.ndarray:
+    """R with R (x, y, 1) = (y, W - 1 - x, 1): original -> rotated pixel coordinates."""
+    return np.array([[0.0, 1.0, 0.0], [-1.0, 0.0, width - 1.0], [0.0, 0.0, 1.0]])
+
+
+def homography_from_rotated(H_rot: np.ndarray, width: int) -> np.ndarray:
+    """Homography in original pixel coords from one estimated on rotated images:
+    ``R^-1 H_rot R`` (``width`` = the original image's width)."""
+    R = _rotation_matrix(width)
+    H = np.linalg.inv(R) @ np.asarray(H_rot, np.float64) @ R
+    return H / H[2, 2]
+
+
+def _rotate_intrinsics(K, width: int) -> np.ndarray:
+    fx, fy, cx, cy = (float(v) for v in K)
+    return np.array([fy, fx, cy, width - 1.0 - cx], np.float32)
+
+
+# ----------------------------------------------------------------------------- input checks
+def _check_image(img, name: str) -> np.ndarray:
+    a = np.asarray(img)
+    if a.dtype.kind not in "uif":
+        raise ValueError(f"{name} must be a numeric image, got dtype {a.dtype}")
+    if a.ndim == 3 and a.shape[-1] == 1:
+        a = a[..., 0]
+    if a.ndim == 2:
+        a = np.repeat(a[..., None], 3, axis=-1)
+    if a.ndim != 3 or a.shape[-1] != 3:
+        raise ValueError(f"{name} must be [H, W, 3] (or gray [H, W]), got shape {np.shape(img)}")
+    if a.shape[0] < 2 or a.shape[1] < 2:
+        raise ValueError(f"{name} is too small: {a.shape[:2]}")
+    if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    if a.dtype.kind in "ui" and a.dtype.itemsize > 1 and a.max(initial=0) > 255:
+        raise ValueError(f"{name} looks like a {a.dtype} image with values above 255; "
+                         "convert it to 8-bit (0..255) first")
+    return a
+
+
+def _check_depth(depth, hw, name: str) -> np.ndarray:
+    d = np.asarray(depth, np.float32)
+    if d.ndim == 3 and d.shape[-1] == 1:
+        d = d[..., 0]
+    if d.ndim != 2:
+        raise ValueError(f"{name} must be [H, W], got shape {np.shape(depth)}")
+    if d.shape != tuple(hw):
+        raise ValueError(f"{name} is {d.shape} but the images are {tuple(hw)}; depth must be aligned "
+                         "with its image (resize it and its intrinsics first)")
+    ok = np.isfinite(d) & (d > 0)
+    if not ok.any():
+        raise ValueError(f"{name} has no finite positive value")
+    return np.where(ok, d, np.median(d[ok])).astype(np.float32)
+
+
+def _check_intrinsics(K) -> np.ndarray:
+    k = np.asarray(K, np.float32).reshape(-1)
+    if k.shape != (4,) or not np.all(np.isfinite(k)) or k[0] <= 0 or k[1] <= 0:
+        raise ValueError(f"intrinsics must be (fx, fy, cx, cy) with fx, fy > 0, got {K!r}")
+    return k
+
+
+def _static_bases_from_config(cfg: Mapping[str, Any], h: int, w: int):
+    """Regenerates the static (homography | stochastic) bases a checkpoint config describes."""
+    from camflow_jax import checkpoint
+
+    return checkpoint.model_bases({**dict(cfg), "height": h, "width": w})
+
+
+# ----------------------------------------------------------------------------- predictor
+class Predictor:
+    """Runs a CamFlow / CamFlow+ model on image pairs of any size and orientation.
+
+    Args:
+      model: a :class:`camflow_jax.models.CamFlow` (or anything with its ``apply``,
+        ``num_bases``, ``group_slice`` interface).
+      variables: ``{'params', 'batch_stats'}``.
+      static_bases: ``[N_static, h, w, 2]`` homography + stochastic bases at network size, or
+        None to rebuild them from ``model_config``.
+      model_config: the model's config (:mod:`camflow_jax.checkpoint` layout): ``height`` /
+        ``width`` give the network size (default 320 x 576), ``bases`` describes the static
+        bases (used when ``static_bases`` is None) and ``bases.depth_sigmas`` the
+        depth-pyramid blurs (default :func:`camflow_jax.bases.default_depth_sigmas`).
+      channel_order: colour order of the images passed in ('rgb' or 'bgr').
+    """
+
+    def __init__(self, model, variables, static_bases, model_config: Mapping[str, Any] | None = None,
+                 *, channel_order: str = "rgb"):
+        if hasattr(model_config, "to_dict"):  # ml_collections.ConfigDict
+            model_config = model_config.to_dict()
+        cfg = dict(model_config or {})
+        self.model = model
+        self.model_config = cfg
+        self.height = int(cfg.get("height") or DEFAULT_SIZE[0])
+        self.width = int(cfg.get("width") or DEFAULT_SIZE[1])
+        mult = int(getattr(model, "size_multiple", 1))
+        if self.height % mult or self.width % mult:
+            raise ValueError(f"network size {self.height}x{self.width} must be a multiple of {mult}")
+        if channel_order not in ("rgb", "bgr"):
+            raise ValueError(f"channel_order must be 'rgb' or 'bgr', got {channel_order!r}")
+        self.channel_order = channel_order
+        num_bases = int(model.num_bases)
+        sl = model.group_slice(_DEPTH_GROUP) if hasattr(model, "group_slice") else None
+        self.num_depth = 0 if sl is None else sl.stop - sl.start
+        if self.num_depth and sl.stop != num_bases:
+            raise ValueError("the depth basis group must come last (homography | stochastic | depth)")
+        num_static = num_bases - self.num_depth
+        if static_bases is None:
+            static_bases = _static_bases_from_config(cfg, self.height, self.width)
+        static_bases = jnp.asarray(static_bases, jnp.float32)
+        if static_bases.shape != (num_static, self.height, self.width, 2):
+            raise ValueError(f"static bases have shape {static_bases.shape}; the model needs "
+                             f"{(num_static, self.height, self.width, 2)}")
+        self.static_bases = static_bases
+        sigmas = cfg.get("depth_sigmas") or dict(cfg.get("bases") or {}).get("depth_sigmas")
+        if self.num_depth:
+            from camflow_jax import bases as bases_mod
+
+            sigmas = tuple(float(s) for s in (sigmas or bases_mod.default_depth_sigmas(self.width)))
+            if 3 * len(sigmas) != self.num_depth:
+                raise ValueError(f"depth group has {self.num_depth} bases but {len(sigmas)} depth "
+                                 f"sigmas give {3 * len(sigmas)}")
+        self.depth_sigmas = sigmas
+        self.variables = jax.device_put(variables)
+        self._forward = jax.jit(self._forward_impl)
+        self._warned_no_depth = False
+
+    @classmethod
+    def from_checkpoint(cls, path, **kwargs) -> "Predictor":
+        """Loads ``path`` (inference checkpoint or training workdir) via
+        :func:`camflow_jax.checkpoint.load_model`."""
+        path = os.fspath(path)
+        if not os.path.exists(path):
+            raise FileNotFoundError(
+                f"checkpoint not found: {path}. Train one (python -m camflow_jax.train "
+                "--config=configs/synthetic.py) or convert the released CamFlow weights "
+                "(python tools/import_official_checkpoint.py ckpt.pth -o DIR).")
+        from camflow_jax import checkpoint
+
+        model, variables, static_bases, model_config = checkpoint.load_model(path)
+        return cls(model, variables, static_bases, model_config, **kwargs)
+
+    # --------------------------------------------------------------------------- jitted core
+    def _forward_impl(self, variables, static_bases, img1, img2, depth1, depth2, K1, K2):
+        from camflow_jax import bases as bases_mod
+        from camflow_jax.models import preprocess
+
+        h, w = self.height, self.width
+        H0, W0 = img1.shape[:2]
+        g1 = preprocess(img1[None], h, w, self.channel_order)
+        g2 = preprocess(img2[None], h, w, self.channel_order)
+        if self.num_depth:
+            def per_image(depth, K):
+                d = geometry.resize_image(depth[..., None], h, w)[..., 0]
+                k = geometry.resize_intrinsics(K, (H0, W0), (h, w))
+                dep = bases_mod.depth_translational_bases(d, k, self.depth_sigmas)
+                return jnp.concatenate([static_bases, dep], axis=0)[None]
+
+            bases_f, bases_b = per_image(depth1, K1), per_image(depth2, K2)
+        else:
+            bases_f, bases_b = static_bases, None
+        out = self.model.apply(variables, g1, g2, bases_f, bases_b, train=False)
+        flow_f = geometry.resize_flow(out["flow_f"][0].astype(jnp.float32), H0, W0)
+        flow_b = geometry.resize_flow(out["flow_b"][0].astype(jnp.float32), H0, W0)
+        res = {
+            "flow_f": flow_f,
+            "flow_b": flow_b,
+            "logvar_f": geometry.resize_bilinear_align_corners(out["logvar_f"][0].astype(jnp.float32), H0, W0),
+            "logvar_b": geometry.resize_bilinear_align_corners(out["logvar_b"][0].astype(jnp.float32), H0, W0),
+            "coeffs_f": out["coeffs_f"][0].astype(jnp.float32),
+            "coeffs_b": out["coeffs_b"][0].astype(jnp.float32),
+            "homography": geometry.fit_homography(flow_f),
+        }
+        return res
+
+    def _predict_landscape(self, img1, img2, depth1, depth2, K):
+        """Network outputs for a landscape pair at its own resolution (numpy dict)."""
+        H0, W0 = img1.shape[:2]
+        if self.num_depth:
+            if depth1 is None:
+                depth1 = depth2 = np.ones((H0, W0), np.float32)
+            if K is None:
+                K = np.array([max(H0, W0), max(H0, W0), (W0 - 1) / 2.0, (H0 - 1) / 2.0], np.float32)
+        else:  # placeholders keep one jitted signature
+            depth1 = depth2 = np.zeros((1, 1), np.float32)
+            K = np.zeros(4, np.float32)
+        # Bases and weights are arguments, not closure constants: XLA would otherwise embed them.
+        out = self._forward(self.variables, self.static_bases,
+                            jnp.asarray(img1, jnp.float32), jnp.asarray(img2, jnp.float32),
+                            jnp.asarray(depth1), jnp.asarray(depth2), jnp.asarray(K), jnp.asarray(K))
+        out = jax.device_get(out)
+        return {k: np.asarray(v) for k, v in out.items()}
+
+    # --------------------------------------------------------------------------- public call
+    def __call__(self, img1, img2, depth1=None, depth2=None, intrinsics=None) -> dict:
+        """Estimates the camera motion between two images.
+
+        Args:
+          img1, img2: ``[H0, W0, 3]`` (or gray ``[H0, W0]``), uint8 or float in 0..255, in
+            ``channel_order``; any size, portrait or landscape.
+          depth1, depth2: optional depth maps ``[H0, W0]`` aligned with each image (CamFlow+).
+          intrinsics: (fx, fy, cx, cy) of the input images in pixels (default for a depth
+            model without them: f = max(H0, W0), principal point at the centre).
+        Returns:
+          numpy dict: flow_f, flow_b ``[H0, W0, 2]``; logvar_f, logvar_b ``[H0, W0, 1]``
+          (log-variance s >= 0, confidence exp(-s)); homography ``[3, 3]`` (fit on flow_f);
+          coeffs_f, coeffs_b ``[N]`` (``coeffs`` = coeffs_f); rotated (portrait handled).
+        """
+        a = _check_image(img1, "img1")
+        b = _check_image(img2, "img2")
+        if a.shape != b.shape:
+            raise ValueError(f"img1 {a.shape} and img2 {b.shape} must have the same size")
+        H0, W0 = a.shape[:2]
+        if (depth1 is None) != (depth2 is None):
+            raise ValueError("give both depth1 and depth2, or neither")
+        d1 = d2 = K = None
+        if depth1 is not None:
+            d1 = _check_depth(depth1, (H0, W0), "depth1")
+            d2 = _check_depth(depth2, (H0, W0), "depth2")
+        if intrinsics is not None:
+            K = _check_intrinsics(intrinsics)
+        if self.num_depth and d1 is None and not self._warned_no_depth:
+            warnings.warn("model has depth-translational bases but no depth was given: using a "
+                          "constant depth (the model then behaves like CamFlow)", stacklevel=2)
+            self._warned_no_depth = True
+        portrait = H0 > W0
+        if portrait:
+            a, b = rotate_to_landscape(a), rotate_to_landscape(b)
+            if d1 is not None:
+                d1, d2 = rotate_to_landscape(d1), rotate_to_landscape(d2)
+            if K is not None:
+                K = _rotate_intrinsics(K, W0)
+        out = self._predict_landscape(a, b, d1, d2, K)
+        if portrait:
+            out["flow_f"] = flow_from_rotated(out["flow_f"])
+            out["flow_b"] = flow_from_rotated(out["flow_b"])
+            out["logvar_f"] = np.ascontiguousarray(np.rot90(out["logvar_f"], k=-1, axes=(0, 1)))
+            out["logvar_b"] = np.ascontiguousarray(np.rot90(out["logvar_b"], k=-1, axes=(0, 1)))
+            out["homography"] = homography_from_rotated(out["homography"], W0)
+        out["homography"] = np.asarray(out["homography"], np.float64)
+        out["homography"] = out["homography"] / out["homography"][2, 2]
+        out["coeffs"] = out["coeffs_f"]
+        out["rotated"] = portrait
+        return out

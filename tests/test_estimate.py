@@ -1,0 +1,220 @@
+"""flowio, the Predictor (rotation maths, random-weight model) and the estimate CLI."""
+
+import json
+import struct
+
+import cv2
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from camflow_jax import baselines, estimate, flowio
+from camflow_jax.predictor import Predictor
+
+try:
+    from tests import fixtures_benchmarks as fx
+except ImportError:
+    import fixtures_benchmarks as fx
+
+
+# ----------------------------------------------------------------------------- .flo files
+def test_flo_roundtrip_against_opencv(tmp_path):
+    rng = np.random.default_rng(0)
+    flow = rng.normal(size=(7, 11, 2)).astype(np.float32) * 5
+    flowio.write_flo(tmp_path / "a.flo", flow)
+    np.testing.assert_array_equal(cv2.readOpticalFlow(str(tmp_path / "a.flo")), flow)
+    cv2.writeOpticalFlow(str(tmp_path / "b.flo"), flow)
+    np.testing.assert_array_equal(flowio.read_flo(tmp_path / "b.flo"), flow)
+    raw = (tmp_path / "a.flo").read_bytes()
+    assert raw[:4] == b"PIEH" and struct.unpack("<ii", raw[4:12]) == (11, 7)  # width first
+    assert struct.unpack("<ff", raw[12:20]) == tuple(flow[0, 0])  # (u, v) interleaved
+
+
+def test_flo_errors(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        flowio.read_flo(tmp_path / "none.flo")
+    (tmp_path / "bad.flo").write_bytes(b"ABCD" + b"\0" * 20)
+    with pytest.raises(ValueError, match="magic"):
+        flowio.read_flo(tmp_path / "bad.flo")
+    flowio.write_flo(tmp_path / "t.flo", np.zeros((4, 4, 2)))
+    (tmp_path / "t2.flo").write_bytes((tmp_path / "t.flo").read_bytes()[:-8])
+    with pytest.raises(ValueError, match="truncated"):
+        flowio.read_flo(tmp_path / "t2.flo")
+    with pytest.raises(ValueError, match=r"\[H, W, 2\]"):
+        flowio.write_flo(tmp_path / "x.flo", np.zeros((4, 4)))
+
+
+# ----------------------------------------------------------------------------- classical CLI
+def _interior_epe(flow, truth, margin=8):
+    d = (flow - truth)[margin:-margin, margin:-margin]
+    return float(np.hypot(d[..., 0], d[..., 1]).mean())
+
+
+@pytest.mark.parametrize("h,w", [(144, 256), (256, 144)])  # landscape, portrait
+def test_estimate_cli_classical_recovers_homography(tmp_path, h, w):
+    rng = np.random.default_rng(5)
+    img1, img2, H = fx.make_pair(rng, h, w, jitter=6.0)
+    for name, img in (("1.png", img1), ("2.png", img2)):
+        cv2.imwrite(str(tmp_path / name), cv2.cvtColor(img, cv2.COLOR_RGB2BGR))
+    out = tmp_path / "out"
+    rc = estimate.main([str(tmp_path / "1.png"), str(tmp_path / "2.png"), "--method", "sift_magsac",
+                        "-o", str(out)])
+    assert rc == 0
+    flow_f = np.load(out / "flow_f.npy")
+    assert flow_f.shape == (h, w, 2)
+    assert _interior_epe(flow_f, fx.homography_flow(H, h, w)) < 0.3
+    flow_b = np.load(out / "flow_b.npy")
+    assert _interior_epe(flow_b, fx.homography_flow(np.linalg.inv(H), h, w)) < 0.3
+    np.testing.assert_array_equal(cv2.readOpticalFlow(str(out / "flow_f.flo")), flow_f)
+    summary = json.loads((out / "homography.json").read_text())
+    Hest = np.asarray(summary["homography"])
+    assert _interior_epe(fx.homography_flow(Hest, h, w), fx.homography_flow(H, h, w)) < 0.3
+    assert summary["mean_abs_error_aligned"] < summary["mean_abs_error_input"] / 2
+    for name in ("img2_warped.png", "img1_warped.png", "overlay.png", "overlay_input.png",
+                 "error_heatmap.png", "flow_f_color.png"):
+        im = cv2.imread(str(out / name))
+        assert im is not None and im.shape == (h, w, 3), name
+
+
+def test_estimate_cli_without_checkpoint_explains(tmp_path, capsys):
+    img = np.zeros((8, 8, 3), np.uint8)
+    cv2.imwrite(str(tmp_path / "a.png"), img)
+    assert estimate.main([str(tmp_path / "a.png"), str(tmp_path / "a.png"), "-o", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "camflow_jax.train" in err and "import_official_checkpoint" in err and "--method" in err
+    assert estimate.main([str(tmp_path / "nope.png"), str(tmp_path / "a.png"), "--method", "dis",
+                          "-o", str(tmp_path / "o")]) == 2
+    assert "image not found" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- rotation maths
+class _ClassicalPredictor(Predictor):
+    """The Predictor's orientation handling around a classical landscape-only estimator."""
+
+    def __init__(self):  # no network: only the rotation path is under test
+        self.num_depth = 0
+        self._warned_no_depth = False
+        self.seen_shapes = []
+
+    def _predict_landscape(self, img1, img2, depth1, depth2, K):
+        assert img1.shape[0] <= img1.shape[1], "the backend must only see landscape images"
+        self.seen_shapes.append(img1.shape)
+        h, w = img1.shape[:2]
+        flow_f, info = baselines.estimate_flow("sift_magsac", img1, img2)
+        H = info["homography"]
+        flow_b = baselines.homography_flow_np(np.linalg.inv(H), h, w)
+        zeros = np.zeros((h, w, 1), np.float32)
+        return {"flow_f": flow_f, "flow_b": flow_b, "logvar_f": zeros, "logvar_b": zeros,
+                "coeffs_f": np.zeros(1), "coeffs_b": np.zeros(1), "homography": H}
+
+
+def test_portrait_rotation_against_known_homography():
+    rng = np.random.default_rng(7)
+    h, w = 256, 144  # portrait
+    img1, img2, H = fx.make_pair(rng, h, w, jitter=8.0)
+    pred = _ClassicalPredictor()
+    out = pred(img1, img2)
+    assert out["rotated"] and pred.seen_shapes == [(w, h, 3)]
+    assert out["flow_f"].shape == (h, w, 2)
+    # Vectors must come back in the portrait frame: a sign or axis slip costs pixels here.
+    assert _interior_epe(out["flow_f"], fx.homography_flow(H, h, w)) < 0.3
+    assert _interior_epe(out["flow_b"], fx.homography_flow(np.linalg.inv(H), h, w)) < 0.3
+    Hn = out["homography"] / out["homography"][2, 2]
+    assert _interior_epe(fx.homography_flow(Hn, h, w), fx.homography_flow(H, h, w)) < 0.3
+
+
+# ----------------------------------------------------------------------------- real network
+def _random_variables(model, h, w, n_bases, seed=0):
+    """Random weights of the right structure; ``jax.eval_shape`` avoids a slow eager init."""
+    g = jnp.zeros((1, h, w, 1))
+    shapes = jax.eval_shape(lambda k: model.init(k, g, g, jnp.zeros((n_bases, h, w, 2)), train=False),
+                            jax.random.key(seed))
+    rng = np.random.default_rng(seed)
+
+    def fill(path, s):
+        name = jax.tree_util.keystr(path)
+        if "batch_stats" in name:
+            return np.ones(s.shape, s.dtype) if "var" in name else np.zeros(s.shape, s.dtype)
+        return (rng.normal(size=s.shape) * 0.05).astype(s.dtype)
+
+    return jax.tree_util.tree_map_with_path(fill, shapes)
+
+
+@pytest.fixture(scope="module")
+def camflow_plus(tmp_path_factory):
+    """A random-weight CamFlow+ (36 bases, reduced width) saved and reloaded as a checkpoint."""
+    checkpoint = pytest.importorskip("camflow_jax.checkpoint")
+    from camflow_jax.models import build_model
+
+    cfg = {"group_sizes": [12, 12, 12], "height": 64, "width": 128, "embed_dim": 8,
+           "depths": [1, 1, 1], "num_heads": [1, 1, 1]}
+    model = build_model(cfg)
+    variables = _random_variables(model, 64, 128, 36)
+    path = tmp_path_factory.mktemp("ckpt") / "camflow_plus"
+    checkpoint.save_model(path, cfg, variables)
+    return path, Predictor.from_checkpoint(path)
+
+
+def test_predictor_random_model_landscape_portrait_depth(camflow_plus):
+    _, pred = camflow_plus
+    assert pred.num_depth == 12 and (pred.height, pred.width) == (64, 128)
+    rng = np.random.default_rng(3)
+    h, w = 90, 160
+    img1, img2 = rng.integers(0, 256, (2, h, w, 3), dtype=np.uint8)
+    depth = rng.uniform(1.0, 10.0, (h, w)).astype(np.float32)
+    depth[0, :5] = np.nan  # invalid depth must not leak NaN
+    out = pred(img1, img2, depth, depth * 1.1, intrinsics=(150.0, 150.0, 80.0, 45.0))
+    for k in ("flow_f", "flow_b"):
+        assert out[k].shape == (h, w, 2) and np.all(np.isfinite(out[k]))
+    assert out["logvar_f"].shape == (h, w, 1) and np.all(out["logvar_f"] >= 0)
+    assert out["coeffs_f"].shape == (36,) and out["homography"].shape == (3, 3)
+    assert np.all(np.isfinite(out["homography"])) and not out["rotated"]
+    # Portrait input (same pixels transposed): flows at the portrait input resolution.
+    with pytest.warns(UserWarning, match="no depth"):
+        port = pred(img1.transpose(1, 0, 2), img2.transpose(1, 0, 2))
+    assert port["rotated"] and port["flow_f"].shape == (w, h, 2)
+    assert np.all(np.isfinite(port["flow_f"])) and port["logvar_b"].shape == (w, h, 1)
+    with pytest.raises(ValueError, match="same size"):
+        pred(img1, img2[:-1])
+    with pytest.raises(ValueError, match="aligned with its image"):
+        pred(img1, img2, depth[:-1], depth[:-1])
+    with pytest.raises(ValueError, match="NaN"):
+        pred(np.full((h, w, 3), np.nan), img2)
+
+
+def test_estimate_cli_with_checkpoint(camflow_plus, tmp_path, monkeypatch):
+    path, pred = camflow_plus
+    # Reuse the already compiled predictor (the CLI would otherwise load and compile again).
+    monkeypatch.setattr(Predictor, "from_checkpoint", classmethod(lambda cls, p, **kw: pred))
+    rng = np.random.default_rng(4)
+    img = rng.integers(0, 256, (90, 160, 3), dtype=np.uint8)
+    cv2.imwrite(str(tmp_path / "a.png"), img)
+    cv2.imwrite(str(tmp_path / "b.png"), np.roll(img, 2, axis=1))
+    np.save(tmp_path / "d1.npy", np.full((90, 160), 3.0, np.float32))
+    np.save(tmp_path / "d2.npy", np.full((90, 160), 3.0, np.float32))
+    rc = estimate.main([str(tmp_path / "a.png"), str(tmp_path / "b.png"), "--checkpoint", str(path),
+                        "--depth1", str(tmp_path / "d1.npy"), "--depth2", str(tmp_path / "d2.npy"),
+                        "--intrinsics", "150,150,80,45", "-o", str(tmp_path / "o")])
+    assert rc == 0
+    assert np.load(tmp_path / "o" / "flow_f.npy").shape == (90, 160, 2)
+    assert (tmp_path / "o" / "confidence_f.png").is_file()
+    assert json.loads((tmp_path / "o" / "homography.json").read_text())["method"] == "camflow"
+
+
+def test_evaluate_camflow_method_with_depth_files(camflow_plus, tmp_path, monkeypatch):
+    from camflow_jax import evaluate as ev
+
+    path, pred = camflow_plus
+    monkeypatch.setattr(Predictor, "from_checkpoint", classmethod(lambda cls, p, **kw: pred))
+    fx.make_ghof_cam(str(tmp_path / "g.npy"), per_split=1, h=90, w=160)  # compiled shape
+    ddir = tmp_path / "depth"
+    ddir.mkdir()
+    for i in range(5):
+        np.savez(ddir / f"{i:05d}.npz", depth1=np.full((45, 80), 2.0 + i, np.float32),
+                 depth2=np.full((45, 80), 2.5 + i, np.float32))
+    out = ev.evaluate("ghof_cam", "identity,camflow", data=tmp_path / "g.npy", checkpoints=str(path),
+                      depth_dir=ddir, progress=False, verbose=False)
+    res = out["results"]["camflow"]
+    assert set(res) == {"RE", "FOG", "LL", "RAIN", "SNOW", "AVG"}
+    assert all(np.isfinite(res["AVG"][k]) for k in ("epe", "epe_valid", "pme", "psnr", "ssim"))

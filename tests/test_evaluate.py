@@ -1,0 +1,161 @@
+"""End-to-end evaluation on CAHomo- and GHOF-Cam-format fixtures and the synthetic benchmark."""
+
+import csv
+import json
+import math
+
+import numpy as np
+import pytest
+
+from camflow_jax import evaluate as ev
+
+try:
+    from tests import fixtures_benchmarks as fx
+except ImportError:
+    import fixtures_benchmarks as fx
+
+
+def _zero_flow_pme(points):
+    """Independent zero-flow PME of one pair: mean over the first 6 of |p2 - p1|."""
+    return sum(math.dist(points[j][0], points[j][1]) for j in range(6)) / 6
+
+
+def test_cahomo_zero_flow_protocol(tmp_path):
+    truth = fx.make_cahomo(str(tmp_path / "cahomo"), pairs_per_video=2)
+    out = ev.evaluate("cahomo", "identity,sift_magsac", data=tmp_path / "cahomo",
+                      out_dir=tmp_path / "out", progress=False, verbose=False)
+    res = out["results"]
+    # Definition of the published zero-flow row: per-pair mean of the 6 point distances,
+    # per-category mean over pairs, AVG = mean of the 5 category means.
+    per_cat = {}
+    for t in truth:
+        per_cat.setdefault(t["category"], []).append(_zero_flow_pme(t["points"]))
+    cat_means = {c: sum(v) / len(v) for c, v in per_cat.items()}
+    for c, m in cat_means.items():
+        assert res["identity"][c]["pme"] == pytest.approx(m, rel=1e-9)
+    assert res["identity"]["AVG"]["pme"] == pytest.approx(sum(cat_means.values()) / 5, rel=1e-9)
+    # RE has 4 pairs (two videos) and LT 2: a sample-weighted mean would differ.
+    assert out["counts"]["identity"]["RE"]["pme"] == 4
+    # SIFT + MAGSAC recovers the fixture's exact homographies: sub-pixel PME.
+    assert res["sift_magsac"]["AVG"]["pme"] < 0.5
+    assert out["meta"]["fallbacks_to_identity"]["sift_magsac"] == 0
+    assert out["meta"]["skipped_pairs_unknown_video"] == 2
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert set(saved) == {"identity", "sift_magsac"}
+    assert list(saved["identity"]) == ["RE", "LT", "LL", "SF", "LF", "AVG"]
+    assert saved["identity"]["AVG"]["pme"] == pytest.approx(res["identity"]["AVG"]["pme"])
+    rows = list(csv.DictReader(open(tmp_path / "out" / "results.csv")))
+    assert {r["method"] for r in rows} == {"identity", "sift_magsac"}
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert "| identity |" in md and "CAHomo protocol" in md
+
+
+def test_ghof_cam_metrics_agree_with_numpy(tmp_path):
+    items = fx.make_ghof_cam(str(tmp_path / "GHOF-Cam.npy"), per_split=2)
+    out = ev.evaluate("ghof_cam", ["identity", "gt_homography"], data=tmp_path / "GHOF-Cam.npy",
+                      out_dir=tmp_path / "out", progress=False, verbose=False)
+    res = out["results"]
+    cats = {"RE": "RE", "Fog": "FOG", "Dark": "LL", "Rain": "RAIN", "SNOW": "SNOW"}
+    epe, epe_v, pme = {}, {}, {}
+    for it in items:
+        c = cats[it["split"]]
+        gt, m, homo = it["gt_flow"].astype(float), it["mask"], it["homo_field"].astype(float)
+        mag = np.sqrt((gt[..., 0] * m) ** 2 + (gt[..., 1] * m) ** 2)  # identity: |(0 - gt) * m|
+        epe.setdefault(c, []).append(mag.sum() / m.size)
+        epe_v.setdefault(c, []).append(mag.sum() / m.sum())
+        top = homo[: homo.shape[0] // 2]
+        pme.setdefault(c, []).append(np.sqrt(top[..., 0] ** 2 + top[..., 1] ** 2).mean())
+    for c in cats.values():
+        assert res["identity"][c]["epe"] == pytest.approx(np.mean(epe[c]), rel=1e-6)
+        assert res["identity"][c]["epe_valid"] == pytest.approx(np.mean(epe_v[c]), rel=1e-6)
+        assert res["identity"][c]["pme"] == pytest.approx(np.mean(pme[c]), rel=1e-6)
+    assert res["identity"]["AVG"]["epe"] == pytest.approx(np.mean([np.mean(v) for v in epe.values()]), rel=1e-6)
+    # The oracle homography field has zero PME and aligns the images far better than identity.
+    assert res["gt_homography"]["AVG"]["pme"] == pytest.approx(0.0, abs=1e-9)
+    assert res["gt_homography"]["AVG"]["psnr"] > res["identity"]["AVG"]["psnr"] + 3
+    assert res["gt_homography"]["AVG"]["ssim"] > res["identity"]["AVG"]["ssim"]
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert set(saved["identity"]["AVG"]) == {"epe", "epe_valid", "pme", "psnr", "ssim"}
+
+
+def test_synthetic_benchmark_end_to_end(tmp_path):
+    synthetic = pytest.importorskip("camflow_jax.data.synthetic")
+    out = ev.evaluate("synthetic", "identity,gt_homography,dis", num=5, seed=1000, size=(64, 128),
+                      out_dir=tmp_path / "syn", progress=False, verbose=False)
+    res = out["results"]
+    src = synthetic.SyntheticScenes(seed=1000, num_samples=5, height=64, width=128)
+    per = {}
+    for i in range(5):
+        s = src[i]
+        v = s["valid_f"]
+        mag = np.hypot(s["flow_f"][..., 0], s["flow_f"][..., 1])
+        per[s["category"]] = ((mag * v).mean(), (mag * v).sum() / v.sum(),
+                              np.linalg.norm(s["points2"] - s["points1"], axis=-1).mean())
+    for c, (e_all, e_valid, pme) in per.items():  # one sample per category
+        assert res["identity"][c]["epe"] == pytest.approx(e_all, rel=1e-5)
+        assert res["identity"][c]["epe_valid"] == pytest.approx(e_valid, rel=1e-5)
+        assert res["identity"][c]["pme"] == pytest.approx(pme, rel=1e-5)
+    assert res["gt_homography"]["AVG"]["epe_valid"] < res["identity"]["AVG"]["epe_valid"]
+    meta = json.loads((tmp_path / "syn" / "meta.json").read_text())
+    assert meta["num_samples"] == 5 and meta["seed"] == 1000
+    assert set(meta["samples_per_category"].values()) == {1}
+
+
+def test_cli_errors_are_clear(tmp_path, capsys):
+    assert ev.main(["--dataset=cahomo", f"--data={tmp_path / 'missing'}", "--no_progress"]) == 2
+    assert "CAHomo folder not found" in capsys.readouterr().err
+    fx.make_cahomo(str(tmp_path / "c"), pairs_per_video=1)
+    assert ev.main(["--dataset=cahomo", f"--data={tmp_path / 'c'}", "--methods=camflow", "--no_progress"]) == 2
+    assert "--checkpoint" in capsys.readouterr().err
+    assert ev.main(["--dataset=cahomo", f"--data={tmp_path / 'c'}", "--methods=bogus", "--no_progress"]) == 2
+    assert "unknown method" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="distinct"):
+        ev.parse_checkpoints("a=x,a=y")
+    assert ev.parse_checkpoints("b8=/c/8, /c/b24/") == [("b8", "/c/8"), ("b24", "/c/b24/")]
+
+
+def test_cli_runs_and_prints_table(tmp_path, capsys):
+    fx.make_cahomo(str(tmp_path / "c"), pairs_per_video=1)
+    rc = ev.main(["--dataset=cahomo", f"--data={tmp_path / 'c'}", "--methods=identity,orb_ransac",
+                  f"--out={tmp_path / 'o'}", "--no_progress"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "AVG" in text and "orb_ransac" in text
+    assert (tmp_path / "o" / "per_sample.csv").is_file()
+
+
+def test_ghof_benchmark_files(tmp_path):
+    items = fx.make_ghof_benchmark(str(tmp_path / "GHOF_Clean_t.npy"), clean=True)
+    out = ev.evaluate("ghof", "identity,gyro,gt_homography", data=tmp_path / "GHOF_Clean_t.npy",
+                      progress=False, verbose=False)
+    res = out["results"]
+    for it, cat in zip(items, ("RE", "FOG", "LL", "RAIN", "SNOW")):
+        gt = it["gt_flow"].astype(float)
+        assert res["identity"][cat]["epe"] == pytest.approx(np.hypot(gt[..., 0], gt[..., 1]).mean(), rel=1e-6)
+    assert res["gt_homography"]["AVG"]["pme"] == pytest.approx(0.0, abs=1e-9)
+    assert res["gyro"]["AVG"]["epe"] > 0
+    fx.make_ghof_benchmark(str(tmp_path / "GHOF_Final_t.npy"), clean=False)
+    final = ev.evaluate("ghof", "identity", data=tmp_path / "GHOF_Final_t.npy", progress=False, verbose=False)
+    assert set(final["results"]["identity"]["AVG"]) == {"epe"}  # no homo_field -> no PME
+
+
+def test_several_checkpoints_become_labelled_methods(monkeypatch):
+    from camflow_jax import predictor
+
+    monkeypatch.setattr(predictor.Predictor, "from_checkpoint",
+                        classmethod(lambda cls, path, **kw: ("fake", path)))
+    ms = ev._build_methods(["identity", "camflow"], "synthetic", "b8=/x/8,b36=/x/36", "rgb")
+    assert [m.name for m in ms] == ["identity", "camflow:b8", "camflow:b36"]
+    assert [m.predictor for m in ms[1:]] == [("fake", "/x/8"), ("fake", "/x/36")]
+    ms = ev._build_methods(["camflow:b36"], "synthetic", "b8=/x/8,b36=/x/36", "rgb")
+    assert [m.name for m in ms] == ["camflow:b36"]
+    assert [m.name for m in ev._build_methods(["camflow"], "synthetic", "/x/only", "rgb")] == ["camflow"]
+
+
+def test_published_identity_check():
+    ref = {"RE": 7.75, "LT": 7.65, "LL": 7.21, "SF": 7.53, "LF": 3.39, "AVG": 6.70}
+    close = {c: {"pme": v + 0.004} for c, v in ref.items()}
+    assert ev.check_published_identity("cahomo", close) == {"pme": {"match": True, "max_abs_diff": pytest.approx(0.004)}}
+    off = dict(close, LF={"pme": 3.50})
+    assert not ev.check_published_identity("cahomo", off)["pme"]["match"]
+    assert ev.check_published_identity("synthetic", close) == {}
