@@ -14,7 +14,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.batch_size = 8            # global batch, split over devices and processes
 
     # Network (camflow_jax.models.resolve_config keys) and its input size.
-    c.model = ml_collections.ConfigDict(dict(dtype="float32", height=320, width=576))
+    # Architecture keys default to the released CamFlow (embed 24, depths (2, 4, 6), heads (3, 12, 24)).
+    c.model = ml_collections.ConfigDict(dict(dtype="float32", height=320, width=576, embed_dim=24,
+                                             depths=(2, 4, 6), num_heads=(3, 12, 24)))
 
     # Motion bases: [homography | stochastic | depth]. Group sizes follow from these.
     c.bases = ml_collections.ConfigDict(dict(

@@ -9,6 +9,10 @@ from configs import default
 def get_config():
     c = default.get_config()
     c.model.height, c.model.width = 64, 128
+    # A narrow, shallow network (same structure, fewer/smaller blocks): compiles in seconds.
+    c.model.embed_dim = 8
+    c.model.depths = (2, 2, 2)
+    c.model.num_heads = (2, 4, 8)
     c.batch_size = 2
     c.num_steps = 2
     c.data.num_eval = 4

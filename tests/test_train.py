@@ -1,0 +1,163 @@
+"""Training system: device-count invariance, multi-process, resume, CLI and config errors.
+
+Runs go through the real CLI in subprocesses (device counts must be fixed before jax is
+imported) with the tiny smoke architecture, sharing a persistent compilation cache.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMON = ["--config=configs/smoke.py", "--config.batch_size=4", "--config.checkpoint_every=2",
+          "--config.data.num_eval=2"]
+
+
+def _env(tmp_cache, devices=1):
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["JAX_PLATFORMS"] = "cpu"
+    env["JAX_COMPILATION_CACHE_DIR"] = str(tmp_cache)
+    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    return env
+
+
+def _train(workdir, *args, devices=1, cache, extra_env=None, check=True):
+    env = _env(cache, devices)
+    env.update(extra_env or {})
+    proc = subprocess.run([sys.executable, "-m", "camflow_jax.train", f"--workdir={workdir}", *COMMON, *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"training failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc
+
+
+def _params(workdir):
+    from camflow_jax import checkpoint
+
+    _, variables, _, _ = checkpoint.load_model(workdir)
+    import jax
+
+    return {"/".join(str(getattr(k, "key", k)) for k in p): np.asarray(v)
+            for p, v in jax.tree_util.tree_flatten_with_path(variables)[0]}
+
+
+def _losses(workdir):
+    return [json.loads(l) for l in (Path(workdir) / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("jax_cache")
+
+
+@pytest.fixture(scope="module")
+def four_steps_one_device(tmp_path_factory, cache):
+    wd = tmp_path_factory.mktemp("ref")
+    _train(wd, "--config.num_steps=4", cache=cache)
+    return wd
+
+
+def test_resume_cli_continues_and_matches_uninterrupted(tmp_path, cache, four_steps_one_device):
+    wd = tmp_path / "resumed"
+    first = _train(wd, "--config.num_steps=2", cache=cache)
+    assert "step 2/2" in first.stdout
+    second = _train(wd, "--config.num_steps=4", cache=cache)
+    out = second.stdout
+    assert "resumed from" in out and "at step 2" in out
+    assert "step 3/4" in out and "step 4/4" in out and "step 1/4" not in out
+    assert (wd / "checkpoints" / "4").is_dir()
+    steps = [r["step"] for r in _losses(wd)]
+    assert steps == [1, 2, 3, 4]
+    ref, got = _params(four_steps_one_device), _params(wd)
+    assert ref.keys() == got.keys()
+    for k in ref:
+        np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    np.testing.assert_allclose([r["total"] for r in _losses(wd)],
+                               [r["total"] for r in _losses(four_steps_one_device)], rtol=1e-5)
+
+
+def test_four_devices_match_one_device(tmp_path, cache, four_steps_one_device):
+    wd = tmp_path / "four"
+    out = _train(wd, "--config.num_steps=4", devices=4, cache=cache).stdout
+    assert "on 4 cpu device(s)" in out
+    ref, got = _params(four_steps_one_device), _params(wd)
+    for k in ref:
+        np.testing.assert_allclose(got[k], ref[k], rtol=2e-4, atol=2e-5, err_msg=k)
+    np.testing.assert_allclose([r["total"] for r in _losses(wd)],
+                               [r["total"] for r in _losses(four_steps_one_device)], rtol=1e-4)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_match_single_process(tmp_path, cache, four_steps_one_device):
+    import jax
+
+    if not hasattr(jax.config, "jax_cpu_collectives_implementation"):
+        pytest.skip("this jax has no CPU collectives backend for multi-process CPU runs")
+    wd = tmp_path / "multi"
+    port = _free_port()
+    env = _env(cache, devices=2)
+    procs = [subprocess.Popen([sys.executable, "-m", "camflow_jax.train", f"--workdir={wd}", *COMMON,
+                               "--config.num_steps=4", f"--coordinator_address=127.0.0.1:{port}",
+                               "--num_processes=2", f"--process_id={i}"],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    outs = [p.communicate(timeout=900) for p in procs]
+    for p, (o, e) in zip(procs, outs):
+        assert p.returncode == 0, f"{o[-2000:]}\n{e[-4000:]}"
+    assert "2 process(es)" in outs[0][0]
+    ref, got = _params(four_steps_one_device), _params(wd)
+    for k in ref:
+        np.testing.assert_allclose(got[k], ref[k], rtol=2e-4, atol=2e-5, err_msg=k)
+
+
+def test_unknown_config_key_is_rejected(tmp_path, cache):
+    proc = _train(tmp_path, "--config.optim.learnin_rate=1", cache=cache, check=False)
+    assert proc.returncode != 0
+    assert "learnin_rate" in proc.stderr
+
+
+def test_missing_data_folder_is_named(tmp_path, cache):
+    proc = _train(tmp_path / "w", "--config.data.name=ghof", f"--config.data.path={tmp_path / 'nope'}",
+                  "--config.bases.use_depth=False", cache=cache, check=False)
+    assert proc.returncode != 0
+    assert "nope" in proc.stderr and "does not exist" in proc.stderr
+
+
+def test_malformed_pseudo_label_file_is_named(tmp_path):
+    import cv2
+
+    from camflow_jax.data.train_sources import GhofTrain
+
+    d = tmp_path / "sample_0"
+    d.mkdir()
+    img = np.zeros((60, 80, 3), np.uint8)
+    cv2.imwrite(str(d / "img1.png"), img)
+    cv2.imwrite(str(d / "img2.png"), img)
+    np.save(d / "gyro_homo.npy", np.zeros((10, 4)))
+    with pytest.raises(ValueError, match="gyro_homo.npy"):
+        GhofTrain(tmp_path)[0]
+    (d / "img2.png").unlink()
+    with pytest.raises(FileNotFoundError, match="img2.png"):
+        GhofTrain(tmp_path)[0]
+
+
+def test_bandwise_labels_follow_each_band_homography():
+    from camflow_jax import baselines
+    from camflow_jax.data.train_sources import bandwise_homography_flow
+
+    H = np.stack([np.array([[1, 0, i], [0, 1, -i], [0, 0, 1]], np.float64) for i in range(10)])
+    flow = bandwise_homography_flow(H, 600, 40)
+    for i in range(10):
+        np.testing.assert_allclose(flow[60 * i:60 * (i + 1)], baselines.homography_flow_np(H[i], 600, 40)[60 * i:60 * (i + 1)])
