@@ -1,0 +1,12 @@
+"""Video stabilization with swappable camera-motion estimators (SteadyFlow-style; DESIGN §10).
+
+Modules: ``estimators`` (motion estimators behind one interface), ``profiles`` (motion
+profiles and their smoothing), ``render`` (inverse warping, crop/zoom), ``pipeline`` (the
+two-pass streaming pipeline), ``metrics`` (cropping, distortion, stability), ``clips``
+(synthetic shaky clips with ground truth), ``video_io`` (video / frame-folder streams),
+``plots`` (figures and the KLT point tracker), ``runner`` (the file-level driver of the CLI),
+``benchmark`` (estimator comparison on generated clips, ``python -m
+camflow_jax.stabilization.benchmark``). The CLI is ``python -m camflow_jax.stabilize``.
+
+Nothing is imported eagerly: ``from camflow_jax.stabilization import pipeline``.
+"""

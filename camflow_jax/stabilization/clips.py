@@ -1,0 +1,271 @@
+"""Synthetic shaky clips with a known smooth camera path, and ground-truth residual measures.
+
+Every clip is a pure function of its arguments (seeded ``numpy`` Generator). Each frame t is
+the *smooth* view of the scene at time t, displaced by a known jitter homography J_t
+(``jitter[t]``, smooth-frame pixels -> shaky-frame pixels); jitter is white noise, i.i.d. over
+frames, so almost all of its energy is above the stabilizer's pass band.
+
+* :func:`planar_clip` — a seamless procedural texture (``camflow_jax.data.synthetic_textures``)
+  seen through a smooth similarity path S_t (pan + slow sway of rotation and zoom); frame t is
+  the texture warped by G_t = J_t S_t (exact ground truth, no parallax; ~1 s for the texture,
+  then ~1 ms per frame).
+  J_t = a rotation about the frame centre (``jitter_deg`` std) plus a translation
+  (``jitter`` std, fraction of the width).
+* :func:`parallax_clip` — a random 3D scene of the synthetic renderer
+  (``camflow_jax.data.synthetic``: ground, occluding layers at several depths, moving objects)
+  filmed by a camera whose smooth path translates sideways and forwards (parallax) and pans
+  slowly; the jitter is a camera rotation R_t (``jitter_deg`` std per axis), so the shaky frame
+  is exactly the smooth frame warped by J_t = K R_t K^-1 (a rotation about the camera centre has
+  no parallax). Translational shake is deliberately excluded: its parallax cannot be undone by
+  any 2D warp, so it has no exact 2D ground truth.
+
+Residual (:func:`residual_motion`, :func:`highfreq_rms`): points u fixed in the smooth frame
+appear in the input at z_t = J_t(u) and, after stabilization with update field B_t and zoom
+about the centre c, at q_t = c + zoom (y_t - c) with y_t = z_t + B_t(z_t), where the smooth
+clip zoomed alike shows them at c + zoom (u - c). The deviations d_in = z_t - u and
+d_out = zoom (y_t - u) are compared after removing low frequencies: the smooth path itself may
+drift (a stabilizer need not reproduce it exactly), but anything above ``cutoff`` cycles per
+frame is shake left in the video.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import cv2
+import numpy as np
+
+from camflow_jax.stabilization.render import forward_points
+
+__all__ = ["ShakyClip", "planar_clip", "parallax_clip", "residual_motion", "highfreq_rms",
+           "apply_homography_np"]
+
+
+@dataclasses.dataclass
+class ShakyClip:
+    """A generated clip and its ground truth.
+
+    Attributes:
+      frames: uint8 RGB ``[T, H, W, 3]``.
+      jitter: ``[T, 3, 3]`` J_t, smooth-frame pixels -> shaky-frame pixels.
+      fps: nominal frame rate (for the Hz-based metrics).
+      kind: 'planar' or 'parallax'.
+      smooth_frames: the same clip without jitter (``[T, H, W, 3]``) when requested, else None.
+      pair_homographies: planar clips: ``[T-1, 3, 3]`` exact homographies frame t -> t+1
+        (G_{t+1} G_t^-1); None for parallax clips (their motion is not a homography).
+      info: generation parameters.
+    """
+
+    frames: np.ndarray
+    jitter: np.ndarray
+    fps: float
+    kind: str
+    smooth_frames: np.ndarray | None = None
+    pair_homographies: np.ndarray | None = None
+    info: dict = dataclasses.field(default_factory=dict)
+
+
+def apply_homography_np(H, pts) -> np.ndarray:
+    """Maps points ``[..., 2]`` by ``H`` ``[3, 3]`` (homogeneous divide), float64."""
+    pts = np.asarray(pts, np.float64)
+    ph = np.concatenate([pts, np.ones(pts.shape[:-1] + (1,))], axis=-1)
+    q = ph @ np.asarray(H, np.float64).T
+    return q[..., :2] / q[..., 2:3]
+
+
+def _similarity(angle, scale, tx, ty) -> np.ndarray:
+    c, s = scale * np.cos(angle), scale * np.sin(angle)
+    return np.array([[c, -s, tx], [s, c, ty], [0.0, 0.0, 1.0]])
+
+
+def _translate(x, y) -> np.ndarray:
+    return np.array([[1.0, 0, x], [0, 1.0, y], [0, 0, 1.0]])
+
+
+def _check_sizes(num_frames, height, width):
+    if num_frames < 2 or height < 16 or width < 16:
+        raise ValueError(f"need num_frames >= 2 and frames of at least 16x16, got {num_frames} "
+                         f"frames of {width}x{height}")
+
+
+def _planar_jitter(rng, num_frames, height, width, jitter, jitter_deg):
+    c = ((width - 1) / 2.0, (height - 1) / 2.0)
+    ang = np.deg2rad(rng.normal(0.0, jitter_deg, num_frames))
+    tr = rng.normal(0.0, jitter * width, (num_frames, 2))
+    return np.stack([_translate(*(np.array(c) + tr[t])) @ _similarity(ang[t], 1.0, 0, 0)
+                     @ _translate(-c[0], -c[1]) for t in range(num_frames)])
+
+
+def _feature_texture(rng, size: int) -> np.ndarray:
+    """Seamless procedural texture (``synthetic_textures.procedural_texture``) with a dense
+    sprinkle of small shapes, so every view has plenty of corners and blobs for matching."""
+    from camflow_jax.data.synthetic_textures import procedural_texture
+
+    tex = procedural_texture(rng, size)
+    n = int(size * size / 300)
+    pos = rng.uniform(0, size, (n, 2))
+    radius = np.exp(rng.uniform(np.log(2.0), np.log(9.0), n))
+    colours = rng.uniform(0, 255, (n, 3))
+    kinds = rng.integers(0, 3, n)
+    # Draw on a 3x3 tiling and keep the centre so that shapes crossing an edge wrap around.
+    big = np.tile(tex, (3, 3, 1))
+    for (x, y), r, col, kind in zip(pos + size, radius, colours, kinds):
+        col = tuple(float(v) for v in col)
+        if kind == 0:
+            cv2.circle(big, (int(x), int(y)), int(r), col, -1, cv2.LINE_AA)
+        elif kind == 1:
+            cv2.rectangle(big, (int(x - r), int(y - r / 2)), (int(x + r), int(y + r / 2)), col, -1,
+                          cv2.LINE_AA)
+        else:
+            a = rng.uniform(0, np.pi)
+            d = np.array([np.cos(a), np.sin(a)]) * 2 * r
+            cv2.line(big, (int(x - d[0]), int(y - d[1])), (int(x + d[0]), int(y + d[1])), col, 2,
+                     cv2.LINE_AA)
+    return np.ascontiguousarray(big[size:2 * size, size:2 * size])
+
+
+def planar_clip(num_frames: int = 60, height: int = 96, width: int = 160, seed: int = 0, *,
+                fps: float = 30.0, jitter: float = 0.015, jitter_deg: float = 0.5,
+                pan: tuple[float, float] = (0.006, 0.002), sway_deg: float = 2.0,
+                zoom_sway: float = 0.03, noise_std: float = 0.0,
+                with_smooth: bool = False) -> ShakyClip:
+    """Planar shaky clip (module doc). ``pan`` is in frame widths per frame; the rotation sway
+    (amplitude ``sway_deg``) and zoom sway (relative amplitude ``zoom_sway``) have periods of
+    4 and 6 seconds; ``noise_std`` adds Gaussian sensor noise (grey levels)."""
+    _check_sizes(num_frames, height, width)
+    rng = np.random.default_rng([seed, 611])
+    texture = _feature_texture(rng, 1024)
+    # About 1.8 texels per pixel at any frame size, so small test frames keep enough detail.
+    size = max(64, int(round(1024 * min(1.0, width / 576.0))))
+    if size != 1024:
+        texture = cv2.resize(texture, (size, size), interpolation=cv2.INTER_AREA)
+    c = ((width - 1) / 2.0, (height - 1) / 2.0)
+    t = np.arange(num_frames, dtype=np.float64)
+    start = rng.uniform(0, size, 2)
+    centre = start[None] + np.outer(t, np.array(pan) * width)
+    rot = np.deg2rad(sway_deg) * np.sin(2 * np.pi * t / (4.0 * fps) + rng.uniform(0, 2 * np.pi))
+    scale = 1.0 + zoom_sway * np.sin(2 * np.pi * t / (6.0 * fps) + rng.uniform(0, 2 * np.pi))
+    smooth = np.stack([_translate(*c) @ _similarity(rot[k], scale[k], 0, 0)
+                       @ _translate(-centre[k, 0], -centre[k, 1]) for k in range(num_frames)])
+    jit = _planar_jitter(rng, num_frames, height, width, jitter, jitter_deg)
+
+    def render(G):
+        img = cv2.warpPerspective(texture, G, (width, height), flags=cv2.INTER_LINEAR,
+                                  borderMode=cv2.BORDER_WRAP)
+        if noise_std > 0:
+            img = np.clip(img + rng.normal(0, noise_std, img.shape), 0, 255).astype(np.uint8)
+        return img
+
+    G = np.stack([jit[k] @ smooth[k] for k in range(num_frames)])
+    frames = np.stack([render(g) for g in G])
+    smooth_frames = np.stack([render(S) for S in smooth]) if with_smooth else None
+    pairs = np.stack([G[k + 1] @ np.linalg.inv(G[k]) for k in range(num_frames - 1)])
+    pairs /= pairs[:, 2:3, 2:3]
+    info = dict(seed=seed, jitter=jitter, jitter_deg=jitter_deg, pan=tuple(pan),
+                sway_deg=sway_deg, zoom_sway=zoom_sway, noise_std=noise_std, texture_size=size)
+    return ShakyClip(frames, jit, float(fps), "planar", smooth_frames, pairs, info)
+
+
+def parallax_clip(num_frames: int = 60, height: int = 96, width: int = 160, seed: int = 0, *,
+                  fps: float = 30.0, jitter_deg: float = 0.3, parallax: float = 0.08,
+                  forward: float = 0.05, pan_deg: float = 1.5, move_objects: bool = True,
+                  with_smooth: bool = False) -> ShakyClip:
+    """Parallax shaky clip rendered by the synthetic scene renderer (module doc).
+
+    The camera centre moves sideways by ``parallax`` frame widths of image motion at the
+    nearest depth over the clip (and vertically by a third of that, on a half sine), forwards by
+    ``forward`` x the nearest depth, and yaws through ``pan_deg`` degrees; all centred on the
+    pose the scene was designed for. Moving objects move through their whole motion
+    (``tau`` 0 -> 1) over the clip unless ``move_objects`` is False.
+    """
+    from camflow_jax.data import synthetic
+    from camflow_jax.data.synthetic_render import cast_rays, render_view, rotation_matrix
+    from camflow_jax.data.synthetic_textures import procedural_textures
+
+    _check_sizes(num_frames, height, width)
+    rng = np.random.default_rng([seed, 613])
+    textures = procedural_textures(seed, 8, 512)
+    K = synthetic.sample_intrinsics(rng, height, width)
+    scene = synthetic.sample_scene(rng, textures, K, height, width)
+    depth0, _ = cast_rays(scene, np.eye(3), np.zeros(3), K, height, width)
+    z_near = float(np.percentile(depth0, 2))
+    fx, fy, cx, cy = (float(v) for v in K)
+    Kmat = np.array([[fx, 0, cx], [0, fy, cy], [0, 0, 1.0]])
+    u = np.linspace(-0.5, 0.5, num_frames)
+    lateral = parallax * width * z_near / fx
+    direction = rng.uniform(0, 2 * np.pi)
+    centres = np.stack([lateral * u * np.cos(direction),
+                        lateral / 3 * np.sin(np.pi * (u + 0.5)) * np.sin(direction),
+                        forward * z_near * u], axis=-1)
+    yaw = np.deg2rad(pan_deg) * u
+    jit_rot = np.deg2rad(rng.normal(0.0, jitter_deg, (num_frames, 3)))
+    frames, smooth_frames, jit = [], [], []
+    for k in range(num_frames):
+        R_s = rotation_matrix([0.0, yaw[k], 0.0])
+        t_s = -R_s @ centres[k]
+        R_j = rotation_matrix(jit_rot[k])
+        tau = (k / max(num_frames - 1, 1)) if move_objects else 0.0
+        img, _ = render_view(scene, R_j @ R_s, R_j @ t_s, K, height, width, tau=tau)
+        frames.append(img)
+        if with_smooth:
+            smooth_frames.append(render_view(scene, R_s, t_s, K, height, width, tau=tau)[0])
+        J = Kmat @ R_j @ np.linalg.inv(Kmat)
+        jit.append(J / J[2, 2])
+    info = dict(seed=seed, jitter_deg=jitter_deg, parallax=parallax, forward=forward,
+                pan_deg=pan_deg, move_objects=move_objects, K=K.tolist(), z_near=z_near)
+    return ShakyClip(np.stack(frames), np.stack(jit), float(fps), "parallax",
+                     np.stack(smooth_frames) if with_smooth else None, None, info)
+
+
+def residual_motion(jitter, updates, height: int, width: int, zoom: float = 1.0,
+                    grid: int = 5, margin: float = 0.2) -> tuple[np.ndarray, np.ndarray]:
+    """Deviations from the smooth path of points fixed in the smooth frame (module doc).
+
+    Args:
+      jitter: ``[T, 3, 3]`` J_t of the clip.
+      updates: ``[T, h, w, 2]`` update fields B_t (working pixels) used for rendering.
+      zoom: the rendering zoom.
+      grid, margin: a ``grid x grid`` lattice of points inside the frame minus ``margin``.
+    Returns:
+      ``(d_in, d_out)``, each ``[T, grid * grid, 2]`` full pixels: z_t - u and
+      zoom (z_t + B_t(z_t) - u) (the output deviation as seen in the zoomed output).
+    """
+    jitter = np.asarray(jitter, np.float64)
+    updates = np.asarray(updates)
+    if jitter.shape[0] != updates.shape[0]:
+        raise ValueError(f"{jitter.shape[0]} jitter homographies but {updates.shape[0]} updates")
+    xs = np.linspace(margin * (width - 1), (1 - margin) * (width - 1), grid)
+    ys = np.linspace(margin * (height - 1), (1 - margin) * (height - 1), grid)
+    u = np.stack(np.meshgrid(xs, ys), -1).reshape(-1, 2)
+    c = np.array([(width - 1) / 2.0, (height - 1) / 2.0])
+    d_in, d_out = [], []
+    for J, B in zip(jitter, updates):
+        z = apply_homography_np(J, u)
+        d_in.append(z - u)
+        # q - (c + zoom (u - c)) = zoom (z + B(z) - u)
+        d_out.append(forward_points(z, B, height, width, zoom) - (c + zoom * (u - c)))
+    return np.stack(d_in), np.stack(d_out)
+
+
+def highfreq_rms(signal, cutoff: float = 0.1) -> float:
+    """RMS of the part of ``signal`` ``[T, ...]`` above ``cutoff`` cycles per frame.
+
+    Each series (over the leading time axis) is detrended by its least-squares line, its
+    spectrum above ``cutoff`` kept (``np.fft.rfft``), and the RMS taken over everything
+    (Parseval, so no inverse transform is needed).
+    """
+    s = np.asarray(signal, np.float64)
+    n = s.shape[0]
+    if n < 4:
+        raise ValueError(f"need at least 4 frames, got {n}")
+    s = s.reshape(n, -1)
+    t = np.arange(n) - (n - 1) / 2.0
+    s = s - s.mean(0)
+    s = s - np.outer(t, (t @ s) / (t @ t))
+    spec = np.fft.rfft(s, axis=0)
+    f = np.fft.rfftfreq(n)
+    keep = f > cutoff
+    # Parseval for the real FFT: interior bins count twice, DC and Nyquist once.
+    weight = np.where((f == 0) | (np.isclose(f, 0.5) & (n % 2 == 0)), 1.0, 2.0)
+    energy = (weight[keep, None] * np.abs(spec[keep]) ** 2).sum() / n
+    return float(np.sqrt(energy / s.size))

@@ -1,0 +1,371 @@
+"""SteadyFlow-style stabilization pipeline: estimate -> profiles -> smooth -> render.
+
+Stages (DESIGN §10; paper §"Video Stabilization"), with only the estimator swappable:
+
+1. ``estimate_motion``: for each consecutive frame pair, the estimator's forward flow F_t on a
+   frame shrunk to at most ``estimate_max_side`` pixels, resampled to the working grid
+   (``work_scale`` of the frame, long side at most ``max_work_side``), then
+   discontinuity-masked and completed (below). Only these small flows are kept; frames are
+   streamed and dropped.
+2. ``plan_stabilization``: profiles C (sum of flows at fixed pixels), adaptive windows, Jacobi
+   smoothing to P (``profiles.py``), update fields B = P - C, and the clip's zoom.
+3. ``render``: streams the frames a second time and warps each by its B_t (``render.py``).
+
+Memory: only working-resolution fields are kept, h * w * 8 bytes per frame for the flows and
+as much for B (e.g. 92 KB per frame each at the default 144 x 80 grid of a 576 x 320 video,
+295 KB at the 256 x 144 cap reached by 1080p). With ``spill_dir`` both live in memmaps on
+disk, and planning works on overlapping temporal segments (:func:`update_fields`), so RAM is
+bounded independently of the clip length.
+
+Discontinuity masking and completion (SteadyFlow's spatial stage): pixels where the flow
+jumps by more than ``gradient_threshold`` working pixels between neighbours (depth edges,
+moving-object boundaries, dense-flow failures) are masked, dilated by one pixel, and filled by
+normalized convolution (Gaussian, ``fill_sigma`` working pixels; a 4x wider pass for larger
+holes; the mean valid flow as last resort). Smooth fields (homographies, basis combinations)
+pass unchanged. SteadyFlow's temporal outlier test is not implemented.
+
+Every parameter lives in :class:`StabilizerConfig` and is the same for every estimator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Callable, Iterable, Iterator
+
+import cv2
+import numpy as np
+
+from camflow_jax.stabilization import profiles as profiles_lib
+from camflow_jax.stabilization import render as render_lib
+from camflow_jax.stabilization.estimators import resize_flow_np
+
+__all__ = ["StabilizerConfig", "Motion", "Plan", "working_size", "estimation_size",
+           "complete_discontinuities", "estimate_motion", "update_fields", "plan_stabilization",
+           "render", "stabilize", "zoom_from_crop"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StabilizerConfig:
+    """All stabilization settings (fixed across estimators so only the estimator differs).
+
+    crop: 'auto' (smallest zoom hiding the borders over the clip, at most ``max_zoom``),
+      'none' (zoom 1, borders filled per ``border``), or a float in (0, 1]: the kept fraction of
+      each dimension (zoom = 1 / crop).
+    """
+
+    smoothing: profiles_lib.SmoothingParams = profiles_lib.SmoothingParams()
+    work_scale: float = 0.25
+    max_work_side: int = 256
+    estimate_max_side: int = 640
+    mask_discontinuities: bool = True
+    gradient_threshold: float = 0.5
+    fill_sigma: float = 3.0
+    fixed_point_iterations: int = 4
+    crop: str | float = "auto"
+    max_zoom: float = 1.5
+    border: str = "black"
+
+    def __post_init__(self):
+        if not 0 < self.work_scale <= 1:
+            raise ValueError(f"work_scale must be in (0, 1], got {self.work_scale}")
+        if self.max_work_side < 8 or self.estimate_max_side < 8:
+            raise ValueError("max_work_side and estimate_max_side must be >= 8")
+        if self.max_zoom < 1:
+            raise ValueError(f"max_zoom must be >= 1, got {self.max_zoom}")
+        if self.border not in render_lib.BORDERS:
+            raise ValueError(f"border must be one of {sorted(render_lib.BORDERS)}, got "
+                             f"{self.border!r}")
+        zoom_from_crop(self.crop)  # validates
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def zoom_from_crop(crop) -> float | None:
+    """Zoom for a fixed crop setting; None for 'auto'. Raises ValueError on bad values."""
+    if isinstance(crop, str):
+        if crop == "auto":
+            return None
+        if crop == "none":
+            return 1.0
+        try:
+            crop = float(crop)
+        except ValueError:
+            raise ValueError(f"crop must be 'auto', 'none' or a ratio in (0, 1], got {crop!r}")
+    if not (isinstance(crop, (int, float)) and 0 < crop <= 1):
+        raise ValueError(f"crop ratio must be in (0, 1], got {crop!r}")
+    return 1.0 / float(crop)
+
+
+def _scaled_size(height, width, scale, max_side):
+    s = min(scale, max_side / max(height, width))
+    return max(2, int(round(height * s))), max(2, int(round(width * s)))
+
+
+def working_size(height: int, width: int, config: StabilizerConfig) -> tuple[int, int]:
+    """Working (profile) grid ``(h, w)`` for frames ``height x width``."""
+    return _scaled_size(height, width, config.work_scale, config.max_work_side)
+
+
+def estimation_size(height: int, width: int, config: StabilizerConfig) -> tuple[int, int]:
+    """Size ``(h, w)`` the estimator sees (never upscaled)."""
+    return _scaled_size(height, width, 1.0, config.estimate_max_side)
+
+
+def _normalized_fill(flow, valid, sigma):
+    ksize = int(2 * np.ceil(3 * sigma) + 1)
+    num = cv2.GaussianBlur(flow * valid[..., None], (ksize, ksize), sigma,
+                           borderType=cv2.BORDER_CONSTANT)
+    den = cv2.GaussianBlur(valid, (ksize, ksize), sigma, borderType=cv2.BORDER_CONSTANT)
+    ok = den > 1e-3
+    return num / np.maximum(den, 1e-3)[..., None], ok
+
+
+def complete_discontinuities(flow, gradient_threshold: float = 0.5,
+                             sigma: float = 3.0) -> tuple[np.ndarray, np.ndarray]:
+    """Masks flow discontinuities and fills them from their neighbourhood (module doc).
+
+    Returns ``(completed flow [h, w, 2], mask [h, w] bool: True where the flow was replaced)``.
+    """
+    flow = np.asarray(flow, np.float32)
+    finite = np.all(np.isfinite(flow), axis=-1)
+    f = np.where(finite[..., None], flow, 0.0).astype(np.float32)
+    jump = np.zeros(f.shape[:2], bool)
+    dx = np.abs(np.diff(f, axis=1)).max(axis=-1) > gradient_threshold
+    dy = np.abs(np.diff(f, axis=0)).max(axis=-1) > gradient_threshold
+    jump[:, :-1] |= dx
+    jump[:, 1:] |= dx
+    jump[:-1] |= dy
+    jump[1:] |= dy
+    bad = jump | ~finite
+    if not bad.any():
+        return f, bad
+    bad = cv2.dilate(bad.astype(np.uint8), np.ones((3, 3), np.uint8)).astype(bool)
+    valid = (~bad).astype(np.float32)
+    if not valid.any():
+        return np.zeros_like(f), bad
+    out = f.copy()
+    fill, ok = _normalized_fill(f, valid, sigma)
+    out[bad & ok] = fill[bad & ok]
+    rest = bad & ~ok
+    if rest.any():
+        fill2, ok2 = _normalized_fill(f, valid, 4 * sigma)
+        out[rest & ok2] = fill2[rest & ok2]
+        rest &= ~ok2
+        out[rest] = f[valid > 0].mean(axis=0)
+    return out, bad
+
+
+@dataclasses.dataclass
+class Motion:
+    """Estimated motion of a clip: forward flows on the working grid (working pixels)."""
+
+    flows: np.ndarray            # [T-1, h, w, 2] float32
+    frame_size: tuple[int, int]  # (H, W) of the input frames
+    fps: float = 30.0
+    estimator: str = ""
+    stats: dict = dataclasses.field(default_factory=dict)
+    masked_fraction: np.ndarray | None = None  # [T-1]
+
+    @property
+    def num_frames(self) -> int:
+        return self.flows.shape[0] + 1
+
+    def save(self, path: str) -> None:
+        """Writes an ``.npz`` that :meth:`load` reads back (skip estimation on re-runs)."""
+        np.savez_compressed(path, flows=self.flows, frame_size=np.array(self.frame_size),
+                            fps=np.float64(self.fps), estimator=np.str_(self.estimator),
+                            stats=np.str_(json.dumps(self.stats)))
+
+    @classmethod
+    def load(cls, path: str) -> "Motion":
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                flows = z["flows"].astype(np.float32)
+                size = tuple(int(v) for v in z["frame_size"])
+                fps, est = float(z["fps"]), str(z["estimator"])
+                stats = json.loads(str(z["stats"])) if "stats" in z else {}
+        except FileNotFoundError:
+            raise FileNotFoundError(f"motion file not found: {path}") from None
+        except (OSError, KeyError, ValueError) as e:
+            raise ValueError(f"{path} is not a motion file written by Motion.save ({e})") from e
+        if flows.ndim != 4 or flows.shape[-1] != 2 or len(size) != 2:
+            raise ValueError(f"{path}: flows must be [T-1, h, w, 2], got {flows.shape}")
+        if not np.all(np.isfinite(flows)):
+            raise ValueError(f"{path}: flows contain non-finite values")
+        return cls(flows, size, fps, est, stats)
+
+
+def estimate_motion(frames: Iterable[np.ndarray], estimator: Callable, config: StabilizerConfig,
+                    fps: float = 30.0, progress: Callable | None = None,
+                    spill_dir: str | None = None) -> Motion:
+    """Pass 1: per-pair flows at the working resolution (frames are not kept).
+
+    ``progress`` wraps the frame iterable (e.g. a tqdm partial) when given. ``spill_dir``: the
+    flows are appended to a file there and returned as a read-only ``np.memmap`` (RAM stays
+    flat however long the clip; the caller owns the folder).
+    """
+    it = progress(frames) if progress else frames
+    flows, masked = [], []
+    path = os.path.join(spill_dir, "flows.f32") if spill_dir else None
+    spill = open(path, "wb") if path else None
+    prev, size, count = None, None, 0
+    try:
+        for frame in it:
+            frame = np.asarray(frame)
+            if frame.ndim != 3 or frame.shape[-1] != 3:
+                raise ValueError(f"frames must be RGB [H, W, 3], got shape {frame.shape}")
+            if size is None:
+                size = frame.shape[:2]
+                he, we = estimation_size(*size, config)
+                h, w = working_size(*size, config)
+            elif frame.shape[:2] != size:
+                raise ValueError(f"frame size changed from {size} to {frame.shape[:2]}")
+            small = frame if (he, we) == size else cv2.resize(frame, (we, he),
+                                                              interpolation=cv2.INTER_AREA)
+            if prev is not None:
+                f = resize_flow_np(estimator(prev, small), h, w)
+                if config.mask_discontinuities:
+                    f, bad = complete_discontinuities(f, config.gradient_threshold,
+                                                      config.fill_sigma)
+                    masked.append(float(bad.mean()))
+                else:
+                    masked.append(0.0)
+                if spill is not None:
+                    spill.write(np.ascontiguousarray(f, np.float32).tobytes())
+                else:
+                    flows.append(f)
+                count += 1
+            prev = small
+    finally:
+        if spill is not None:
+            spill.close()
+    if count < 1:
+        raise ValueError("stabilization needs at least 2 frames")
+    if path:
+        stacked = np.memmap(path, np.float32, "r", shape=(count, h, w, 2))
+    else:
+        stacked = np.stack(flows).astype(np.float32)
+    stats = estimator.stats() if hasattr(estimator, "stats") else {}
+    return Motion(stacked, tuple(size), fps,
+                  getattr(estimator, "name", type(estimator).__name__), stats,
+                  np.array(masked))
+
+
+@dataclasses.dataclass
+class Plan:
+    """Everything needed to render: update fields B_t (working pixels) and the zoom.
+
+    The profiles themselves are not kept (memory); C = ``profiles.accumulate_profiles(flows)``
+    and P = C + B recover them for short clips.
+    """
+
+    updates: np.ndarray          # B [T, h, w, 2] (array or memmap)
+    radii: np.ndarray            # [T] int
+    zoom: float
+    frame_zooms: np.ndarray | None  # [T] zoom each frame alone would need (auto crop)
+    frame_size: tuple[int, int]
+    config: StabilizerConfig
+
+
+def update_fields(flows, params: profiles_lib.SmoothingParams, threshold: float,
+                  out: np.ndarray | None = None, time_chunk: int = 512,
+                  column_chunk: int = 16384) -> tuple[np.ndarray, np.ndarray]:
+    """B = P - C for flows ``[T-1, h, w, 2]`` in bounded memory -> ``(B [T, h, w, 2], radii)``.
+
+    Frames are processed in segments of ``time_chunk`` with ``(iterations + 1) * max_radius``
+    frames of context on each side: the radii need +-max_radius of context and the Jacobi
+    iterations +-iterations * max_radius, so each segment's result equals the whole-clip
+    computation. Profiles are accumulated per segment relative to the segment's first frame
+    (B is unchanged by a constant offset), so float32 keeps sub-pixel accuracy on long pans.
+    ``out``: where to write B (e.g. a memmap); allocated when None.
+    """
+    n = flows.shape[0]
+    t_len, (h, w) = n + 1, flows.shape[1:3]
+    if out is None:
+        out = np.empty((t_len, h, w, 2), np.float32)
+    radii = np.empty(t_len, np.int32)
+    r_max = params.max_radius
+    margin = (params.iterations + 1) * r_max
+    ys, xs = profiles_lib.subgrid(h, w)
+    m = h * w * 2
+    for a in range(0, t_len, time_chunk):
+        b = min(t_len, a + time_chunk)
+        s0, s1 = max(0, a - margin), min(t_len, b + margin)
+        seg = flows[s0:s1 - 1]  # flows between the segment's frames (a view for memmaps)
+        sub = np.asarray(seg[:, ys][:, :, xs], np.float64)
+        sub = np.concatenate([np.zeros((1,) + sub.shape[1:]), np.cumsum(sub, axis=0)])
+        rad = profiles_lib.adaptive_radii(sub, r_max, params.min_radius, threshold,
+                                          num_points=None)
+        radii[a:b] = rad[a - s0:b - s0]
+        flat = seg.reshape(s1 - 1 - s0, m)
+        dst = out[a:b].reshape(b - a, m)
+        for c0 in range(0, m, column_chunk):
+            cols = np.asarray(flat[:, c0:c0 + column_chunk], np.float64)
+            c = np.concatenate([np.zeros((1, cols.shape[1])), np.cumsum(cols, axis=0)])
+            c = c.astype(np.float32)
+            p = profiles_lib.smooth_profiles(c, rad, params.strength, params.iterations,
+                                             extrapolate_ends=(s0 == 0, s1 == t_len),
+                                             max_radius=r_max, column_chunk=column_chunk)
+            dst[:, c0:c0 + column_chunk] = (p - c)[a - s0:b - s0]
+    if isinstance(out, np.memmap):
+        out.flush()
+    return out, radii
+
+
+def plan_stabilization(motion: Motion, config: StabilizerConfig,
+                       spill_dir: str | None = None) -> Plan:
+    """Between the two streams: profiles, smoothing, update fields, zoom.
+
+    ``spill_dir``: the update fields are written to a memmap there instead of RAM.
+    """
+    sp = config.smoothing
+    h, w = motion.flows.shape[1:3]
+    threshold = sp.motion_threshold * float(np.hypot(h, w))  # fraction of the diagonal
+    out = None
+    if spill_dir:
+        out = np.lib.format.open_memmap(os.path.join(spill_dir, "updates.npy"), "w+",
+                                        np.float32, (motion.num_frames, h, w, 2))
+    b, radii = update_fields(motion.flows, sp, threshold, out)
+    H, W = motion.frame_size
+    zoom = zoom_from_crop(config.crop)
+    frame_zooms = None
+    if zoom is None:
+        zoom, frame_zooms = render_lib.auto_zoom(b, H, W, config.max_zoom,
+                                                 config.fixed_point_iterations)
+    return Plan(b, radii, float(zoom), frame_zooms, (H, W), config)
+
+
+def render(frames: Iterable[np.ndarray], plan: Plan,
+           progress: Callable | None = None) -> Iterator[tuple[np.ndarray, np.ndarray, float]]:
+    """Pass 2: yields ``(input frame, stabilized frame, border fraction)`` per frame."""
+    it = progress(frames) if progress else frames
+    cfg = plan.config
+    n = plan.updates.shape[0]
+    t = -1
+    for t, frame in enumerate(it):
+        if t >= n:
+            raise ValueError(f"the input now has more frames than the {n} estimated in pass 1")
+        frame = np.asarray(frame)
+        H, W = frame.shape[:2]
+        if (H, W) != tuple(plan.frame_size):
+            raise ValueError(f"frame {t} is {W}x{H}, the plan is for "
+                             f"{plan.frame_size[1]}x{plan.frame_size[0]}")
+        mx, my = render_lib.source_map(plan.updates[t], H, W, plan.zoom,
+                                       cfg.fixed_point_iterations)
+        out = cv2.remap(frame, mx, my, cv2.INTER_LINEAR,
+                        borderMode=render_lib.BORDERS[cfg.border], borderValue=0)
+        yield frame, out, render_lib.border_fraction(mx, my)
+    if t + 1 != n:
+        raise ValueError(f"the input now has {t + 1} frames, pass 1 estimated {n}")
+
+
+def stabilize(frames, estimator: Callable, config: StabilizerConfig | None = None,
+              fps: float = 30.0) -> tuple[list[np.ndarray], Plan, Motion]:
+    """In-memory convenience: stabilizes a sequence (list / array / re-iterable) of RGB frames."""
+    config = config or StabilizerConfig()
+    motion = estimate_motion(frames, estimator, config, fps)
+    plan = plan_stabilization(motion, config)
+    return [out for _, out, _ in render(frames, plan)], plan, motion

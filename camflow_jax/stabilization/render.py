@@ -1,0 +1,263 @@
+"""Rendering a stabilized frame from its update field, and the crop/zoom that hides borders.
+
+Update field (DESIGN §10): B_t = P_t - C_t on the working grid (h x w, working pixels). A scene
+point seen at x in input frame t is shown at y = x + B_t(x) in output frame t. Rendering is an
+inverse warp: output pixel y samples the input at the x solving x + B_t(x) = y, found with the
+fixed-point iteration x <- y - B_t(x) started at x = y (each step contracts the error by the
+Lipschitz constant of B, which is small for camera motion; 4 steps by default).
+
+Crop/zoom: a zoom z >= 1 about the image centre c = ((W-1)/2, (H-1)/2) maps output pixel q to
+y = c + (q - c) / z before the inverse warp, then the frame keeps its size. The automatic zoom
+is the smallest z (one per clip, so it does not pump) such that every output pixel of every
+frame samples inside the input, capped at ``max_zoom`` (beyond the cap borders stay visible and
+are reported).
+
+Resolution: the fixed point and the zoom are solved on the working grid (extended by one
+pixel on each side), and the resulting source-offset field is upsampled with half-pixel-centre
+bilinear interpolation (full pixel X = (x + 0.5) s - 0.5, s = W / w; offsets scale by s). Only
+the final sampling of the frame runs at full resolution (``cv2.remap``; frames stay on the
+host, no device round trip). ``cv2.remap`` quantizes interpolation positions to 1/32 pixel.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import cv2
+import numpy as np
+
+__all__ = ["BORDERS", "sample_field", "solve_inverse", "source_offsets", "source_map",
+           "render_frame", "forward_points", "border_fraction", "required_zoom", "required_zooms",
+           "auto_zoom"]
+
+BORDERS = {"black": cv2.BORDER_CONSTANT, "replicate": cv2.BORDER_REPLICATE,
+           "reflect": cv2.BORDER_REFLECT101}
+
+
+def _check_update(update) -> np.ndarray:
+    update = np.asarray(update, np.float32)
+    if update.ndim != 3 or update.shape[-1] != 2:
+        raise ValueError(f"update field must be [h, w, 2], got shape {update.shape}")
+    if not np.all(np.isfinite(update)):
+        raise ValueError("update field contains non-finite values")
+    return update
+
+
+def sample_field(field: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Bilinear samples of ``field`` ``[h, w, C]`` at (x, y), edge-clamped -> ``x.shape + [C]``."""
+    h, w = field.shape[:2]
+    x = np.clip(np.asarray(x, np.float64), 0.0, w - 1.0)
+    y = np.clip(np.asarray(y, np.float64), 0.0, h - 1.0)
+    x0 = np.minimum(np.floor(x).astype(np.int64), max(w - 2, 0))
+    y0 = np.minimum(np.floor(y).astype(np.int64), max(h - 2, 0))
+    x1, y1 = np.minimum(x0 + 1, w - 1), np.minimum(y0 + 1, h - 1)
+    fx, fy = (x - x0)[..., None], (y - y0)[..., None]
+    f = field.astype(np.float64)
+    top = f[y0, x0] * (1 - fx) + f[y0, x1] * fx
+    bot = f[y1, x0] * (1 - fx) + f[y1, x1] * fx
+    return top * (1 - fy) + bot * fy
+
+
+def solve_inverse(update, y: np.ndarray, iterations: int = 4) -> np.ndarray:
+    """Solves x + B(x) = y for points ``y`` ``[..., 2]`` (working pixels); returns x."""
+    update = _check_update(update)
+    y = np.asarray(y, np.float64)
+    x = y.copy()
+    for _ in range(max(1, iterations)):
+        x = y - sample_field(update, x[..., 0], x[..., 1])
+    return x
+
+
+def _low_grid(h, w, pad=0):
+    ys, xs = np.mgrid[-pad:h + pad, -pad:w + pad].astype(np.float64)
+    return np.stack([xs, ys], axis=-1)
+
+
+def source_offsets(update, zoom: float = 1.0, iterations: int = 4, pad: int = 1) -> np.ndarray:
+    """Offsets S (working pixels) on the working grid extended by ``pad`` pixels on every side
+    (``[h + 2 pad, w + 2 pad, 2]``; entry (i, j) is working pixel (j - pad, i - pad)): output
+    pixel q samples the input at q + S(q).
+
+    The extension lets the full-resolution map be interpolated, never clamped, out to the
+    frame's edge (the zoom part of S is affine and must not be flattened there); beyond the
+    working grid B itself is continued by its edge values.
+    """
+    update = _check_update(update)
+    h, w = update.shape[:2]
+    q = _low_grid(h, w, pad)
+    c = np.array([(w - 1) / 2.0, (h - 1) / 2.0])
+    y = c + (q - c) / float(zoom)
+    return (solve_inverse(update, y, iterations) - q).astype(np.float32)
+
+
+@functools.lru_cache(maxsize=8)
+def _upsampling_maps(height, width, h, w):
+    """Where each full-resolution pixel reads the 1-pixel-padded working grid (half-pixel
+    centres: working x = (X + 0.5) w / W - 0.5, plus the pad)."""
+    lx = (np.arange(width, dtype=np.float64) + 0.5) * (w / width) - 0.5 + 1.0
+    ly = (np.arange(height, dtype=np.float64) + 0.5) * (h / height) - 0.5 + 1.0
+    mx = np.broadcast_to(lx[None, :], (height, width)).astype(np.float32)
+    my = np.broadcast_to(ly[:, None], (height, width)).astype(np.float32)
+    return mx, my
+
+
+def source_map(update, height: int, width: int, zoom: float = 1.0,
+               iterations: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """Full-resolution sampling maps (map_x, map_y) ``[H, W]`` float32 for ``cv2.remap``."""
+    update = _check_update(update)
+    h, w = update.shape[:2]
+    s = source_offsets(update, zoom, iterations, pad=1)
+    mx, my = _upsampling_maps(height, width, h, w)
+    s = cv2.remap(s, mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    s = s * np.array([width / w, height / h], np.float32)
+    ys, xs = np.mgrid[0:height, 0:width].astype(np.float32)
+    return xs + s[..., 0], ys + s[..., 1]
+
+
+def render_frame(frame, update, zoom: float = 1.0, iterations: int = 4,
+                 border: str = "black") -> np.ndarray:
+    """Stabilized frame: input ``[H, W, C]`` warped by the update field ``[h, w, 2]`` and zoomed.
+
+    ``border``: how pixels that sample outside the input are filled (:data:`BORDERS`).
+    """
+    frame = np.asarray(frame)
+    if frame.ndim not in (2, 3):
+        raise ValueError(f"frame must be [H, W] or [H, W, C], got shape {frame.shape}")
+    if border not in BORDERS:
+        raise ValueError(f"border must be one of {sorted(BORDERS)}, got {border!r}")
+    map_x, map_y = source_map(update, frame.shape[0], frame.shape[1], zoom, iterations)
+    return cv2.remap(frame, map_x, map_y, cv2.INTER_LINEAR, borderMode=BORDERS[border],
+                     borderValue=0)
+
+
+def forward_points(points, update, height: int, width: int, zoom: float = 1.0) -> np.ndarray:
+    """Where input-frame points ``[N, 2]`` (full pixels) appear in the output frame.
+
+    q = c + zoom (x + B(x) - c), with B read bilinearly on the working grid and scaled to full
+    pixels (the forward map that rendering inverts).
+    """
+    update = _check_update(update)
+    pts = np.asarray(points, np.float64).reshape(-1, 2)
+    h, w = update.shape[:2]
+    sx, sy = width / w, height / h
+    b = sample_field(update, (pts[:, 0] + 0.5) / sx - 0.5, (pts[:, 1] + 0.5) / sy - 0.5)
+    c = np.array([(width - 1) / 2.0, (height - 1) / 2.0])
+    return c + zoom * (pts + b * np.array([sx, sy]) - c)
+
+
+def border_fraction(map_x: np.ndarray, map_y: np.ndarray) -> float:
+    """Fraction of output pixels whose sample lies outside the input ``[0, W-1] x [0, H-1]``."""
+    h, w = map_x.shape
+    tol = 1e-3
+    outside = ((map_x < -tol) | (map_x > w - 1 + tol) | (map_y < -tol) | (map_y > h - 1 + tol))
+    return float(outside.mean())
+
+
+def _sample_batched(field: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """:func:`sample_field` for a stack ``[T, h, w, C]`` with points ``[T, N]`` -> ``[T, N, C]``."""
+    t_len, h, w, ch = field.shape
+    x = np.clip(x, 0.0, w - 1.0)
+    y = np.clip(y, 0.0, h - 1.0)
+    x0 = np.minimum(np.floor(x).astype(np.int64), max(w - 2, 0))
+    y0 = np.minimum(np.floor(y).astype(np.int64), max(h - 2, 0))
+    x1, y1 = np.minimum(x0 + 1, w - 1), np.minimum(y0 + 1, h - 1)
+    fx, fy = (x - x0)[..., None], (y - y0)[..., None]
+    flat = field.reshape(-1, ch)
+    base = (np.arange(t_len) * h * w)[:, None]
+
+    def at(yy, xx):
+        return flat[base + yy * w + xx]
+
+    top = at(y0, x0) * (1 - fx) + at(y0, x1) * fx
+    bot = at(y1, x0) * (1 - fx) + at(y1, x1) * fx
+    return top * (1 - fy) + bot * fy
+
+
+def required_zooms(updates, height: int, width: int, max_zoom: float = 1.5,
+                   iterations: int = 4, steps: int = 14, tol: float = 1e-3) -> np.ndarray:
+    """Per frame, the smallest zoom in [1, max_zoom] whose centred crop samples only inside the
+    input (``updates`` ``[T, h, w, 2]`` -> ``[T]``).
+
+    Evaluates exactly the sampling map :func:`render_frame` uses (the upsampled source
+    offsets) along the output frame's outline (at the breakpoints of its piecewise-linear
+    interpolation, up to cv2.remap's 1/32-pixel weights); the region that samples
+    outside the input is connected to the outside for camera-motion warps, so a valid outline
+    means a valid frame. Bisection over 1/zoom (``steps`` halvings), vectorized over frames.
+    Frames for which even ``max_zoom`` shows borders get ``max_zoom``.
+    """
+    if not isinstance(updates, np.ndarray):  # memmaps stay on disk; chunks are read below
+        updates = np.asarray(updates)
+    if updates.ndim != 4 or updates.shape[-1] != 2:
+        raise ValueError(f"updates must be [T, h, w, 2], got shape {updates.shape}")
+    t_len, h, w = updates.shape[:3]
+    sx, sy = width / w, height / h
+    # Along an edge of the frame the upsampled offsets are linear between the working-grid
+    # columns (rows), so the sampled position is too: checking the edge at those breakpoints
+    # and at the corners checks all of it.
+    bx = np.unique(np.clip(np.r_[0.0, width - 1.0, (np.arange(w) + 0.5) * sx - 0.5],
+                           0.0, width - 1.0))
+    by = np.unique(np.clip(np.r_[0.0, height - 1.0, (np.arange(h) + 0.5) * sy - 0.5],
+                           0.0, height - 1.0))
+    outline = np.concatenate([np.stack([bx, np.zeros_like(bx)], -1),
+                              np.stack([bx, np.full_like(bx, height - 1.0)], -1),
+                              np.stack([np.zeros_like(by), by], -1),
+                              np.stack([np.full_like(by, width - 1.0), by], -1)])
+    # The outline's position on the padded working grid, where the renderer's upsampling reads
+    # the offsets: it only touches the two outer rings of that grid, so only those are solved.
+    lx = (outline[:, 0] + 0.5) / sx - 0.5 + 1.0
+    ly = (outline[:, 1] + 0.5) / sy - 0.5 + 1.0
+    ring = np.zeros((h + 2, w + 2), bool)
+    ring[[0, 1, -2, -1], :] = True
+    ring[:, [0, 1, -2, -1]] = True
+    q = _low_grid(h, w, pad=1)[ring]  # [R, 2]
+    c_low = np.array([(w - 1) / 2.0, (h - 1) / 2.0])
+    n_out = outline.shape[0]
+
+    def ok(u, a, s):  # u [t, h, w, 2], a [t] -> bool [t]; s: scratch [t, h + 2, w + 2, 2]
+        y = c_low + a[:, None, None] * (q - c_low)  # [t, R, 2]
+        x = y.copy()
+        for _ in range(max(1, iterations)):
+            x = y - _sample_batched(u, x[..., 0], x[..., 1])
+        s[:, ring] = x - q  # only ring entries are read below
+        off = _sample_batched(s, np.broadcast_to(lx, (u.shape[0], n_out)),
+                              np.broadcast_to(ly, (u.shape[0], n_out))) * np.array([sx, sy])
+        src = outline + off
+        inside = ((src[..., 0] >= -tol) & (src[..., 0] <= width - 1 + tol)
+                  & (src[..., 1] >= -tol) & (src[..., 1] <= height - 1 + tol))
+        return inside.all(axis=1)
+
+    out = np.empty(t_len)
+    for start in range(0, t_len, 256):  # bounded memory on long clips
+        u = np.asarray(updates[start:start + 256], np.float64)
+        if not np.all(np.isfinite(u)):
+            raise ValueError("update fields contain non-finite values")
+        n = u.shape[0]
+        scratch = np.zeros((n, h + 2, w + 2, 2))
+        one = ok(u, np.ones(n), scratch)
+        lo = np.full(n, 1.0 / float(max_zoom))
+        fine_at_cap = ok(u, lo, scratch)
+        hi = np.ones(n)
+        for _ in range(steps):  # invariant where it matters: ok(lo), not ok(hi)
+            mid = 0.5 * (lo + hi)
+            good = ok(u, mid, scratch)
+            lo, hi = np.where(good, mid, lo), np.where(good, hi, mid)
+        z = 1.0 / lo
+        z = np.where(one, 1.0, np.where(fine_at_cap, z, float(max_zoom)))
+        out[start:start + n] = z
+    return out
+
+
+def required_zoom(update, height: int, width: int, max_zoom: float = 1.5,
+                  iterations: int = 4, steps: int = 14) -> float:
+    """:func:`required_zooms` for one update field ``[h, w, 2]``."""
+    update = _check_update(update)
+    return float(required_zooms(update[None], height, width, max_zoom, iterations, steps)[0])
+
+
+def auto_zoom(updates, height: int, width: int, max_zoom: float = 1.5,
+              iterations: int = 4) -> tuple[float, np.ndarray]:
+    """Clip-wide zoom (the max of the per-frame :func:`required_zooms`) and the per-frame values."""
+    if max_zoom < 1.0:
+        raise ValueError(f"max_zoom must be >= 1, got {max_zoom}")
+    per_frame = required_zooms(updates, height, width, max_zoom, iterations)
+    return float(per_frame.max()) if per_frame.size else 1.0, per_frame

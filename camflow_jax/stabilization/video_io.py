@@ -1,0 +1,184 @@
+"""Streaming video / frame-folder input and output (OpenCV), RGB uint8 frames ``[H, W, 3]``.
+
+A *source* is either a video file (anything ``cv2.VideoCapture`` decodes) or a folder of
+images (png, jpg, jpeg, bmp, tif, tiff; sorted in natural order, so ``f2.png`` < ``f10.png``).
+Frames are read lazily and can be read any number of times, so a clip never has to fit in
+memory. Video containers often lie about their frame count: we read until decoding fails and
+never trust ``CAP_PROP_FRAME_COUNT`` except as a hint for progress bars.
+
+A *sink* is a video file (by extension, see :data:`VIDEO_EXTENSIONS`) or, for any other path, a
+folder of ``frame_000000.png`` files. Audio is not carried over (OpenCV has no audio support).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Iterator
+
+import cv2
+import numpy as np
+
+__all__ = ["IMAGE_EXTENSIONS", "VIDEO_EXTENSIONS", "FrameSource", "FrameSink", "is_video_path",
+           "write_frames"]
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
+#: Output extensions written as a video (codec by extension); anything else is a frame folder.
+VIDEO_EXTENSIONS = {".mp4": "mp4v", ".m4v": "mp4v", ".mov": "mp4v", ".avi": "MJPG",
+                    ".mkv": "XVID"}
+
+
+def _natural_key(name: str):
+    return [int(tok) if tok.isdigit() else tok.lower() for tok in re.split(r"(\d+)", name)]
+
+
+def is_video_path(path: str) -> bool:
+    """True when ``path`` names a video container we write (by extension)."""
+    return os.path.splitext(str(path))[1].lower() in VIDEO_EXTENSIONS
+
+
+class FrameSource:
+    """Re-iterable RGB frame reader for a video file or an image folder.
+
+    Opening checks that the input exists and that its first frame decodes, so unreadable input
+    fails early with a clear message. ``fps`` comes from the container (or ``default_fps`` for
+    folders and containers that report none).
+    """
+
+    def __init__(self, path: str, default_fps: float = 30.0):
+        self.path = str(path)
+        if not os.path.exists(self.path):
+            raise FileNotFoundError(f"input not found: {self.path}")
+        self.is_folder = os.path.isdir(self.path)
+        self._files: list[str] = []
+        if self.is_folder:
+            names = [n for n in os.listdir(self.path)
+                     if os.path.splitext(n)[1].lower() in IMAGE_EXTENSIONS]
+            if not names:
+                raise ValueError(f"input folder {self.path} holds no images "
+                                 f"(looked for {', '.join(IMAGE_EXTENSIONS)})")
+            self._files = [os.path.join(self.path, n) for n in sorted(names, key=_natural_key)]
+            self.fps = float(default_fps)
+            self.count_hint = len(self._files)
+        else:
+            cap = cv2.VideoCapture(self.path)
+            try:
+                if not cap.isOpened():
+                    raise ValueError(f"cannot open {self.path} as a video (unknown format or "
+                                     "corrupt file)")
+                fps = cap.get(cv2.CAP_PROP_FPS)
+                self.fps = float(fps) if np.isfinite(fps) and 0 < fps < 1000 else float(default_fps)
+                n = cap.get(cv2.CAP_PROP_FRAME_COUNT)
+                self.count_hint = int(n) if np.isfinite(n) and n > 0 else None
+            finally:
+                cap.release()
+        first = next(iter(self), None)
+        if first is None:
+            raise ValueError(f"no frame of {self.path} could be decoded")
+        self.height, self.width = first.shape[:2]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        if self.is_folder:
+            yield from self._iter_folder()
+        else:
+            yield from self._iter_video()
+
+    def _check_size(self, frame: np.ndarray, where: str) -> None:
+        size = getattr(self, "height", None), getattr(self, "width", None)
+        if size[0] is not None and frame.shape[:2] != size:
+            raise ValueError(f"{where}: frame size {frame.shape[1]}x{frame.shape[0]} differs from "
+                             f"the first frame's {size[1]}x{size[0]}")
+
+    def _iter_folder(self) -> Iterator[np.ndarray]:
+        for f in self._files:
+            img = cv2.imread(f, cv2.IMREAD_COLOR)
+            if img is None:
+                raise ValueError(f"cannot decode image {f}")
+            self._check_size(img, f)
+            yield cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+
+    def _iter_video(self) -> Iterator[np.ndarray]:
+        cap = cv2.VideoCapture(self.path)
+        try:
+            index = 0
+            while True:  # until decoding fails: container frame counts are not trusted
+                ok, img = cap.read()
+                if not ok or img is None:
+                    break
+                self._check_size(img, f"{self.path} frame {index}")
+                index += 1
+                yield cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+        finally:
+            cap.release()
+
+
+class FrameSink:
+    """Writes RGB uint8 frames to a video file (by extension) or a folder of PNGs.
+
+    Refuses to replace an existing output unless ``overwrite``. Use as a context manager.
+    """
+
+    def __init__(self, path: str, fps: float, overwrite: bool = False):
+        self.path = str(path)
+        self.fps = float(fps)
+        self.is_video = is_video_path(self.path)
+        if os.path.exists(self.path) and not overwrite:
+            raise FileExistsError(f"output {self.path} exists (pass -y / overwrite=True to "
+                                  "replace it)")
+        if self.is_video:
+            parent = os.path.dirname(os.path.abspath(self.path))
+            if not os.path.isdir(parent):
+                raise FileNotFoundError(f"output folder {parent} does not exist")
+        if not self.is_video and os.path.isdir(self.path):
+            # Replacing a frame folder: drop only the frames we would have written, so a shorter
+            # clip does not leave stale frames behind; other files are left alone.
+            for n in os.listdir(self.path):
+                if re.fullmatch(r"frame_\d{6}\.png", n):
+                    os.remove(os.path.join(self.path, n))
+        elif not self.is_video and os.path.exists(self.path):
+            raise FileExistsError(f"output {self.path} exists and is not a folder")
+        self._writer = None
+        self.count = 0
+
+    def write(self, frame: np.ndarray) -> None:
+        frame = np.asarray(frame)
+        if frame.ndim != 3 or frame.shape[-1] != 3 or frame.dtype != np.uint8:
+            raise ValueError(f"expected an RGB uint8 frame [H, W, 3], got {frame.dtype} "
+                             f"{frame.shape}")
+        bgr = cv2.cvtColor(frame, cv2.COLOR_RGB2BGR)
+        if self.is_video:
+            if self._writer is None:
+                ext = os.path.splitext(self.path)[1].lower()
+                fourcc = cv2.VideoWriter_fourcc(*VIDEO_EXTENSIONS[ext])
+                h, w = frame.shape[:2]
+                self._writer = cv2.VideoWriter(self.path, fourcc, self.fps, (w, h))
+                if not self._writer.isOpened():
+                    raise ValueError(f"OpenCV cannot write {self.path} "
+                                     f"(codec {VIDEO_EXTENSIONS[ext]})")
+            self._writer.write(bgr)
+        else:
+            os.makedirs(self.path, exist_ok=True)
+            name = os.path.join(self.path, f"frame_{self.count:06d}.png")
+            if not cv2.imwrite(name, bgr):
+                raise ValueError(f"cannot write {name}")
+        self.count += 1
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.release()
+            self._writer = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def write_frames(path: str, frames, fps: float = 30.0, overwrite: bool = False) -> int:
+    """Writes an iterable of RGB frames to ``path``; returns the number written."""
+    with FrameSink(path, fps, overwrite=overwrite) as sink:
+        for f in frames:
+            sink.write(f)
+        return sink.count

@@ -1,0 +1,102 @@
+"""Video / frame-folder I/O and the ``python -m camflow_jax.stabilize`` CLI (run in-process)."""
+
+import json
+import os
+
+import cv2
+import numpy as np
+import pytest
+
+from camflow_jax import stabilize
+from camflow_jax.stabilization import clips, video_io
+
+
+@pytest.fixture(scope="module")
+def clip():
+    return clips.planar_clip(20, 64, 96, seed=2)
+
+
+def _count_frames(path):
+    cap = cv2.VideoCapture(str(path))
+    n = 0
+    while cap.read()[0]:
+        n += 1
+    fps = cap.get(cv2.CAP_PROP_FPS)
+    cap.release()
+    return n, fps
+
+
+def test_video_run_keeps_frames_and_fps_and_writes_report(tmp_path, clip, capsys):
+    src = tmp_path / "in.avi"
+    video_io.write_frames(str(src), clip.frames, fps=24.0)
+    out = tmp_path / "out.mp4"
+    rc = stabilize.main([str(src), "-o", str(out), "--estimator=dis", "-q"])
+    assert rc == 0, capsys.readouterr().err
+    n, fps = _count_frames(out)
+    assert (n, fps) == (20, 24.0)
+    report = json.loads((tmp_path / "out.json").read_text())
+    assert report["frames"] == 20 and report["estimator"] == "dis"
+    assert report["zoom"] >= 1.0 and report["border_fraction_max"] == 0.0
+    assert set(report["metrics"]["output"]) >= {"stability", "cropping", "distortion"}
+    # 20 frames at 24 fps is shorter than one period of the 1 Hz band: reported as null.
+    assert report["metrics"]["output"]["stability"] is None
+    assert 0 < report["metrics"]["output"]["stability_classic"] <= 1
+    for name in ("out_path.png", "out_tracks.png"):
+        assert cv2.imread(str(tmp_path / name)) is not None
+
+    # Never overwrite without -y; nothing is touched.
+    before = out.stat().st_mtime_ns
+    assert stabilize.main([str(src), "-o", str(out), "--estimator=dis", "-q"]) == 2
+    assert "-y" in capsys.readouterr().err and out.stat().st_mtime_ns == before
+    assert stabilize.main([str(src), "-o", str(out), "--estimator=dis", "-q", "-y",
+                           "--no-metrics", "--no-plots", "--crop", "none"]) == 0
+
+
+def test_unreadable_inputs_are_refused(tmp_path, capsys):
+    assert stabilize.main([str(tmp_path / "missing.mp4"), "-o", str(tmp_path / "o.mp4")]) == 2
+    assert "input not found" in capsys.readouterr().err
+    bad = tmp_path / "bad.mp4"
+    bad.write_bytes(b"\x00" * 500)
+    assert stabilize.main([str(bad), "-o", str(tmp_path / "o.mp4")]) == 2
+    assert "cannot open" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert stabilize.main([str(empty), "-o", str(tmp_path / "o.mp4")]) == 2
+    assert "holds no images" in capsys.readouterr().err
+    assert not (tmp_path / "o.mp4").exists()
+    with pytest.raises(SystemExit):  # argparse: unknown estimator
+        stabilize.main([str(bad), "-o", str(tmp_path / "o.mp4"), "--estimator=raft"])
+
+
+def test_frame_folders_and_motion_reuse(tmp_path, clip):
+    src = tmp_path / "frames"
+    src.mkdir()
+    for i, f in enumerate(clip.frames):  # unpadded names: natural order matters
+        cv2.imwrite(str(src / f"f{i}.png"), cv2.cvtColor(f, cv2.COLOR_RGB2BGR))
+    assert [os.path.basename(p) for p in video_io.FrameSource(str(src))._files[:3]] == \
+        ["f0.png", "f1.png", "f2.png"]
+    got = np.stack(list(video_io.FrameSource(str(src))))
+    np.testing.assert_array_equal(got, clip.frames)
+
+    args = ["--estimator=dis", "-q", "--no-metrics", "--no-plots", "--fps", "12"]
+    assert stabilize.main([str(src), "-o", str(tmp_path / "a"), "--save-motion",
+                           str(tmp_path / "m.npz")] + args) == 0
+    assert stabilize.main([str(src), "-o", str(tmp_path / "b"), "--load-motion",
+                           str(tmp_path / "m.npz")] + args) == 0
+    a = sorted(os.listdir(tmp_path / "a"))
+    assert len(a) == 20 and a[0] == "frame_000000.png"
+    for name in a[::7]:
+        np.testing.assert_array_equal(cv2.imread(str(tmp_path / "a" / name)),
+                                      cv2.imread(str(tmp_path / "b" / name)))
+    assert json.loads((tmp_path / "a.json").read_text())["fps"] == 12.0
+
+
+def test_frame_size_change_is_an_error(tmp_path):
+    d = tmp_path / "mixed"
+    d.mkdir()
+    cv2.imwrite(str(d / "0.png"), np.zeros((32, 48, 3), np.uint8))
+    cv2.imwrite(str(d / "1.png"), np.zeros((40, 48, 3), np.uint8))
+    with pytest.raises(ValueError, match="differs from the first frame"):
+        list(video_io.FrameSource(str(d)))
+    with pytest.raises(FileExistsError):
+        video_io.FrameSink(str(d / "0.png"), 30.0)
