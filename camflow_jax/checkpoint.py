@@ -84,10 +84,17 @@ def latest_step(checkpoint_dir) -> int | None:
 
 
 def _restore_raw(path: Path) -> dict:
+    """Restores a saved pytree onto this host's first device, whatever mesh wrote it (a model
+    trained on 8 GPUs must load on a laptop)."""
     ocp = _ocp()
     try:
         with ocp.StandardCheckpointer() as ckptr:
-            return ckptr.restore(path)
+            meta = ckptr.metadata(path)
+            tree = getattr(meta, "item_metadata", meta)
+            tree = getattr(tree, "tree", tree)
+            device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+            target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), tree)
+            return ckptr.restore(path, target)
     except Exception as e:  # orbax raises a variety of errors for damaged folders
         raise ValueError(f"could not read the checkpoint arrays in {path}: {type(e).__name__}: {e}") from e
 

@@ -24,10 +24,10 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     import jax
 
-    if _NUM_PROCESSES.value and _NUM_PROCESSES.value > 1 or _DISTRIBUTED.value:
-        if jax.default_backend() == "cpu" or not _DISTRIBUTED.value:
-            # CPU processes need a collectives backend for cross-process reductions.
-            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    if (_NUM_PROCESSES.value or 1) > 1 or _DISTRIBUTED.value:
+        # CPU processes need a collectives backend for cross-process reductions; the option
+        # only concerns the CPU backend, and must be set before any backend is initialized.
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(coordinator_address=_COORDINATOR.value, num_processes=_NUM_PROCESSES.value,
                                    process_id=_PROCESS_ID.value)
     from camflow_jax.trainer import train_and_evaluate

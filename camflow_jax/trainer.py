@@ -272,14 +272,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
     repl, data_sharding = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
     tx = make_optimizer(config, steps_per_epoch)
 
-    def init_state(key):
-        variables = models.init_variables(model, key, h, w)
+    def init_state(key, variables):
         return {"step": jnp.zeros((), jnp.int32), "params": variables["params"],
                 "batch_stats": variables.get("batch_stats", {}), "opt_state": tx.init(variables["params"]),
                 "rng": jax.random.key_data(jax.random.fold_in(key, 1))}
 
     key = jax.random.key(config.seed)
-    state = jax.jit(init_state, out_shardings=repl)(key)
+    # Drawn on the host (numpy, seeded by the key): identical on every process, no init compile.
+    variables = jax.tree.map(jnp.asarray, models.init_variables(model, key, h, w))
+    state = jax.jit(init_state, out_shardings=repl)(key, variables)
     static = np.asarray(checkpoint.model_bases(model_config))
     if config.init_from:
         _, loaded, loaded_bases, _ = checkpoint.load_model(config.init_from)
@@ -310,7 +311,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
     train_step, eval_step = make_steps(model, tx, config)
     p_train = jax.jit(train_step, in_shardings=(repl, data_sharding, repl), out_shardings=(repl, repl),
                       donate_argnums=(0,))
-    p_eval = jax.jit(eval_step, in_shardings=(repl, data_sharding, repl), out_shardings=data_sharding)
+    p_eval = jax.jit(eval_step, in_shardings=(repl, data_sharding, repl), out_shardings=repl)
     n_params = models.count_params(state["params"])
     _log(f"CamFlow {model_config['group_sizes']} ({n_params:,} params) at {h}x{w}, batch {config.batch_size} "
          f"on {jax.device_count()} {jax.devices()[0].platform} device(s), {jax.process_count()} process(es); "

@@ -83,15 +83,29 @@ def test_resume_cli_continues_and_matches_uninterrupted(tmp_path, cache, four_st
                                [r["total"] for r in _losses(four_steps_one_device)], rtol=1e-5)
 
 
+def _assert_same_run(wd, ref_wd):
+    """Same training run up to float reduction order.
+
+    Losses of every step and BatchNorm statistics (direct functions of the data split) must
+    agree tightly. Parameters get an absolute slack of 4 steps x lr: some parameters have an
+    exactly-zero true gradient (a key bias shifts every attention score equally), and Adam turns
+    float-noise gradients of either sign into full +-lr steps.
+    """
+    np.testing.assert_allclose([r["total"] for r in _losses(wd)], [r["total"] for r in _losses(ref_wd)], rtol=1e-4)
+    ref, got = _params(ref_wd), _params(wd)
+    assert ref.keys() == got.keys()
+    for k in ref:
+        if k.startswith("batch_stats"):
+            np.testing.assert_allclose(got[k], ref[k], rtol=1e-4, atol=1e-6, err_msg=k)
+        else:
+            np.testing.assert_allclose(got[k], ref[k], rtol=1e-3, atol=4 * 1e-4 + 1e-6, err_msg=k)
+
+
 def test_four_devices_match_one_device(tmp_path, cache, four_steps_one_device):
     wd = tmp_path / "four"
     out = _train(wd, "--config.num_steps=4", devices=4, cache=cache).stdout
     assert "on 4 cpu device(s)" in out
-    ref, got = _params(four_steps_one_device), _params(wd)
-    for k in ref:
-        np.testing.assert_allclose(got[k], ref[k], rtol=2e-4, atol=2e-5, err_msg=k)
-    np.testing.assert_allclose([r["total"] for r in _losses(wd)],
-                               [r["total"] for r in _losses(four_steps_one_device)], rtol=1e-4)
+    _assert_same_run(wd, four_steps_one_device)
 
 
 def _free_port():
@@ -117,9 +131,7 @@ def test_two_processes_match_single_process(tmp_path, cache, four_steps_one_devi
     for p, (o, e) in zip(procs, outs):
         assert p.returncode == 0, f"{o[-2000:]}\n{e[-4000:]}"
     assert "2 process(es)" in outs[0][0]
-    ref, got = _params(four_steps_one_device), _params(wd)
-    for k in ref:
-        np.testing.assert_allclose(got[k], ref[k], rtol=2e-4, atol=2e-5, err_msg=k)
+    _assert_same_run(wd, four_steps_one_device)
 
 
 def test_unknown_config_key_is_rejected(tmp_path, cache):
@@ -154,10 +166,9 @@ def test_malformed_pseudo_label_file_is_named(tmp_path):
 
 
 def test_bandwise_labels_follow_each_band_homography():
-    from camflow_jax import baselines
     from camflow_jax.data.train_sources import bandwise_homography_flow
 
     H = np.stack([np.array([[1, 0, i], [0, 1, -i], [0, 0, 1]], np.float64) for i in range(10)])
     flow = bandwise_homography_flow(H, 600, 40)
-    for i in range(10):
-        np.testing.assert_allclose(flow[60 * i:60 * (i + 1)], baselines.homography_flow_np(H[i], 600, 40)[60 * i:60 * (i + 1)])
+    for i in range(10):  # oracle: band i's rows move by H_i, a pure translation (i, -i)
+        np.testing.assert_allclose(flow[60 * i:60 * (i + 1)], np.broadcast_to([i, -i], (60, 40, 2)), atol=1e-5)

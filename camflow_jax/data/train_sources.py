@@ -20,9 +20,8 @@ import cv2
 import numpy as np
 
 from camflow_jax import baselines
+from camflow_jax.data.benchmarks import GHOF_INTRINSICS, bandwise_homography_flow
 
-#: GHOF intrinsics at 600x800 (DESIGN §9): fx, fy, cx, cy.
-GHOF_INTRINSICS = np.array([573.85, 575.04, 406.01, 309.01], np.float32)
 _IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".bmp")
 _VIDEO_EXTS = (".mp4", ".avi", ".mov", ".mkv", ".m4v", ".webm")
 
@@ -46,18 +45,6 @@ def homography_pair_labels(H: np.ndarray, h: int, w: int) -> dict:
     H = np.asarray(H, np.float64)
     return {"flow_f": _homography_flow(H, h, w), "flow_b": _homography_flow(np.linalg.inv(H), h, w),
             "label_mask_f": np.ones((h, w), np.float32), "label_mask_b": np.ones((h, w), np.float32)}
-
-
-def bandwise_homography_flow(homographies: np.ndarray, h: int, w: int) -> np.ndarray:
-    """Rolling-shutter pseudo-label: band i of ``n`` covers rows [i h/n, (i+1) h/n) and moves by
-    homography i (GHOF's ``gyro_homo``: 10 bands of 60 rows at 600x800)."""
-    n = homographies.shape[0]
-    flow = np.zeros((h, w, 2), np.float32)
-    edges = np.linspace(0, h, n + 1).round().astype(int)
-    for i in range(n):
-        full = _homography_flow(homographies[i], h, w)
-        flow[edges[i]:edges[i + 1]] = full[edges[i]:edges[i + 1]]
-    return flow
 
 
 def _load_homographies(path: Path) -> np.ndarray:
@@ -117,7 +104,7 @@ class GhofTrain:
                     dep = cv2.resize(dep, (w, h), interpolation=cv2.INTER_NEAREST)
                 out[f"depth{k}"] = dep
             sx, sy = w / 800.0, h / 600.0
-            out["K"] = GHOF_INTRINSICS * np.array([sx, sy, sx, sy], np.float32)
+            out["K"] = np.asarray(GHOF_INTRINSICS, np.float32) * np.array([sx, sy, sx, sy], np.float32)
         return out
 
 
