@@ -1,0 +1,330 @@
+"""CamFlow / CamFlow+ network (DESIGN §6): both directions in one batched pass.
+
+    F_1, F_2        = ShallowFeatures(I_1), ShallowFeatures(I_2)            (one call, batch 2B)
+    w_ab, w_ba      = MET([F_1; F_2] -> [F_2; F_1], bases)                   (batch 2B)
+    m_ab            = sum_k w_ab,k b_a,k,     m_ba = sum_k w_ba,k b_b,k
+    s_ab            = MaskNet([F_1, warp(F_2, m_ab)]),  s_ba = MaskNet([F_2, warp(F_1, m_ba)])
+    t_ab, t_ba      = the depth-group part of m_ab, m_ba (zeros without a depth group)
+
+Bases are inputs: static bases shared by the batch ``[N, H, W, 2]`` or per-sample bases
+``[B, N, H, W, 2]``; ``bases_b`` (backward direction, e.g. depth bases from image 2's depth)
+defaults to ``bases``. The basis order must match ``group_sizes`` (homography | stochastic |
+depth for CamFlow+).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import flax.linen as nn
+
+from camflow_jax import geometry
+from camflow_jax.models.features import ShallowFeatures
+from camflow_jax.models.layers import Dtype
+from camflow_jax.models.mask import MaskNet
+from camflow_jax.models.met import MotionEstimationTransformer, combine_directional
+
+DEFAULT_GROUP_NAMES = ("homography", "stochastic", "depth")
+DEPTH_GROUP = "depth"
+
+# Architecture of the released CamFlow (and of CamFlow+, which adds a depth group).
+DEFAULT_CONFIG: dict[str, Any] = {
+    "group_sizes": (12, 12),
+    "group_names": None,  # default: DEFAULT_GROUP_NAMES[:len(group_sizes)]
+    "dtype": "float32",
+    "embed_dim": 24,
+    "depths": (2, 4, 6),
+    "layer_depth": (3, 2, 1),
+    "num_heads": (3, 12, 24),
+    "window_size": 8,
+    "mlp_ratio": 3.0,
+}
+
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+# Per-channel statistics of the release, applied to its stored (OpenCV, BGR) channel order.
+IMAGE_MEAN_BGR = (118.93, 113.97, 102.60)
+IMAGE_STD_BGR = (69.85, 68.81, 72.45)
+
+
+class CamFlow(nn.Module):
+    """The CamFlow (2 groups, 24 bases) / CamFlow+ (3 groups, 36 bases) network.
+
+    ``apply(variables, gray1, gray2, bases, bases_b=None, train=False)`` with normalized gray
+    images ``[B, H, W, 1]`` (H, W multiples of ``size_multiple``); returns a dict with
+    flow_f, flow_b ``[B, H, W, 2]``; logvar_f, logvar_b ``[B, H, W, 1]``; coeffs_f, coeffs_b
+    ``[B, N]``; trans_f, trans_b ``[B, H, W, 2]``; feat1, feat2 ``[B, H, W, 1]``.
+    In training mode (``train=True``) BatchNorm uses batch statistics over both images and
+    both directions and ``batch_stats`` must be mutable.
+    """
+
+    group_sizes: Sequence[int] = (12, 12)
+    group_names: Sequence[str] = DEFAULT_GROUP_NAMES[:2]
+    embed_dim: int = 24
+    depths: Sequence[int] = (2, 4, 6)
+    layer_depth: Sequence[int] = (3, 2, 1)
+    num_heads: Sequence[int] = (3, 12, 24)
+    window_size: int = 8
+    mlp_ratio: float = 3.0
+    dtype: Dtype = jnp.float32
+
+    @property
+    def num_bases(self) -> int:
+        return int(sum(self.group_sizes))
+
+    @property
+    def size_multiple(self) -> int:
+        """H and W must be multiples of this (2^levels * window)."""
+        return 2 ** len(self.depths) * self.window_size
+
+    def group_slice(self, name: str) -> slice | None:
+        """Slice of the basis axis holding group ``name`` (None if absent)."""
+        start = 0
+        for gname, n in zip(self.group_names, self.group_sizes):
+            if gname == name:
+                return slice(start, start + n)
+            start += n
+        return None
+
+    def _check_inputs(self, gray1, gray2, bases, bases_b):
+        if gray1.ndim != 4 or gray1.shape[-1] != 1:
+            raise ValueError(f"CamFlow: gray1 must be [B, H, W, 1], got shape {gray1.shape}")
+        if gray2.shape != gray1.shape:
+            raise ValueError(f"CamFlow: gray2 shape {gray2.shape} differs from gray1 {gray1.shape}")
+        b, h, w, _ = gray1.shape
+        m = self.size_multiple
+        if h % m or w % m:
+            raise ValueError(f"CamFlow: H and W must be multiples of {m}, got {h}x{w} "
+                             f"(resize with camflow_jax.models.preprocess)")
+        for name, bs in (("bases", bases), ("bases_b", bases_b)):
+            if bs is None:
+                continue
+            if bs.ndim not in (4, 5) or bs.shape[-3:] != (h, w, 2):
+                raise ValueError(f"CamFlow: {name} must be [N, {h}, {w}, 2] or [B, N, {h}, {w}, 2], "
+                                 f"got shape {bs.shape}")
+            if bs.shape[-4] != self.num_bases:
+                raise ValueError(f"CamFlow: {name} has {bs.shape[-4]} bases but the model's "
+                                 f"group_sizes {tuple(self.group_sizes)} need {self.num_bases}")
+            if bs.ndim == 5 and bs.shape[0] != b:
+                raise ValueError(f"CamFlow: per-sample {name} has batch {bs.shape[0]}, images have {b}")
+
+    @staticmethod
+    def _directional_bases(bases, bases_b, b):
+        """[1, N, H, W, 2] when both directions share one static set, else [2B, N, H, W, 2]."""
+        if bases_b is None:
+            if bases.ndim == 4:
+                return bases[None]
+            return jnp.concatenate([bases, bases], axis=0)
+
+        def per_sample(x):
+            return x if x.ndim == 5 else jnp.broadcast_to(x[None], (b,) + x.shape)
+
+        return jnp.concatenate([per_sample(bases), per_sample(bases_b)], axis=0)
+
+    @nn.compact
+    def __call__(self, gray1: jax.Array, gray2: jax.Array, bases: jax.Array,
+                 bases_b: jax.Array | None = None, train: bool = False) -> dict[str, jax.Array]:
+        self._check_inputs(gray1, gray2, bases, bases_b)
+        b = gray1.shape[0]
+        gray = jnp.concatenate([gray1, gray2], axis=0).astype(self.dtype)
+        feats = ShallowFeatures(dtype=self.dtype, name="features")(gray, train)  # [F1; F2]
+        dir_bases = self._directional_bases(bases, bases_b, b)
+
+        coeffs = MotionEstimationTransformer(
+            group_sizes=tuple(self.group_sizes), group_names=tuple(self.group_names),
+            embed_dim=self.embed_dim, depths=tuple(self.depths), layer_depth=tuple(self.layer_depth),
+            num_heads=tuple(self.num_heads), window_size=self.window_size, mlp_ratio=self.mlp_ratio,
+            dtype=self.dtype, name="met")(feats, dir_bases, train)
+        flow = combine_directional(coeffs, dir_bases)
+
+        feats32 = feats.astype(jnp.float32)
+        warped = geometry.warp(jnp.roll(feats32, b, axis=0), flow)  # [warp(F2, m_ab); warp(F1, m_ba)]
+        logvar = MaskNet(dtype=self.dtype, name="mask_net")(jnp.concatenate([feats32, warped], axis=-1))
+
+        sl = self.group_slice(DEPTH_GROUP)
+        if sl is None:
+            trans = jnp.zeros_like(flow)
+        else:
+            trans = combine_directional(coeffs[:, sl], dir_bases[:, sl])
+
+        return {
+            "flow_f": flow[:b], "flow_b": flow[b:],
+            "logvar_f": logvar[:b], "logvar_b": logvar[b:],
+            "coeffs_f": coeffs[:b], "coeffs_b": coeffs[b:],
+            "trans_f": trans[:b], "trans_b": trans[b:],
+            "feat1": feats32[:b], "feat2": feats32[b:],
+        }
+
+
+def _as_dict(config: Mapping[str, Any] | Any) -> dict[str, Any]:
+    if hasattr(config, "to_dict"):  # ml_collections.ConfigDict
+        config = config.to_dict()
+    if not isinstance(config, Mapping):
+        raise ValueError(f"model_config must be a mapping, got {type(config).__name__}")
+    return dict(config)
+
+
+def resolve_config(model_config: Mapping[str, Any] | Any) -> dict[str, Any]:
+    """Fills defaults and validates a model config; returns a plain JSON-friendly dict.
+
+    Keys: group_sizes (required), group_names, dtype ('float32' | 'bfloat16'), embed_dim,
+    depths, layer_depth, num_heads, window_size, mlp_ratio. Other keys are kept untouched
+    (they may describe data or bases) and ignored by the network.
+    """
+    cfg = _as_dict(model_config)
+    if "group_sizes" not in cfg:
+        raise ValueError("model_config needs 'group_sizes', e.g. [12, 12] (CamFlow) or [12, 12, 12] (CamFlow+)")
+    out = dict(cfg)
+    for k, v in DEFAULT_CONFIG.items():
+        if out.get(k) is None:
+            out[k] = v
+    sizes = [int(n) for n in out["group_sizes"]]
+    if not sizes or any(n <= 0 for n in sizes):
+        raise ValueError(f"model_config.group_sizes must be positive ints, got {out['group_sizes']}")
+    names = out["group_names"]
+    if names is None:
+        if len(sizes) > len(DEFAULT_GROUP_NAMES):
+            raise ValueError(f"{len(sizes)} groups need explicit 'group_names'")
+        names = DEFAULT_GROUP_NAMES[: len(sizes)]
+    names = [str(n) for n in names]
+    if len(names) != len(sizes) or len(set(names)) != len(names):
+        raise ValueError(f"group_names {names} must be distinct and match group_sizes {sizes}")
+    if str(out["dtype"]) not in _DTYPES:
+        raise ValueError(f"model_config.dtype must be one of {sorted(_DTYPES)}, got {out['dtype']!r}")
+    depths = [int(d) for d in out["depths"]]
+    layer_depth = [int(d) for d in out["layer_depth"]]
+    heads = [int(d) for d in out["num_heads"]]
+    levels = len(depths)
+    if not (len(layer_depth) == len(heads) == levels):
+        raise ValueError("depths, layer_depth and num_heads must have the same length")
+    embed = int(out["embed_dim"])
+    for i in range(levels):
+        # Every level's encoder must end at the common coarsest grid with embed * 2^(L-1) channels.
+        if layer_depth[i] != levels - i:
+            raise ValueError(f"layer_depth[{i}] must be {levels - i} (got {layer_depth}) so that every "
+                             "level's encoder ends at the coarsest grid")
+        for s in range(layer_depth[i]):
+            if (embed * 2 ** (i + s)) % heads[i]:
+                raise ValueError(f"num_heads[{i}]={heads[i]} does not divide dim {embed * 2 ** (i + s)}")
+    if embed % 2:
+        raise ValueError(f"embed_dim must be even, got {embed}")
+    out.update(group_sizes=sizes, group_names=names, dtype=str(out["dtype"]), embed_dim=embed,
+               depths=depths, layer_depth=layer_depth, num_heads=heads,
+               window_size=int(out["window_size"]), mlp_ratio=float(out["mlp_ratio"]))
+    return out
+
+
+def build_model(model_config: Mapping[str, Any] | Any) -> CamFlow:
+    """Builds :class:`CamFlow` from a config mapping (see :func:`resolve_config`)."""
+    cfg = resolve_config(model_config)
+    return CamFlow(
+        group_sizes=tuple(cfg["group_sizes"]),
+        group_names=tuple(cfg["group_names"]),
+        embed_dim=cfg["embed_dim"],
+        depths=tuple(cfg["depths"]),
+        layer_depth=tuple(cfg["layer_depth"]),
+        num_heads=tuple(cfg["num_heads"]),
+        window_size=cfg["window_size"],
+        mlp_ratio=cfg["mlp_ratio"],
+        dtype=_DTYPES[cfg["dtype"]],
+    )
+
+
+def init_variables(model: CamFlow, key: jax.Array, height: int | None = None, width: int | None = None,
+                   batch: int = 1) -> dict[str, Any]:
+    """``{'params', 'batch_stats'}`` for ``model``, drawn with the release's initialization.
+
+    Same distributions as ``model.init`` (DESIGN §6.8: Kaiming-normal fan-in weights, zero
+    linear biases, PyTorch-default uniform conv biases, unit norms, LayerScale 1e-6 (1e-5 for
+    dims <= 24), N(0, 0.02) query tokens and position-bias tables; BatchNorm running mean 0,
+    var 1), but sampled with numpy from a Generator seeded by ``key``'s data: no XLA compile
+    (flax's ``init`` compiles one threefry kernel per parameter, which takes tens of seconds
+    on CPU). The parameter shapes do not depend on the input size; ``height``/``width`` are
+    only checked. Deterministic for a given key.
+    """
+    m = model.size_multiple
+    h = m if height is None else int(height)
+    w = m if width is None else int(width)
+    if h % m or w % m:
+        raise ValueError(f"init_variables: {h}x{w} is not a multiple of {m}")
+    gray = jax.ShapeDtypeStruct((batch, m, m, 1), jnp.float32)
+    bases = jax.ShapeDtypeStruct((model.num_bases, m, m, 2), jnp.float32)
+    shapes = jax.eval_shape(lambda k, g, bs: model.init(k, g, g, bs), key, gray, bases)
+    raw = key if getattr(key, "dtype", None) == jnp.uint32 else jax.random.key_data(key)  # legacy raw keys too
+    seed = np.asarray(raw, np.uint32).ravel().tolist()
+    rng = np.random.default_rng(seed)
+
+    def leaf(path, x, parent):
+        name = path[-1]
+        shape = tuple(x.shape)
+        if name == "kernel":  # Dense (in, out) or Conv (kh, kw, in, out): fan-in = prod(shape[:-1])
+            return rng.standard_normal(shape) * np.sqrt(2.0 / np.prod(shape[:-1]))
+        if name == "bias":
+            kernel = parent.get("kernel")
+            if kernel is not None and len(kernel.shape) == 4:  # conv: U(+-1/sqrt(fan_in))
+                bound = 1.0 / np.sqrt(np.prod(kernel.shape[:-1]))
+                return rng.uniform(-bound, bound, shape)
+            return np.zeros(shape)  # linear, LayerNorm, BatchNorm
+        if name == "scale":
+            return np.ones(shape)
+        if name in ("gamma_1", "gamma_2"):
+            return np.full(shape, 1e-5 if shape[0] <= 24 else 1e-6)
+        if name.startswith("tokens_") or name == "rel_pos_bias":
+            return 0.02 * rng.standard_normal(shape)
+        raise ValueError(f"init_variables: no rule for parameter {'/'.join(path)}")
+
+    def walk(tree, path, fn):
+        return {k: walk(v, path + (k,), fn) if isinstance(v, Mapping) else
+                jnp.asarray(fn(path + (k,), v, tree), jnp.float32) for k, v in tree.items()}
+
+    params = walk(shapes["params"], (), leaf)
+    stats = walk(shapes.get("batch_stats", {}), (),
+                 lambda p, x, _: np.zeros(x.shape) if p[-1] == "mean" else np.ones(x.shape))
+    return {"params": params, "batch_stats": stats}
+
+
+def count_params(params: Any) -> int:
+    """Number of scalars in a parameter pytree."""
+    return int(sum(np.prod(x.shape) for x in jax.tree.leaves(params)))
+
+
+def preprocess(images: Any, height: int, width: int, channel_order: str = "rgb") -> jax.Array:
+    """Network input from images (DESIGN §6.1): normalize per channel, average to gray, resize.
+
+    Args:
+      images: ``[B, H0, W0, 3]`` (or ``[H0, W0, 3]``) uint8 or float in 0..255.
+      height, width: network size (multiples of 64 for :class:`CamFlow`).
+      channel_order: 'rgb' (the library's convention) or 'bgr' (OpenCV arrays). The release
+        normalized OpenCV-loaded BGR images with mean (118.93, 113.97, 102.60) and std
+        (69.85, 68.81, 72.45) in that stored order; we apply each statistic to the same colour.
+    Returns:
+      float32 ``[B, height, width, 1]`` (``[height, width, 1]`` for a single image):
+      gray = mean_c((I_c - mean_c) / std_c), resized bilinearly (half-pixel centres, no
+      antialiasing; both steps are affine so their order does not matter).
+    """
+    if channel_order not in ("rgb", "bgr"):
+        raise ValueError(f"preprocess: channel_order must be 'rgb' or 'bgr', got {channel_order!r}")
+    if not isinstance(images, jax.Array):  # host data: validate here (jax arrays may be traced)
+        arr = np.asarray(images)
+        if arr.dtype.kind not in "uif":
+            raise ValueError(f"preprocess: images must be numeric, got dtype {arr.dtype}")
+        if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+            raise ValueError("preprocess: images contain NaN or infinite values")
+        images = arr
+    x = jnp.asarray(images)
+    if x.ndim not in (3, 4) or x.shape[-1] != 3:
+        raise ValueError(f"preprocess: images must be [B, H, W, 3] or [H, W, 3], got shape {x.shape}")
+    if int(height) <= 0 or int(width) <= 0:
+        raise ValueError(f"preprocess: bad target size {height}x{width}")
+    x = x.astype(jnp.float32)
+    mean = np.array(IMAGE_MEAN_BGR, np.float32)
+    std = np.array(IMAGE_STD_BGR, np.float32)
+    if channel_order == "rgb":
+        mean, std = mean[::-1], std[::-1]
+    gray = jnp.mean((x - mean) / std, axis=-1, keepdims=True)
+    if gray.shape[-3:-1] != (height, width):
+        gray = geometry.resize_image(gray, int(height), int(width))
+    return gray

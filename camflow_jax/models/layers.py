@@ -1,0 +1,124 @@
+"""Small building blocks shared by the CamFlow modules, with the release's numerics.
+
+Initialization follows DESIGN §6.8 (the released ``init_mode="resnet"``):
+- conv and linear weights: Kaiming normal, fan-in, gain sqrt(2): std = sqrt(2 / fan_in)
+  (PyTorch ``kaiming_normal_`` draws an untruncated normal);
+- linear biases: 0; conv biases keep PyTorch's default U(-1/sqrt(fan_in), 1/sqrt(fan_in));
+- LayerNorm / BatchNorm: scale 1, bias 0.
+
+Numerics that differ from Flax defaults and matter for weight compatibility:
+- 3x3 convs pad (1, 1) on both sides (``'SAME'`` would pad (0, 1) for stride 2 on even sizes);
+- GELU is the exact erf form (``nn.gelu`` defaults to the tanh approximation);
+- LayerNorm eps 1e-5; BatchNorm eps 1e-5 with PyTorch momentum 0.1 (= Flax momentum 0.9).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import flax.linen as nn
+
+Dtype = Any
+
+kaiming_normal = nn.initializers.variance_scaling(2.0, "fan_in", "normal")
+LN_EPS = 1e-5
+BN_EPS = 1e-5
+BN_MOMENTUM = 0.9  # Flax convention: running = m * running + (1 - m) * batch (PyTorch 0.1)
+PAD1 = ((1, 1), (1, 1))
+
+
+def gelu(x: jax.Array) -> jax.Array:
+    """Exact GELU x * Phi(x) (erf form), as ``torch.nn.GELU()``."""
+    return nn.gelu(x, approximate=False)
+
+
+def torch_conv_bias_init(fan_in: int):
+    """PyTorch's default conv bias init U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+    bound = 1.0 / math.sqrt(fan_in)
+
+    def init(key, shape, dtype=jnp.float32):
+        return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+    return init
+
+
+class Conv3x3(nn.Module):
+    """3x3 convolution, zero padding 1 on every side (PyTorch ``padding=1``), stride 1 or 2.
+
+    Parameters are those of ``nn.Conv`` (``kernel`` HWIO ``[3, 3, in, out]``, ``bias``) with
+    the release's initialization. Thin convolutions get a cheaper exact formulation, because
+    XLA's CPU convolution is slow for them (measured 3-20x):
+      - one input channel: y = sum over the 9 taps of shifted(x) * k_tap (elementwise);
+      - one output channel (stride 1): t = x @ K with K ``[in, 9]`` (one column per tap), then
+        y = sum over taps of shifted(t_tap).
+    """
+
+    features: int
+    in_features: int
+    stride: int = 1
+    use_bias: bool = True
+    dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        cin, cout, s = self.in_features, self.features, self.stride
+        if x.shape[-1] != cin:
+            raise ValueError(f"Conv3x3: expected {cin} input channels, got {x.shape[-1]}")
+        kernel = self.param("kernel", kaiming_normal, (3, 3, cin, cout), jnp.float32).astype(self.dtype)
+        x = x.astype(self.dtype)
+        b, h, w, _ = x.shape
+        ho, wo = (h - 1) // s + 1, (w - 1) // s + 1
+        if cin == 1:
+            xp = jnp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+            y = sum(xp[:, i:i + s * (ho - 1) + 1:s, j:j + s * (wo - 1) + 1:s] * kernel[i, j, 0]
+                    for i in range(3) for j in range(3))
+        elif cout == 1 and s == 1:
+            taps = x @ kernel[..., 0].reshape(9, cin).T  # [B, H, W, 9]
+            tp = jnp.pad(taps, ((0, 0), (1, 1), (1, 1), (0, 0)))
+            y = sum(tp[:, i:i + h, j:j + w, 3 * i + j:3 * i + j + 1] for i in range(3) for j in range(3))
+        else:
+            y = jax.lax.conv_general_dilated(x, kernel, (s, s), PAD1,
+                                             dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        if self.use_bias:
+            bias = self.param("bias", torch_conv_bias_init(9 * cin), (cout,), jnp.float32)
+            y = y + bias.astype(self.dtype)
+        return y
+
+
+def conv3x3(features: int, in_features: int, *, stride: int = 1, use_bias: bool = True,
+            dtype: Dtype = jnp.float32, name: str | None = None) -> Conv3x3:
+    """3x3 convolution with PyTorch padding=1 semantics and the release's initialization."""
+    return Conv3x3(features, in_features, stride, use_bias, dtype, name=name)
+
+
+def dense(features: int, *, use_bias: bool = True, dtype: Dtype = jnp.float32,
+          name: str | None = None) -> nn.Dense:
+    """Linear layer: Kaiming-normal (fan-in) weight, zero bias."""
+    return nn.Dense(features, use_bias=use_bias, dtype=dtype, kernel_init=kaiming_normal,
+                    bias_init=nn.initializers.zeros, name=name)
+
+
+def layer_norm(dtype: Dtype = jnp.float32, name: str | None = None) -> nn.LayerNorm:
+    return nn.LayerNorm(epsilon=LN_EPS, dtype=dtype, name=name)
+
+
+def batch_norm(train: bool, dtype: Dtype = jnp.float32, name: str | None = None) -> nn.BatchNorm:
+    return nn.BatchNorm(use_running_average=not train, momentum=BN_MOMENTUM, epsilon=BN_EPS,
+                        dtype=dtype, name=name)
+
+
+class Mlp(nn.Module):
+    """fc1 -> exact GELU -> fc2 (hidden width given)."""
+
+    hidden: int
+    out: int
+    dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = dense(self.hidden, dtype=self.dtype, name="fc1")(x)
+        x = gelu(x)
+        return dense(self.out, dtype=self.dtype, name="fc2")(x)

@@ -1,0 +1,212 @@
+"""CamFlow network: parameter counts, call contract, batching, preprocessing, Swin internals.
+
+Oracles: the released model's parameter count (DESIGN §6) and its stored buffers
+(relative-position index, shifted-window masks) from the parity files; numpy einsums and a
+numpy convolution; OpenCV's resize for preprocessing; the symmetry of the two directions.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import cv2
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from camflow_jax.models import build_model, count_params, init_variables, preprocess
+from camflow_jax.models import swin
+
+PARITY_DIR = Path(os.environ.get("CAMFLOW_PARITY_DIR", Path(__file__).resolve().parents[2] / "shared" / "parity"))
+PARITY_128 = PARITY_DIR / "camflow_official_128x256.npz"
+
+# Small but complete architecture for fast tests (same structure, fewer blocks per stage).
+SMALL = {"depths": [2, 2, 2]}
+
+
+def _shapes(model, h, w, n):
+    g = jnp.zeros((1, h, w, 1))
+    return jax.eval_shape(lambda: model.init(jax.random.key(0), g, g, jnp.zeros((n, h, w, 2))))
+
+
+def test_param_count_matches_release():
+    model = build_model({"group_sizes": [12, 12]})
+    assert count_params(_shapes(model, 64, 64, 24)["params"]) == 2_594_689
+
+
+@pytest.mark.skipif(not PARITY_128.exists(), reason=f"parity files not found in {PARITY_DIR}")
+def test_camflow_plus_count_is_release_plus_one_stochastic_group():
+    # The depth group mirrors the stochastic one: count that group's parameters in the
+    # released state dict (tokens, 3 class-attention blocks without the unused info_flatten,
+    # norm and the two head layers) and add them once.
+    d = np.load(PARITY_128)
+    group = sum(d[k].size for k in d.files
+                if k.startswith("sd/h_net.") and "noise" in k and "info_flatten" not in k)
+    model = build_model({"group_sizes": [12, 12, 12]})
+    assert count_params(_shapes(model, 64, 64, 36)["params"]) == 2_594_689 + group
+
+
+@pytest.fixture(scope="module")
+def plus_model():
+    """CamFlow+ (3 groups) small variant with initialized variables at 64x128."""
+    model = build_model({"group_sizes": [12, 12, 12], **SMALL})
+    rng = np.random.default_rng(0)
+    b, h, w = 2, 64, 128
+    g1 = rng.standard_normal((b, h, w, 1)).astype(np.float32)
+    g2 = np.roll(g1, 3, axis=2) + 0.1 * rng.standard_normal((b, h, w, 1)).astype(np.float32)
+    bases = rng.uniform(-1, 1, (b, 36, h, w, 2)).astype(np.float32)
+    bases_b = rng.uniform(-1, 1, (b, 36, h, w, 2)).astype(np.float32)
+    variables = init_variables(model, jax.random.key(1), h, w)
+    # Make the LayerScale gammas non-trivial so the class-attention branches matter.
+    variables = jax.tree_util.tree_map_with_path(
+        lambda p, x: 0.3 * jnp.ones_like(x) if "gamma" in str(p[-1]) else x, variables)
+    apply = jax.jit(lambda v, a, c, bs, bb: model.apply(v, a, c, bs, bb))
+    return model, variables, apply, (g1, g2, bases, bases_b)
+
+
+def test_outputs_contract_and_basis_combination(plus_model):
+    model, variables, apply, (g1, g2, bases, bases_b) = plus_model
+    out = jax.tree.map(np.asarray, apply(variables, g1, g2, bases, bases_b))
+    b, h, w = g1.shape[:3]
+    shapes = {"flow_f": (b, h, w, 2), "flow_b": (b, h, w, 2), "logvar_f": (b, h, w, 1),
+              "logvar_b": (b, h, w, 1), "coeffs_f": (b, 36), "coeffs_b": (b, 36),
+              "trans_f": (b, h, w, 2), "trans_b": (b, h, w, 2), "feat1": (b, h, w, 1), "feat2": (b, h, w, 1)}
+    assert {k: v.shape for k, v in out.items()} == shapes
+    assert all(np.all(np.isfinite(v)) for v in out.values())
+    assert out["logvar_f"].min() >= 0 and out["logvar_b"].min() >= 0
+    # Flows are the coefficient-weighted sums of each direction's own bases (numpy oracle);
+    # the translational part is the depth group's (last 12) share.
+    np.testing.assert_allclose(out["flow_f"], np.einsum("bn,bnhwc->bhwc", out["coeffs_f"], bases), atol=1e-4)
+    np.testing.assert_allclose(out["flow_b"], np.einsum("bn,bnhwc->bhwc", out["coeffs_b"], bases_b), atol=1e-4)
+    np.testing.assert_allclose(out["trans_f"], np.einsum("bn,bnhwc->bhwc", out["coeffs_f"][:, 24:],
+                                                         bases[:, 24:]), atol=1e-4)
+    np.testing.assert_allclose(out["trans_b"], np.einsum("bn,bnhwc->bhwc", out["coeffs_b"][:, 24:],
+                                                         bases_b[:, 24:]), atol=1e-4)
+    assert np.abs(out["coeffs_f"]).max() > 0
+
+
+def test_directions_share_weights_and_samples_are_independent(plus_model):
+    model, variables, apply, (g1, g2, bases, bases_b) = plus_model
+    out = apply(variables, g1, g2, bases, bases_b)
+    # Swapping the images (and the direction's bases) swaps the directions exactly.
+    sw = apply(variables, g2, g1, bases_b, bases)
+    np.testing.assert_allclose(sw["flow_f"], out["flow_b"], atol=1e-4)
+    np.testing.assert_allclose(sw["logvar_b"], out["logvar_f"], atol=1e-4)
+    np.testing.assert_allclose(sw["coeffs_f"], out["coeffs_b"], rtol=1e-4, atol=1e-4)
+    # In inference mode a sample's result does not depend on the rest of the batch.
+    g1x, g2x = g1.copy(), g2.copy()
+    g1x[0], g2x[0] = g2[0], -g1[0]
+    other = apply(variables, g1x, g2x, bases, bases_b)
+    np.testing.assert_allclose(other["flow_f"][1], out["flow_f"][1], atol=1e-4)
+    np.testing.assert_allclose(other["logvar_b"][1], out["logvar_b"][1], atol=1e-4)
+    assert np.abs(np.asarray(other["flow_f"][0] - out["flow_f"][0])).max() > 1e-3
+
+
+def test_init_variables_follow_release_initialization():
+    model = build_model({"group_sizes": [12, 12, 12]})
+    v = init_variables(model, jax.random.key(0), 320, 576)
+    ref = _shapes(model, 64, 64, 36)
+    assert jax.tree.structure(v) == jax.tree.structure(ref)
+    assert all(a.shape == b.shape for a, b in zip(jax.tree.leaves(v), jax.tree.leaves(ref)))
+    p = v["params"]
+    qkv = np.asarray(p["met"]["encoder_level_0"]["stage_0_block_0"]["attn"]["qkv"]["kernel"])
+    assert abs(qkv.std() / np.sqrt(2 / 96) - 1) < 0.03  # Kaiming normal, fan-in 96
+    conv = p["met"]["encoder_level_2"]["stage_0_down"]["conv_0"]["kernel"]  # 3x3x24x48
+    assert abs(float(np.std(conv)) / np.sqrt(2 / 216) - 1) < 0.05
+    assert not np.any(p["met"]["encoder_level_0"]["stage_0_block_0"]["attn"]["qkv"]["bias"])
+    bias = np.asarray(p["mask_net"]["conv_4"]["bias"])  # conv 74 -> 8, U(+-1/sqrt(666))
+    assert np.abs(bias).max() <= 1 / np.sqrt(666) and np.abs(bias).max() > 0
+    assert np.all(p["met"]["ca_depth_level_1"]["gamma_1"] == np.float32(1e-6))
+    assert abs(float(np.std(p["met"]["tokens_depth"])) - 0.02) < 0.002
+    assert np.all(p["met"]["norm_depth"]["scale"] == 1)
+    assert np.all(v["batch_stats"]["features"]["bn_0"]["var"] == 1)
+    again = init_variables(model, jax.random.key(0))
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(v), jax.tree.leaves(again)))
+
+
+def test_shared_bases_and_no_depth_group():
+    # 8-basis ablation: one group, 64x64 (the coarsest maps are a single unshifted window).
+    model = build_model({"group_sizes": [8], **SMALL})
+    rng = np.random.default_rng(2)
+    g = rng.standard_normal((1, 64, 64, 1)).astype(np.float32)
+    bases = rng.uniform(-1, 1, (8, 64, 64, 2)).astype(np.float32)
+    variables = init_variables(model, jax.random.key(0))
+    out = jax.jit(model.apply)(variables, g, -g, bases)
+    assert out["coeffs_f"].shape == (1, 8)
+    assert np.all(np.asarray(out["trans_f"]) == 0)
+    np.testing.assert_allclose(out["flow_b"], np.einsum("bn,nhwc->bhwc", out["coeffs_b"], bases), atol=1e-4)
+
+
+def test_bfloat16_compute_close_to_float32(plus_model):
+    model, variables, apply, (g1, g2, bases, bases_b) = plus_model
+    m16 = build_model({"group_sizes": [12, 12, 12], **SMALL, "dtype": "bfloat16"})
+    a = apply(variables, g1, g2, bases, bases_b)
+    b = jax.jit(m16.apply)(variables, g1, g2, bases, bases_b)
+    assert b["flow_f"].dtype == jnp.float32 and b["logvar_f"].dtype == jnp.float32
+    err = float(jnp.abs(a["flow_f"] - b["flow_f"]).max())
+    assert np.isfinite(err) and err < 0.05 * float(jnp.abs(a["flow_f"]).max()) + 1e-3
+
+
+def test_bad_inputs_raise_clear_errors():
+    model = build_model({"group_sizes": [12, 12], **SMALL})
+    g = jnp.zeros((1, 64, 64, 1))
+    bases = jnp.zeros((24, 64, 64, 2))
+    variables = _shapes(model, 64, 64, 24)
+    with pytest.raises(ValueError, match="multiples of 64"):
+        jax.eval_shape(model.apply, variables, jnp.zeros((1, 64, 96, 1)), jnp.zeros((1, 64, 96, 1)),
+                       jnp.zeros((24, 64, 96, 2)))
+    with pytest.raises(ValueError, match="needs? 24"):
+        jax.eval_shape(model.apply, variables, g, g, jnp.zeros((12, 64, 64, 2)))
+    with pytest.raises(ValueError, match="gray2"):
+        jax.eval_shape(model.apply, variables, g, jnp.zeros((2, 64, 64, 1)), bases)
+    with pytest.raises(ValueError, match=r"\[B, H, W, 1\]"):
+        jax.eval_shape(model.apply, variables, jnp.zeros((1, 64, 64, 3)), jnp.zeros((1, 64, 64, 3)), bases)
+    with pytest.raises(ValueError, match="group_sizes"):
+        build_model({"dtype": "float32"})
+    with pytest.raises(ValueError, match="dtype"):
+        build_model({"group_sizes": [12], "dtype": "int8"})
+    with pytest.raises(ValueError, match="layer_depth"):
+        build_model({"group_sizes": [12], "layer_depth": [2, 2, 1]})
+
+
+def test_preprocess_matches_release_pipeline_with_opencv():
+    rng = np.random.default_rng(6)
+    rgb = rng.integers(0, 256, (2, 90, 160, 3), dtype=np.uint8)
+    ours = np.asarray(preprocess(rgb, 64, 128))
+    mean = np.array([118.93, 113.97, 102.60]).reshape(1, 1, 3)
+    std = np.array([69.85, 68.81, 72.45]).reshape(1, 1, 3)
+    for i in range(2):
+        bgr = rgb[i, ..., ::-1].astype(np.float32)  # what cv2.imread gives the release
+        gray = np.mean((bgr - mean) / std, axis=2).astype(np.float32)
+        ref = cv2.resize(gray, (128, 64), interpolation=cv2.INTER_LINEAR)
+        np.testing.assert_allclose(ours[i, ..., 0], ref, atol=2e-4)
+    np.testing.assert_allclose(np.asarray(preprocess(rgb[..., ::-1], 64, 128, "bgr")), ours, atol=1e-6)
+    assert preprocess(rgb[0], 64, 128).shape == (64, 128, 1)
+    with pytest.raises(ValueError, match="NaN"):
+        preprocess(np.full((1, 8, 8, 3), np.nan, np.float32), 8, 8)
+    with pytest.raises(ValueError, match=r"\[B, H, W, 3\]"):
+        preprocess(np.zeros((1, 8, 8)), 8, 8)
+
+
+def test_window_partition_round_trip_and_order():
+    x = jnp.arange(2 * 16 * 24 * 3, dtype=jnp.float32).reshape(2, 16, 24, 3)
+    w = swin.window_partition(x, 8)
+    assert w.shape == (2, 6, 64, 3)
+    # Window 1 is rows 0..7, columns 8..15; its tokens are row-major.
+    np.testing.assert_array_equal(w[0, 1, 9], x[0, 1, 9])
+    np.testing.assert_array_equal(swin.window_merge(w, 8, 16, 24), x)
+
+
+@pytest.mark.skipif(not PARITY_128.exists(), reason=f"parity files not found in {PARITY_DIR}")
+def test_static_attention_tables_match_released_buffers():
+    d = np.load(PARITY_128)
+    np.testing.assert_array_equal(
+        swin.relative_position_index(8), d["sd/h_net.encoder_layers.0.layer.0.attn.relative_position_index"])
+    # Shifted blocks of the finest encoder at 128x256: 24 channels at 64x128, 48 at 32x64, 96 at 16x32.
+    for k, (h, w) in {1: (64, 128), 4: (32, 64), 7: (16, 32)}.items():
+        ref = d[f"sd/h_net.encoder_layers.0.layer.{k}.attn_mask"].astype(np.float32)
+        np.testing.assert_array_equal(swin.shifted_window_mask(h, w, 8, 4), ref)
+    # Maps no larger than the window are a single unshifted window (the release's rule).
+    assert swin.window_config(8, 16, 8, 4) == (8, 0)
