@@ -38,6 +38,7 @@ import cv2
 import numpy as np
 
 from camflow_jax import baselines, flowio, viz
+from camflow_jax.data.images import read_rgb
 
 __all__ = ["read_image", "read_depth", "estimate_pair", "write_outputs", "main"]
 
@@ -53,13 +54,8 @@ ERROR_RANGE = 64.0  # grey levels mapped to the top of the heat map's colour sca
 
 
 def read_image(path: str) -> np.ndarray:
-    """uint8 RGB ``[H, W, 3]`` (EXIF orientation applied)."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"image not found: {path}")
-    img = cv2.imread(path, cv2.IMREAD_COLOR)
-    if img is None:
-        raise ValueError(f"cannot decode image {path}")
-    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+    """uint8 RGB ``[H, W, 3]`` (EXIF orientation applied by OpenCV)."""
+    return read_rgb(path)
 
 
 def read_depth(path: str) -> np.ndarray:

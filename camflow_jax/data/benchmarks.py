@@ -43,6 +43,8 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
+from camflow_jax.data.images import read_rgb
+
 __all__ = [
     "GHOF_CATEGORIES",
     "GHOF_SPLITS",
@@ -497,13 +499,7 @@ class CAHomoTest:
         return len(self.pairs)
 
     def _read_image(self, rel: str) -> np.ndarray:
-        path = os.path.join(self.img_dir, rel)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"CAHomo image not found: {path}")
-        img = cv2.imread(path, cv2.IMREAD_COLOR)
-        if img is None:
-            raise ValueError(f"cannot decode image {path}")
-        return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+        return read_rgb(os.path.join(self.img_dir, rel))
 
     def _read_points(self, pair: dict) -> np.ndarray:
         for name in pair["pt_names"]:

@@ -21,19 +21,10 @@ import numpy as np
 
 from camflow_jax import baselines
 from camflow_jax.data.benchmarks import GHOF_INTRINSICS, bandwise_homography_flow
+from camflow_jax.data.images import read_rgb
 
 _IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".bmp")
 _VIDEO_EXTS = (".mp4", ".avi", ".mov", ".mkv", ".m4v", ".webm")
-
-
-def read_rgb(path) -> np.ndarray:
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"missing image {path}")
-    img = cv2.imread(str(path), cv2.IMREAD_COLOR)
-    if img is None:
-        raise ValueError(f"cannot decode image {path}")
-    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
 
 
 def _homography_flow(H: np.ndarray, h: int, w: int) -> np.ndarray:
