@@ -15,7 +15,7 @@ def get_config():
     c.data.name = "synthetic"
     c.data.num_eval = 50
     c.loss.motion, c.loss.feature, c.loss.smooth = 1.0, 0.0, 0.0
-    c.optim.learning_rate = 1e-3
+    c.optim.learning_rate = 3e-4
     c.optim.steps_per_epoch = 100
     c.log_every = 25
     c.eval_every = 150
