@@ -165,8 +165,6 @@ def stochastic_bases(h: int, w: int, n: int = 12, seed: int = 0, *, draws_per_ba
     """
     if n < 1 or draws_per_basis < 1:
         raise ValueError(f"stochastic_bases: need n >= 1 and draws_per_basis >= 1, got {n}, {draws_per_basis}")
-    if n * draws_per_basis < n:
-        raise ValueError("stochastic_bases: not enough draws for the requested number of bases")
     return _stochastic_bases_cached(int(h), int(w), int(n), int(seed), int(draws_per_basis),
                                     bool(orthogonal_to_homography), float(min_denominator)).copy()
 

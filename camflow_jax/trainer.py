@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 import grain
 import jax
@@ -26,11 +25,8 @@ import optax
 import orbax.checkpoint as ocp
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
-from camflow_jax import baselines, bases as bases_lib, checkpoint, losses, metrics, models
+from camflow_jax import baselines, bases as bases_lib, checkpoint, evaluate, losses, metrics, models
 from camflow_jax.data import pipeline
-
-GROUP_NAMES = {"homography": "physical", "stochastic": "stochastic", "depth": "depth"}
-
 
 # ----------------------------------------------------------------------------------------------
 # Config -> model description
@@ -78,11 +74,15 @@ def _path_str(path) -> str:
     return "/".join(str(getattr(k, "key", getattr(k, "name", k))) for k in path)
 
 
+def lr_schedule(config, steps_per_epoch: int) -> optax.Schedule:
+    """Adam learning rate, x ``decay_rate`` after every epoch (paper recipe)."""
+    return optax.exponential_decay(config.optim.learning_rate, transition_steps=max(steps_per_epoch, 1),
+                                   decay_rate=config.optim.decay_rate, staircase=True)
+
+
 def make_optimizer(config, steps_per_epoch: int) -> optax.GradientTransformation:
     o = config.optim
-    schedule = optax.exponential_decay(o.learning_rate, transition_steps=max(steps_per_epoch, 1),
-                                       decay_rate=o.decay_rate, staircase=True)
-    tx = optax.adam(schedule, b1=o.b1, b2=o.b2)
+    tx = optax.adam(lr_schedule(config, steps_per_epoch), b1=o.b1, b2=o.b2)
     if o.grad_clip:
         tx = optax.chain(optax.clip_by_global_norm(o.grad_clip), tx)
     frozen = tuple(o.freeze)
@@ -98,7 +98,7 @@ def make_mesh() -> Mesh:
     return Mesh(np.array(jax.devices()), ("data",), axis_types=(AxisType.Auto,))
 
 
-def _copy_matching(fresh, loaded, prefix=""):
+def _copy_matching(fresh, loaded):
     """Params of ``fresh`` replaced by same-path same-shape arrays of ``loaded``."""
     used, skipped = [], []
 
@@ -207,26 +207,9 @@ def evaluate_heldout(predict, eval_source, prepare_kwargs, batch_size, baseline_
 
 def summarize(records, category_names) -> dict:
     """{method: {category: {'epe', 'epe_valid'}}} with AVG = mean of category means."""
-    table = {}
-    for method, rows in records.items():
-        cats = {}
-        for c in sorted({r[0] for r in rows}):
-            sel = [r for r in rows if r[0] == c]
-            cats[category_names[c] if c < len(category_names) else str(c)] = {
-                "epe": float(np.mean([r[1] for r in sel])), "epe_valid": float(np.mean([r[2] for r in sel]))}
-        if cats:
-            cats["AVG"] = {m: float(np.mean([v[m] for v in cats.values()])) for m in ("epe", "epe_valid")}
-        table[method] = cats
-    return table
-
-
-def format_table(table, metric="epe") -> str:
-    methods = list(table)
-    cats = list(next(iter(table.values())).keys()) if table else []
-    lines = [f"| {metric} | " + " | ".join(cats) + " |", "|---" * (len(cats) + 1) + "|"]
-    for m in methods:
-        lines.append(f"| {m} | " + " | ".join(f"{table[m][c][metric]:.3f}" for c in cats) + " |")
-    return "\n".join(lines)
+    return {method: metrics.category_table(
+                [(category_names[c], {"epe": e, "epe_valid": ev}) for c, e, ev in rows], category_names)[0]
+            for method, rows in records.items()}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -271,6 +254,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
     mesh = make_mesh()
     repl, data_sharding = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
     tx = make_optimizer(config, steps_per_epoch)
+    schedule = lr_schedule(config, steps_per_epoch)
 
     def init_state(key, variables):
         return {"step": jnp.zeros((), jnp.int32), "params": variables["params"],
@@ -340,13 +324,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
             (workdir / f"eval_{step}.json").write_text(json.dumps(table, indent=2))
             _log(f"eval at step {step} on {len(records['camflow'])} held-out pairs "
                  "(EPE px; 'epe' = published all-pixel form over the valid mask, 'epe_valid' = mean over valid pixels)")
-            _log(format_table(table, "epe"))
-            _log(format_table(table, "epe_valid"))
+            for metric in ("epe", "epe_valid"):
+                _log(evaluate.format_table(table, metric, categories, markdown=True))
         return table
 
     # --- loop -----------------------------------------------------------------------------
     metrics_file = open(workdir / "metrics.jsonl", "a") if is_main else None
-    t_last, step_last, table = time.time(), start, None
+    t_last, step_last = time.time(), start
     t_loop = time.time()
     for step in range(start + 1, config.num_steps + 1):
         batch = to_global(next(train_iter))
@@ -357,7 +341,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
             sps = (step - step_last) / max(now - t_last, 1e-9)
             t_last, step_last = now, step
             eta = (config.num_steps - step) / sps if sps > 0 else 0
-            lr = float(tx_lr(config, steps_per_epoch, step))
+            lr = float(schedule(step - 1))  # the rate this step used
             if is_main:
                 metrics_file.write(json.dumps({"step": step, **terms, "lr": lr, "steps_per_sec": sps,
                                                "pairs_per_sec": sps * config.batch_size, "time": now - t_start}) + "\n")
@@ -387,10 +371,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
              f"(wall {_fmt_time(summary['wall_seconds'])}); workdir {workdir}")
     mngr.close()
     return summary
-
-
-def tx_lr(config, steps_per_epoch, step):
-    return config.optim.learning_rate * config.optim.decay_rate ** (step // max(steps_per_epoch, 1))
 
 
 def _category_names(config):

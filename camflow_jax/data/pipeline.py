@@ -11,6 +11,7 @@ import cv2
 import grain
 import numpy as np
 
+from camflow_jax import geometry
 from camflow_jax.data import train_sources
 
 _ALWAYS = ("img1", "img2", "flow_f", "flow_b", "label_mask_f", "label_mask_b", "category_id")
@@ -32,8 +33,7 @@ def _resize_pair(s: dict, h: int, w: int) -> dict:
         if k in s:  # nearest: never blends valid with invalid pixels or depth across edges
             out[k] = cv2.resize(s[k], (w, h), interpolation=cv2.INTER_NEAREST)
     if "K" in s:
-        fx, fy, cx, cy = s["K"]
-        out["K"] = np.float32([fx * sx, fy * sy, (cx + 0.5) * sx - 0.5, (cy + 0.5) * sy - 0.5])
+        out["K"] = np.asarray(geometry.resize_intrinsics(s["K"], (h0, w0), (h, w)), np.float32)
     return out
 
 
@@ -46,7 +46,7 @@ def _crop_pair(s: dict, top: int, left: int, h: int, w: int) -> dict:
         else:
             out[k] = v
     if "K" in s:
-        out["K"] = s["K"] - np.float32([0, 0, left, top])
+        out["K"] = np.asarray(geometry.crop_intrinsics(s["K"], top, left), np.float32)
     return out
 
 

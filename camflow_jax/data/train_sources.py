@@ -27,14 +27,11 @@ _IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".bmp")
 _VIDEO_EXTS = (".mp4", ".avi", ".mov", ".mkv", ".m4v", ".webm")
 
 
-def _homography_flow(H: np.ndarray, h: int, w: int) -> np.ndarray:
-    return baselines.homography_flow_np(H, h, w)
-
-
 def homography_pair_labels(H: np.ndarray, h: int, w: int) -> dict:
     """Forward label from H (image 1 -> 2) and backward label from its inverse."""
     H = np.asarray(H, np.float64)
-    return {"flow_f": _homography_flow(H, h, w), "flow_b": _homography_flow(np.linalg.inv(H), h, w),
+    return {"flow_f": baselines.homography_flow_np(H, h, w),
+            "flow_b": baselines.homography_flow_np(np.linalg.inv(H), h, w),
             "label_mask_f": np.ones((h, w), np.float32), "label_mask_b": np.ones((h, w), np.float32)}
 
 
