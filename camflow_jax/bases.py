@@ -188,13 +188,44 @@ def _gaussian_blur(image: jax.Array, sigma: float) -> jax.Array:
     return jax.vmap(lambda c: jnp.convolve(c, k, mode="valid"), in_axes=1, out_axes=1)(rows)
 
 
+def _kth_smallest_nonneg(x: jax.Array, k: jax.Array, valid: jax.Array) -> jax.Array:
+    """Exact k-th smallest (0-based) of the valid entries of a non-negative 1-D array.
+
+    Bisection on the float32 bit pattern (monotonic for x >= 0): 31 counting passes instead of
+    a sort, which XLA's CPU backend runs slowly; ``k`` may be traced (e.g. from a valid count).
+    """
+    bits = jax.lax.bitcast_convert_type(jnp.where(valid, x, 0.0).astype(jnp.float32), jnp.int32)
+
+    def body(_, lo_hi):
+        lo, hi = lo_hi  # invariant: count(bits <= hi) > k, count(bits <= lo - 1) <= k
+        mid = lo + (hi - lo) // 2
+        enough = jnp.sum(valid & (bits <= mid)) > k
+        return jnp.where(enough, lo, mid + 1), jnp.where(enough, mid, hi)
+
+    _, hi = jax.lax.fori_loop(0, 31, body, (jnp.int32(0), jnp.int32(0x7F800000)))
+    return jax.lax.bitcast_convert_type(hi, jnp.float32)
+
+
+def _quantile_nonneg(x: jax.Array, q: float, valid: jax.Array | None = None) -> jax.Array:
+    """``np.quantile(x[valid], q)`` (linear interpolation) of non-negative values, without a sort."""
+    x = jnp.ravel(x).astype(jnp.float32)
+    valid = jnp.ones(x.shape, bool) if valid is None else jnp.ravel(valid)
+    n = jnp.sum(valid)
+    pos = q * (jnp.maximum(n, 1) - 1).astype(jnp.float32)
+    i = jnp.floor(pos).astype(jnp.int32)
+    lo = _kth_smallest_nonneg(x, i, valid)
+    # The next order statistic: lo again if it is repeated, else the smallest valid value above it.
+    above = jnp.min(jnp.where(valid & (x > lo), x, jnp.inf))
+    hi = jnp.where((jnp.sum(valid & (x <= lo)) > i + 1) | ~jnp.isfinite(above), lo, above)
+    return lo + (pos - i) * (hi - lo)
+
+
 def _clean_depth(depth: jax.Array, min_depth_ratio: float) -> jax.Array:
     """Replaces non-finite / non-positive depth by the median of the valid depth and clamps
     from below at ``min_depth_ratio * median`` (so near outliers cannot explode 1/D)."""
     valid = jnp.isfinite(depth) & (depth > 0)
-    d = jnp.where(valid, depth, jnp.nan)
-    med = jnp.nanmedian(d)
-    med = jnp.where(jnp.isfinite(med), med, 1.0)  # no valid depth at all: constant depth
+    med = _quantile_nonneg(depth, 0.5, valid)
+    med = jnp.where(jnp.any(valid), med, 1.0)  # no valid depth at all: constant depth
     d = jnp.where(valid, depth, med)
     return jnp.maximum(d, min_depth_ratio * med)
 
@@ -232,17 +263,19 @@ def depth_translational_bases(depth, K, sigmas: Sequence[float] | None = None, *
     g = geometry.pixel_grid(h, w)
     fx, fy, cx, cy = K[0], K[1], K[2], K[3]
     out = []
+    radius = jnp.sqrt((g[..., 0] - cx) ** 2 + (g[..., 1] - cy) ** 2)
     for sigma in sigmas:
         inv = 1.0 / _gaussian_blur(d0, float(sigma))
         zero = jnp.zeros_like(inv)
+        # |f^x| = |fx| inv and |f^y| = |fy| inv share one percentile (it commutes with scaling).
+        p_inv = _quantile_nonneg(inv, percentile / 100.0)
+        p_z = _quantile_nonneg(radius * inv, percentile / 100.0)
         fields = [
-            jnp.stack([fx * inv, zero], axis=-1),
-            jnp.stack([zero, fy * inv], axis=-1),
-            -jnp.stack([(g[..., 0] - cx) * inv, (g[..., 1] - cy) * inv], axis=-1),
+            (jnp.stack([fx * inv, zero], axis=-1), jnp.abs(fx) * p_inv),
+            (jnp.stack([zero, fy * inv], axis=-1), jnp.abs(fy) * p_inv),
+            (-jnp.stack([(g[..., 0] - cx) * inv, (g[..., 1] - cy) * inv], axis=-1), p_z),
         ]
-        for f in fields:
-            mag = jnp.sqrt(jnp.sum(f * f, axis=-1))
-            scale = jnp.percentile(mag, percentile)
+        for f, scale in fields:
             out.append(f / jnp.maximum(scale, 1e-12))
     return jnp.stack(out)
 

@@ -7,7 +7,7 @@ Several processes (multi-host TPU/GPU, or a localhost test): pass --coordinator_
 discovers them (Cloud TPU, SLURM).
 """
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file (get_config()).", lock_config=True)
@@ -22,6 +22,10 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    if not flags.FLAGS["verbosity"].present:
+        # Orbax logs every checkpoint step at INFO; keep the console to our progress lines
+        # (--verbosity=0 brings them back).
+        logging.set_verbosity(logging.WARNING)
     import jax
 
     if (_NUM_PROCESSES.value or 1) > 1 or _DISTRIBUTED.value:

@@ -263,7 +263,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
 
     key = jax.random.key(config.seed)
     # Drawn on the host (numpy, seeded by the key): identical on every process, no init compile.
-    variables = jax.tree.map(jnp.asarray, models.init_variables(model, key, h, w))
+    variables = jax.tree.map(jnp.asarray, models.init_variables(model, key, h, w,
+                                                                 identity_motion=config.identity_init))
     state = jax.jit(init_state, out_shardings=repl)(key, variables)
     static = np.asarray(checkpoint.model_bases(model_config))
     if config.init_from:

@@ -57,6 +57,8 @@ def get_config() -> ml_collections.ConfigDict:
         freeze=(),              # parameter-path prefixes kept fixed, e.g. ('shallow',)
     ))
 
+    c.identity_init = True      # coefficient heads start at zero: the initial motion is identity
+                                # (False = the release's Kaiming init, whose flows start at 30-70 px)
     c.init_from = ""            # checkpoint (inference dir or workdir) to start from
     c.log_every = 50
     c.eval_every = 500

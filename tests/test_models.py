@@ -137,6 +137,13 @@ def test_shared_bases_and_no_depth_group():
     assert out["coeffs_f"].shape == (1, 8)
     assert np.all(np.asarray(out["trans_f"]) == 0)
     np.testing.assert_allclose(out["flow_b"], np.einsum("bn,nhwc->bhwc", out["coeffs_b"], bases), atol=1e-4)
+    # The release's init starts far from identity; identity_motion zeroes only the heads' outputs.
+    assert float(np.abs(out["flow_f"]).mean()) > 1.0
+    ident = init_variables(model, jax.random.key(0), identity_motion=True)
+    out = jax.jit(model.apply)(ident, g, -g, bases)
+    assert np.all(np.asarray(out["flow_f"]) == 0) and np.all(np.asarray(out["flow_b"]) == 0)
+    head = ident["params"]["met"]["head_homography"]
+    assert not np.any(head["out"]["kernel"]) and np.std(np.asarray(head["hidden"]["kernel"])) > 0
 
 
 def test_bfloat16_compute_close_to_float32(plus_model):
