@@ -1,6 +1,7 @@
 """flowio, the Predictor (rotation maths, random-weight model) and the estimate CLI."""
 
 import json
+import os
 import struct
 
 import cv2
@@ -218,3 +219,34 @@ def test_evaluate_camflow_method_with_depth_files(camflow_plus, tmp_path, monkey
     res = out["results"]["camflow"]
     assert set(res) == {"RE", "FOG", "LL", "RAIN", "SNOW", "AVG"}
     assert all(np.isfinite(res["AVG"][k]) for k in ("epe", "epe_valid", "pme", "psnr", "ssim"))
+
+
+# ----------------------------------------------------------------------------- trained model
+TRAINED = os.environ.get("CAMFLOW_TRAINED_CHECKPOINT")
+
+
+@pytest.mark.skipif(not TRAINED, reason="set CAMFLOW_TRAINED_CHECKPOINT to a trained workdir "
+                    "(e.g. the README's synthetic run) to check the model on pure-homography pairs")
+@pytest.mark.parametrize("h,w", [(64, 128), (128, 256)])
+def test_estimate_cli_trained_model_recovers_homography(tmp_path, h, w):
+    """Held-out synthetic RE frames warped by their own camera-motion homography label, so the
+    truth is an exact homography with in-distribution motion: the trained model's flow (via the
+    CLI, no depth given) must be far closer to it than identity is."""
+    from camflow_jax.data.synthetic import SyntheticScenes
+
+    scenes = SyntheticScenes(seed=4242, num_samples=8, height=h, width=w, categories=("RE",))
+    ratios = []
+    for i in range(len(scenes)):
+        img1, H = scenes[i]["img1"], scenes[i]["homography"].astype(np.float64)
+        img2 = cv2.warpPerspective(img1, H, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT)
+        for name, im in (("1.png", img1), ("2.png", img2)):
+            cv2.imwrite(str(tmp_path / name), cv2.cvtColor(im, cv2.COLOR_RGB2BGR))
+        out = tmp_path / f"o{i}"
+        assert estimate.main([str(tmp_path / "1.png"), str(tmp_path / "2.png"), "--checkpoint", TRAINED,
+                              "-o", str(out)]) == 0
+        truth = fx.homography_flow(H, h, w)
+        epe = _interior_epe(np.load(out / "flow_f.npy"), truth, margin=h // 16)
+        ratios.append((epe, _interior_epe(np.zeros_like(truth), truth, margin=h // 16)))
+    epe, epe_identity = np.mean(ratios, axis=0)
+    print(f"{h}x{w}: model EPE {epe:.3f} px, identity {epe_identity:.3f} px over {len(ratios)} pairs")
+    assert epe < 0.6 * epe_identity, (epe, epe_identity)
