@@ -17,6 +17,7 @@ bases are regenerated from their seed).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -87,6 +88,11 @@ def _restore_raw(path: Path) -> dict:
     """Restores a saved pytree onto this host's first device, whatever mesh wrote it (a model
     trained on 8 GPUs must load on a laptop)."""
     ocp = _ocp()
+    # A training workdir's item folders (checkpoints/<step>/state) keep their step metadata one
+    # level up; orbax warns about it on every load, which is noise for estimate/stabilize users.
+    absl_logger = logging.getLogger("absl")
+    quiet = _DropMessage("Metadata file does not exist")
+    absl_logger.addFilter(quiet)
     try:
         with ocp.StandardCheckpointer() as ckptr:
             meta = ckptr.metadata(path)
@@ -97,6 +103,17 @@ def _restore_raw(path: Path) -> dict:
             return ckptr.restore(path, target)
     except Exception as e:  # orbax raises a variety of errors for damaged folders
         raise ValueError(f"could not read the checkpoint arrays in {path}: {type(e).__name__}: {e}") from e
+    finally:
+        absl_logger.removeFilter(quiet)
+
+
+class _DropMessage(logging.Filter):
+    def __init__(self, text: str):
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.text not in record.getMessage()
 
 
 def load_model(path) -> tuple[Any, dict, np.ndarray, dict]:
