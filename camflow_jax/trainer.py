@@ -161,7 +161,7 @@ def make_steps(model, tx, config):
         new_state = dict(state, step=state["step"] + 1, params=optax.apply_updates(state["params"], updates),
                          batch_stats=batch_stats, opt_state=opt_state,
                          rng=jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state["rng"]))[0]))
-        terms = dict(terms, grad_norm=optax.global_norm(grads))
+        terms = dict(terms, grad_norm=optax.tree.norm(grads))
         return new_state, terms
 
     def eval_step(state, batch, static):
