@@ -1,46 +1,272 @@
-"""Inference benchmark: median wall time of the jitted CamFlow forward (both directions + masks).
+"""Benchmark: inference latency/throughput, train-step throughput and memory, XLA FLOP counts.
 
-    python tools/benchmark.py --height 320 --width 576 --batch 1 --groups 12,12 --repeats 20
+Measurements (``--mode``; ``all`` runs the four in this order):
+  infer   jitted forward (both directions + masks) at ``--batch``: latency per call and per
+          pair, pairs/s. Random weights and random static bases (timing does not depend on
+          their values); the network has ``--groups`` (default 12,12: CamFlow, 24 bases).
+  train   the real train step, built exactly like ``camflow_jax.trainer.train_and_evaluate``
+          does it (``model_config_from`` -> ``build_model`` -> ``init_variables(identity_motion=
+          True)`` -> ``make_optimizer`` -> ``make_steps`` -> ``jax.jit(..., donate_argnums=(0,))``
+          over the 1-D data mesh) from ``--config`` (default ``configs/synthetic.py``: CamFlow+
+          36 bases, per-sample depth bases built inside the step, synthetic data) with
+          model.height/width and batch_size overridden. Timed on one fixed device-resident
+          batch (no input pipeline).
+  train_data  the same compiled step fed from the real grain pipeline (``pipeline.make_source``
+          + ``train_dataset`` + ``jax.make_array_from_process_local_data`` per batch), stepping
+          without blocking as the trainer's loop does, so the input pipeline overlaps the
+          device work; compare its pairs/s with ``train`` to see whether the pipeline starves
+          the device (``pipeline_slowdown`` = train pairs/s / train_data pairs/s).
+  all     infer at batch 1, infer at ``--batch``, train, train_data.
 
-Random weights (timing does not depend on their values); bases are random static fields.
-Prints one JSON line with the median/mean/min seconds per call and per pair, the median
-process CPU time per call, the compile time, the device, the configuration and the load
+The network structure is the released CamFlow's (embed 24, depths (2, 4, 6), heads (3, 12, 24);
+``--arch release``, the default) in every mode, or the ``model`` section of ``--config``
+(``--arch config``, e.g. the narrow nets of ``configs/synthetic.py`` and ``configs/smoke.py``).
+
+Each function is lowered and compiled once (``jax.jit(f).lower(...).compile()``); the compiled
+object is what is timed. Every measurement reports: median/mean/min seconds per call, per
+pair, pairs/s, median and mean process CPU seconds per call (CPU time / wall time > 1 means
+several cores worked), lower and compile seconds, FLOPs per call and per pair from XLA's cost
+analysis and the achieved FLOP/s (= flops / median time), memory (``compiled.memory_analysis()``
+sizes; on GPU the device's ``peak_bytes_in_use``; the process peak RSS, which is a high-water
+mark over the whole process, so it only grows from one measurement to the next), and the load
 average before/after (timings are only comparable on an otherwise idle machine).
+XLA's cost analysis counts a while loop's body once (the 31-pass bisection quantile of the
+depth-basis normalization), which is negligible next to the network.
+
+One JSON line is printed per measurement; ``--out FILE.json`` writes all of them plus machine
+info (platform, device kind, CPU count, Python/jax/jaxlib/flax/optax versions, UTC date, load
+average before/after the whole run).
+
+Reproduce the README's Performance table (about 15 minutes on 2 CPU cores; check first that
+nothing else runs, e.g. ``pgrep -f camflow_jax.train``):
+
+    python tools/benchmark.py --mode all --height 320 --width 576 --batch 8 --train-batch 2 \\
+        --repeats 3 --warmup 1 --out docs/benchmarks/cpu_2core.json
+    python tools/benchmark.py --mode infer --height 320 --width 576 --batch 1 --groups 12,12 --repeats 15 \\
+        --out docs/benchmarks/cpu_2core_infer_b1.json
+
+(the second is the batch-1 inference latency with more repeats; the train step at 320x576 and
+batch 8 needs ~29 GiB, more than the 23 GiB of the 2-core machine, hence ``--train-batch 2``). Tiny sizes for a quick
+check: ``--arch config --config configs/smoke.py --height 64 --width 128 --batch 2 --repeats 2``.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import importlib.util
 import json
 import os
+import platform
+import resource
 import statistics
+import sys
 import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODES = ("infer", "train", "all")
+
+# Fields of ``Compiled.memory_analysis()`` reported when the installed jaxlib has them.
+_MEMORY_FIELDS = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
+                  "temp_size_in_bytes", "generated_code_size_in_bytes", "peak_memory_in_bytes",
+                  "host_argument_size_in_bytes", "host_output_size_in_bytes", "host_temp_size_in_bytes")
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--mode", default="infer", choices=MODES)
     p.add_argument("--height", type=int, default=320)
     p.add_argument("--width", type=int, default=576)
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--groups", default="12,12", help="group sizes, e.g. 12,12 (CamFlow) or 12,12,12 (CamFlow+)")
+    p.add_argument("--batch", type=int, default=1,
+                   help="batch of mode infer, of the large-batch inference and of the train step in mode all")
+    p.add_argument("--groups", default=None,
+                   help="group sizes, e.g. 12,12 (CamFlow, the inference default) or 12,12,12 (CamFlow+ with "
+                        "depth bases); train mode defaults to the config's bases")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--per-sample-bases", action="store_true",
-                   help="pass [B, N, H, W, 2] bases (and separate backward bases) as CamFlow+ training does")
-    p.add_argument("--repeats", type=int, default=20)
-    p.add_argument("--warmup", type=int, default=2)
+                   help="inference: pass [B, N, H, W, 2] bases (and separate backward bases) as CamFlow+ does")
+    p.add_argument("--config", default=str(ROOT / "configs" / "synthetic.py"),
+                   help="training config file (get_config()): loss, optimizer, bases and data of the train step")
+    p.add_argument("--arch", default="release", choices=["release", "config"],
+                   help="network width/depth: 'release' = the released CamFlow structure (embed 24, depths "
+                        "(2, 4, 6), heads (3, 12, 24)) for inference and training; 'config' = --config's model "
+                        "section (e.g. the narrow nets of configs/synthetic.py and configs/smoke.py)")
+    p.add_argument("--train-batch", type=int, default=None,
+                   help="batch of the train measurements (default: --batch)")
+    p.add_argument("--train-size", default=None, metavar="HxW",
+                   help="input size of the train measurements (default: --height x --width), e.g. 160x288 "
+                        "where the 320x576 step does not fit in memory")
+    p.add_argument("--repeats", type=int, default=20, help="timed calls (train modes: steps)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed calls after compilation")
+    p.add_argument("--prefetch-buffer", type=int, default=None,
+                   help="train_data: read the trainer's chain with this many batches of thread prefetch "
+                        "(default: the trainer's pipeline unchanged, unless its buffer would not fit in memory)")
+    p.add_argument("--fast-compile", action="store_true",
+                   help="compile with XLA's backend optimization level 0 (about 40%% less compile time on "
+                        "CPU, slower code, same FLOP counts): for tests, not for timings")
+    p.add_argument("--out", default=None, help="JSON file for all results and machine info")
     return p.parse_args(argv)
 
 
-def run(args) -> dict:
+# ----------------------------------------------------------------------------------------------
+# Helpers
+# ----------------------------------------------------------------------------------------------
+
+def _loadavg():
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _peak_rss_bytes() -> int:
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(r) if sys.platform == "darwin" else int(r) * 1024  # Linux reports KiB
+
+
+def machine_info() -> dict:
+    import flax
+    import jax
+    import jaxlib
+    import optax
+
+    dev = jax.devices()[0]
+    return {"platform": dev.platform, "device": str(dev), "device_kind": dev.device_kind,
+            "device_count": jax.device_count(), "cpu_count": os.cpu_count(),
+            "processor": platform.processor() or platform.machine(), "python": platform.python_version(),
+            "jax": jax.__version__, "jaxlib": jaxlib.__version__, "flax": flax.__version__,
+            "optax": optax.__version__,
+            "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+def compile_fn(fn, *args, fast: bool = False):
+    """(compiled, lower seconds, compile seconds) of ``fn`` (a jitted function) for ``args``."""
+    t0 = time.perf_counter()
+    lowered = fn.lower(*args)
+    t1 = time.perf_counter()
+    compiled = lowered.compile(compiler_options={"xla_backend_optimization_level": 0} if fast else None)
+    return compiled, t1 - t0, time.perf_counter() - t1
+
+
+def flops_of(compiled) -> float | None:
+    """Total FLOPs of a compiled computation from XLA's cost analysis (a dict, or a list of
+    per-module dicts in some jax versions); None when the backend gives none."""
+    try:
+        cost = compiled.cost_analysis()
+    except Exception:  # noqa: BLE001 - some backends do not implement it
+        return None
+    if cost is None:
+        return None
+    if isinstance(cost, dict):
+        cost = [cost]
+    total = [float(c["flops"]) for c in cost if c and "flops" in c]
+    return sum(total) if total else None
+
+
+def memory_of(compiled) -> dict:
+    """``compiled.memory_analysis()`` sizes, the device's peak bytes in use (GPU/TPU) and the
+    process peak RSS."""
+    out = {}
+    try:
+        m = compiled.memory_analysis()
+    except Exception:  # noqa: BLE001
+        m = None
+    if m is not None:
+        for f in _MEMORY_FIELDS:
+            v = getattr(m, f, None)
+            if isinstance(v, (int, float)):
+                out[f] = int(v)
+    import jax
+
+    try:
+        stats = jax.devices()[0].memory_stats()
+    except Exception:  # noqa: BLE001
+        stats = None
+    if stats and "peak_bytes_in_use" in stats:
+        out["device_peak_bytes_in_use"] = int(stats["peak_bytes_in_use"])
+    out["process_peak_rss_bytes"] = _peak_rss_bytes()
+    return out
+
+
+def _timing(times, cpu, batch, flops) -> dict:
+    med = statistics.median(times)
+    return {"median_s": round(med, 4), "mean_s": round(statistics.mean(times), 4),
+            "min_s": round(min(times), 4), "median_s_per_pair": round(med / batch, 4),
+            "pairs_per_s": round(batch / med, 3),
+            "median_process_cpu_s": round(statistics.median(cpu), 4),
+            "mean_process_cpu_s": round(statistics.mean(cpu), 4),
+            "times_s": [round(t, 4) for t in times],
+            "flops": flops, "flops_per_pair": None if flops is None else flops / batch,
+            "flops_per_s": None if flops is None else flops / med}
+
+
+ARCH_KEYS = ("embed_dim", "depths", "layer_depth", "num_heads", "window_size", "mlp_ratio")
+
+
+def load_config(path, height: int, width: int, batch: int, dtype: str | None = None, arch: str = "config"):
+    """``get_config()`` of a config file, with model.height/width, batch_size (and dtype) set;
+    ``arch='release'`` also sets the network structure keys to the released CamFlow's."""
+    if str(ROOT) not in sys.path:  # configs import ``configs.default``
+        sys.path.insert(0, str(ROOT))
+    spec = importlib.util.spec_from_file_location(f"_bench_config_{Path(path).stem}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    config = mod.get_config()
+    config.model.height, config.model.width, config.batch_size = int(height), int(width), int(batch)
+    if dtype:
+        config.model.dtype = dtype
+    if arch == "release":
+        from camflow_jax.models import DEFAULT_CONFIG
+
+        for k in ARCH_KEYS:
+            if k in config.model:
+                config.model[k] = type(config.model[k])(DEFAULT_CONFIG[k])
+    elif arch != "config":
+        raise ValueError(f"arch must be 'release' or 'config', got {arch!r}")
+    return config
+
+
+def _arch(config) -> dict:
+    m = config.model
+    return {k: (list(m[k]) if isinstance(m[k], (tuple, list)) else m[k]) for k in ARCH_KEYS if k in m}
+
+
+def _parse_groups(groups) -> list[int] | None:
+    if groups is None or groups == "":
+        return None
+    if isinstance(groups, str):
+        return [int(g) for g in groups.split(",")]
+    return [int(g) for g in groups]
+
+
+def apply_groups(config, groups: list[int]) -> None:
+    """Sets ``config.bases`` so the trainer's model has these group sizes: [homography,
+    stochastic] (CamFlow) or [homography, stochastic, depth] (CamFlow+; depth = 3 x sigmas)."""
+    from camflow_jax import trainer
+
+    if len(groups) not in (2, 3):
+        raise ValueError(f"train mode: --groups needs 2 or 3 sizes (homography,stochastic[,depth]), got {groups}")
+    config.bases.num_homography, config.bases.num_stochastic = groups[0], groups[1]
+    config.bases.use_depth = len(groups) == 3
+    got = trainer.model_config_from(config)["group_sizes"]
+    if [g for g in got] != [g for g in groups if g]:
+        raise ValueError(f"train mode: --groups {groups} gives group sizes {got} "
+                         f"(the depth group has 3 x {len(trainer.depth_sigmas(config))} bases)")
+
+
+# ----------------------------------------------------------------------------------------------
+# Inference
+# ----------------------------------------------------------------------------------------------
+
+def bench_infer(args, batch: int, config) -> dict:
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     from camflow_jax.models import build_model, init_variables
 
-    groups = [int(g) for g in args.groups.split(",")]
-    model = build_model({"group_sizes": groups, "dtype": args.dtype})
-    n, b, h, w = sum(groups), args.batch, args.height, args.width
+    groups = _parse_groups(args.groups) or [12, 12]
+    model = build_model({**_arch(config), "group_sizes": groups, "dtype": args.dtype})
+    n, b, h, w = sum(groups), batch, args.height, args.width
     rng = np.random.default_rng(0)
     g1 = jnp.asarray(rng.standard_normal((b, h, w, 1), np.float32))
     g2 = jnp.asarray(rng.standard_normal((b, h, w, 1), np.float32))
@@ -48,37 +274,280 @@ def run(args) -> dict:
     bases = jnp.asarray(rng.uniform(-1, 1, shape).astype(np.float32))
     bases_b = bases if args.per_sample_bases else None
     variables = init_variables(model, jax.random.key(0), h, w)
+    call_args = (variables, g1, g2, bases, bases_b)
 
-    fwd = jax.jit(lambda v, a, c, bs, bb: model.apply(v, a, c, bs, bb))
+    fwd, lower_s, compile_s = compile_fn(jax.jit(lambda v, a, c, bs, bb: model.apply(v, a, c, bs, bb)),
+                                         *call_args, fast=args.fast_compile)
     t0 = time.perf_counter()
-    jax.block_until_ready(fwd(variables, g1, g2, bases, bases_b))
-    compile_s = time.perf_counter() - t0
+    jax.block_until_ready(fwd(*call_args))
+    first_s = time.perf_counter() - t0
     for _ in range(args.warmup):
-        jax.block_until_ready(fwd(variables, g1, g2, bases, bases_b))
-    load_before = os.getloadavg()
+        jax.block_until_ready(fwd(*call_args))
+    load_before = _loadavg()
     times, cpu = [], []
     for _ in range(args.repeats):
         t0, c0 = time.perf_counter(), time.process_time()
-        jax.block_until_ready(fwd(variables, g1, g2, bases, bases_b))
+        jax.block_until_ready(fwd(*call_args))
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
-    med = statistics.median(times)
+    dev = jax.devices()[0]
     return {
-        "device": str(jax.devices()[0]), "platform": jax.devices()[0].platform,
-        "cpu_count": os.cpu_count(), "height": h, "width": w, "batch": b, "groups": groups,
-        "dtype": args.dtype, "per_sample_bases": bool(args.per_sample_bases),
-        "repeats": args.repeats, "compile_s": round(compile_s, 3),
-        "median_s": round(med, 4), "mean_s": round(statistics.mean(times), 4),
-        "min_s": round(min(times), 4), "median_s_per_pair": round(med / b, 4),
-        "median_process_cpu_s": round(statistics.median(cpu), 4),
-        # Other processes compete for the cores: report the machine's load around the run.
-        "loadavg_before": [round(x, 2) for x in load_before],
-        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "measurement": "infer",
+        "device": str(dev), "platform": dev.platform, "cpu_count": os.cpu_count(),
+        "height": h, "width": w, "batch": b, "groups": groups, "dtype": args.dtype,
+        "per_sample_bases": bool(args.per_sample_bases), "arch": args.arch, **_arch(config),
+        "params": int(sum(x.size for x in jax.tree.leaves(variables["params"]))),
+        "repeats": args.repeats, "warmup": args.warmup,
+        # compile_s: lowering + XLA compilation (the old tool's first-call time also included
+        # one execution, reported separately as first_call_s).
+        "lower_s": round(lower_s, 3), "compile_s": round(lower_s + compile_s, 3),
+        "first_call_s": round(first_s, 3),
+        **_timing(times, cpu, b, flops_of(fwd)),
+        "memory": memory_of(fwd),
+        "loadavg_before": load_before, "loadavg_after": _loadavg(),
     }
 
 
+# ----------------------------------------------------------------------------------------------
+# Training
+# ----------------------------------------------------------------------------------------------
+
+def build_train(config):
+    """Everything ``train_and_evaluate`` builds before its loop: model, jitted step, state,
+    static bases, the training source and the host -> global-array transfer."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    from camflow_jax import checkpoint, models, trainer
+    from camflow_jax.data import pipeline
+
+    trainer.validate_config(config)
+    h, w = config.model.height, config.model.width
+    model_config = trainer.model_config_from(config)
+    model = models.build_model(model_config)
+    prepare = dict(height=h, width=w, resize=(config.data.resize_height, config.data.resize_width),
+                   need_depth=bool(config.bases.use_depth))
+    source = pipeline.make_source(config.data, h, w, "train")
+    steps_per_epoch = config.optim.steps_per_epoch or max(len(source) // config.batch_size, 1)
+
+    mesh = trainer.make_mesh()
+    repl, data_sharding = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+    tx = trainer.make_optimizer(config, steps_per_epoch)
+
+    def init_state(key, variables):  # as in train_and_evaluate
+        return {"step": jnp.zeros((), jnp.int32), "params": variables["params"],
+                "batch_stats": variables.get("batch_stats", {}), "opt_state": tx.init(variables["params"]),
+                "rng": jax.random.key_data(jax.random.fold_in(key, 1))}
+
+    key = jax.random.key(config.seed)
+    variables = jax.tree.map(jnp.asarray, models.init_variables(
+        model, key, h, w, identity_motion=bool(config.get("identity_init", True))))
+    state = jax.jit(init_state, out_shardings=repl)(key, variables)
+    static = jax.device_put(jnp.asarray(np.asarray(checkpoint.model_bases(model_config))), repl)
+    train_step, _ = trainer.make_steps(model, tx, config)
+    p_train = jax.jit(train_step, in_shardings=(repl, data_sharding, repl), out_shardings=(repl, repl),
+                      donate_argnums=(0,))
+
+    def to_global(batch):
+        return jax.tree.map(lambda x: jax.make_array_from_process_local_data(data_sharding, np.asarray(x)), batch)
+
+    def dataset(read_options=None):
+        """The trainer's ``pipeline.train_dataset`` (read_options None: unchanged, grain's default
+        thread prefetch), or the same chain of transformations read with ``read_options``."""
+        kw = dict(seed=config.seed, global_batch=config.batch_size, process_index=jax.process_index(),
+                  process_count=jax.process_count(), prepare_kwargs=prepare)
+        if read_options is None:
+            return pipeline.train_dataset(source, num_workers=config.data.num_workers,
+                                          prefetch=config.data.prefetch, **kw)
+        return _map_chain(source, **kw).to_iter_dataset(read_options)
+
+    def first_batch():
+        """The trainer's first batch, read without the thread prefetch."""
+        return _map_chain(source, seed=config.seed, global_batch=config.batch_size,
+                          process_index=jax.process_index(), process_count=jax.process_count(),
+                          prepare_kwargs=prepare)[0]
+
+    return {"model_config": model_config, "params": models.count_params(state["params"]), "state": state,
+            "static": static, "p_train": p_train, "dataset": dataset, "first_batch": first_batch,
+            "to_global": to_global}
+
+
+def _map_chain(source, *, seed, global_batch, process_index, process_count, prepare_kwargs):
+    """``pipeline.train_dataset``'s MapDataset before ``to_iter_dataset`` (same transformations,
+    same order, so element i is the trainer's batch i)."""
+    import grain
+
+    from camflow_jax.data import pipeline
+
+    local = global_batch // process_count
+    ds = grain.MapDataset.source(source).shuffle(seed=seed).repeat(None)
+    ds = ds.random_map(pipeline._PrepareRandom(**prepare_kwargs), seed=seed)
+    return ds.batch(local, drop_remainder=True)[process_index::process_count]
+
+
+def _mem_available_bytes() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+# grain's default ReadOptions for ``to_iter_dataset()`` (what the trainer's pipeline gets).
+GRAIN_DEFAULT_THREADS, GRAIN_DEFAULT_BUFFER = 16, 500
+
+
+def bench_train(args, config) -> list[dict]:
+    """[train (fixed batch), train_data (grain pipeline)] measurements of one compiled step."""
+    import grain
+    import jax
+    import numpy as np
+
+    t = build_train(config)
+    to_global, static = t["to_global"], t["static"]
+    b = config.batch_size
+    t0 = time.perf_counter()
+    host_batch = t["first_batch"]()
+    first_batch_s = time.perf_counter() - t0
+    fixed = to_global(host_batch)  # one real batch, resident on the device(s)
+    jax.block_until_ready(fixed)
+    batch_bytes = int(sum(np.asarray(v).nbytes for v in host_batch.values()))
+    step, lower_s, compile_s = compile_fn(t["p_train"], t["state"], fixed, static, fast=args.fast_compile)
+    flops, memory = flops_of(step), memory_of(step)
+    need = sum(memory.get(k, 0) for k in ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes"))
+    available = _mem_available_bytes()
+    if jax.devices()[0].platform == "cpu" and available and need > 0.85 * available:
+        raise MemoryError(f"the train step needs {need / 2**30:.1f} GiB (XLA memory analysis) but only "
+                          f"{available / 2**30:.1f} GiB are available: use a smaller --train-batch or --train-size")
+    state = t["state"]
+    common = {"device": str(jax.devices()[0]), "platform": jax.devices()[0].platform,
+              "cpu_count": os.cpu_count(), "height": config.model.height, "width": config.model.width,
+              "batch": b, "groups": list(t["model_config"]["group_sizes"]),
+              "dtype": str(config.model.dtype), "per_sample_depth_bases": bool(config.bases.use_depth),
+              "arch": args.arch, **_arch(config), "params": t["params"], "config": str(args.config), "repeats": args.repeats, "warmup": args.warmup,
+              "lower_s": round(lower_s, 3), "compile_s": round(lower_s + compile_s, 3)}
+
+    # (i) one fixed device-resident batch: no input pipeline.
+    t0 = time.perf_counter()
+    state, terms = step(state, fixed, static)
+    jax.block_until_ready((state, terms))
+    first_s = time.perf_counter() - t0
+    for _ in range(args.warmup):
+        state, terms = step(state, fixed, static)
+        jax.block_until_ready((state, terms))
+    load_before = _loadavg()
+    times, cpu = [], []
+    for _ in range(args.repeats):
+        t0, c0 = time.perf_counter(), time.process_time()
+        state, terms = step(state, fixed, static)
+        jax.block_until_ready((state, terms))
+        times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    loss = float(jax.device_get(terms["total"]))
+    res_fixed = {"measurement": "train", **common, "first_call_s": round(first_s, 3),
+                 **_timing(times, cpu, b, flops), "loss_finite": bool(np.isfinite(loss)),
+                 "memory": memory, "loadavg_before": load_before, "loadavg_after": _loadavg()}
+
+    # (ii) fed from the grain pipeline as the trainer's loop does: next batch, transfer, step,
+    # without blocking, so host-side data work overlaps the device work of the previous step.
+    # The trainer's iterator prefetches up to 500 batches in 16 threads (grain's defaults); where
+    # that buffer would not fit in memory, the same chain is read with a bounded buffer instead.
+    buffer = args.prefetch_buffer
+    available = _mem_available_bytes()
+    if available and jax.devices()[0].platform == "cpu":
+        available = max(available - need, 0)  # the step's own buffers live in the same memory
+    note = None
+    if buffer is None and available and GRAIN_DEFAULT_BUFFER * batch_bytes > available // 2:
+        buffer = max(2, int(available // 4 // max(batch_bytes, 1)))
+        note = (f"the trainer's pipeline would buffer up to {GRAIN_DEFAULT_BUFFER} batches of "
+                f"{batch_bytes / 2**20:.1f} MiB ({GRAIN_DEFAULT_BUFFER * batch_bytes / 2**30:.1f} GiB) with "
+                f"{available / 2**30:.1f} GiB available; read the same chain with a {buffer}-batch buffer")
+    options = None if buffer is None else grain.ReadOptions(num_threads=GRAIN_DEFAULT_THREADS,
+                                                             prefetch_buffer_size=int(buffer))
+    it = iter(t["dataset"](options))
+    t0 = time.perf_counter()
+    batch = to_global(next(it))
+    iter_first_s = time.perf_counter() - t0
+    state, terms = step(state, batch, static)
+    for _ in range(args.warmup):
+        state, terms = step(state, to_global(next(it)), static)
+    jax.block_until_ready((state, terms))
+    load_before = _loadavg()
+    data_s = []
+    t_start, c_start = time.perf_counter(), time.process_time()
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        batch = to_global(next(it))
+        data_s.append(time.perf_counter() - t0)
+        state, terms = step(state, batch, static)
+    jax.block_until_ready((state, terms))
+    total, total_cpu = time.perf_counter() - t_start, time.process_time() - c_start
+    per_step = total / args.repeats
+    res_data = {"measurement": "train_data", **common, "data_workers": int(config.data.num_workers),
+                "prefetch_buffer": GRAIN_DEFAULT_BUFFER if buffer is None else int(buffer),
+                "prefetch_threads": GRAIN_DEFAULT_THREADS, "pipeline_as_trainer": buffer is None,
+                "note": note, "batch_bytes": batch_bytes,
+                "first_batch_s": round(first_batch_s, 3), "iterator_first_batch_s": round(iter_first_s, 3),
+                "mean_s": round(per_step, 4), "median_s_per_pair": round(per_step / b, 4),
+                "pairs_per_s": round(b / per_step, 3), "mean_process_cpu_s": round(total_cpu / args.repeats, 4),
+                "median_data_s": round(statistics.median(data_s), 4),
+                "mean_data_s": round(statistics.mean(data_s), 4),
+                "pipeline_slowdown": round(per_step / res_fixed["median_s"], 3),
+                "flops": flops, "flops_per_pair": None if flops is None else flops / b,
+                "flops_per_s": None if flops is None else flops / per_step,
+                "memory": memory_of(step), "loadavg_before": load_before, "loadavg_after": _loadavg()}
+    return [res_fixed, res_data]
+
+
+# ----------------------------------------------------------------------------------------------
+# Entry points
+# ----------------------------------------------------------------------------------------------
+
+def run(args) -> dict:
+    """Runs the measurements of ``args.mode``; returns {'machine', 'args', 'results'} (results:
+    one dict per measurement, each also printed as one JSON line) and writes ``args.out``."""
+    if args.mode not in MODES:
+        raise ValueError(f"--mode must be one of {MODES}, got {args.mode!r}")
+    if str(ROOT) not in sys.path:  # camflow_jax and configs from this checkout, installed or not
+        sys.path.insert(0, str(ROOT))
+    load_start = _loadavg()
+    machine = machine_info()
+    results = []
+
+    def emit(r):
+        results.append(r)
+        print(json.dumps(r), flush=True)
+
+    config = load_config(args.config, args.height, args.width, args.batch, args.dtype, args.arch)
+    if args.mode == "infer":
+        emit(bench_infer(args, args.batch, config))
+    if args.mode == "all":
+        emit(bench_infer(args, 1, config))
+        emit(bench_infer(args, args.batch, config))
+    if args.mode in ("train", "all"):
+        if args.train_size or args.train_batch:
+            th, tw = (int(v) for v in (args.train_size or f"{args.height}x{args.width}").lower().split("x"))
+            config = load_config(args.config, th, tw, args.train_batch or args.batch, args.dtype, args.arch)
+        groups = _parse_groups(args.groups)
+        if groups:
+            apply_groups(config, groups)
+        for r in bench_train(args, config):
+            emit(r)
+    machine.update(loadavg_before=load_start, loadavg_after=_loadavg())
+    out = {"machine": machine, "args": vars(args), "results": results}
+    if args.out:
+        path = Path(args.out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(out, indent=2) + "\n")
+    return out
+
+
 def main(argv=None):
-    print(json.dumps(run(parse_args(argv))))
+    run(parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -18,14 +18,34 @@ from camflow_jax.models.layers import Dtype, conv3x3
 
 
 class MaskNet(nn.Module):
+    """The dense conv stack on ``[B, H, W, 2]`` inputs -> ``[B, H, W, 1]`` float32 (s >= 0).
+
+    An even batch (the model's [forward; backward] layout) runs as two independent chains of
+    B/2 samples with the same weights: XLA:CPU executes independent ops concurrently, and two
+    chains of full-resolution thin convolutions keep 2 cores busier than one chain whose ops
+    each split over the cores (measured at 320x576, both directions of one pair: 295 -> 263 ms
+    for the mask net, ~3% of the whole forward). Samples never mix, so the result is the same.
+    """
+
     channels: Sequence[int] = (8, 16, 32, 16, 8)
     dtype: Dtype = jnp.float32
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        x = x.astype(self.dtype)
+        cin = x.shape[-1]
+        convs = []
         for i, c in enumerate(self.channels):
-            y = nn.leaky_relu(conv3x3(c, x.shape[-1], dtype=self.dtype, name=f"conv_{i}")(x), 0.1)
-            x = jnp.concatenate([y, x], axis=-1)
-        s = conv3x3(1, x.shape[-1], dtype=self.dtype, name="conv_out")(x)
-        return nn.relu(s).astype(jnp.float32)
+            convs.append(conv3x3(c, cin, dtype=self.dtype, name=f"conv_{i}"))
+            cin += c
+        conv_out = conv3x3(1, cin, dtype=self.dtype, name="conv_out")
+
+        def chain(x):
+            x = x.astype(self.dtype)
+            for conv in convs:
+                x = jnp.concatenate([nn.leaky_relu(conv(x), 0.1), x], axis=-1)
+            return nn.relu(conv_out(x)).astype(jnp.float32)
+
+        b = x.shape[0]
+        if b < 2 or b % 2:
+            return chain(x)
+        return jnp.concatenate([chain(x[: b // 2]), chain(x[b // 2:])], axis=0)

@@ -1,0 +1,130 @@
+"""tools/benchmark.py: one run of every measurement on a tiny narrow network, plus XLA FLOP
+counts checked against closed forms (linear in batch, backward >= forward, the mask net's
+convolutions)."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A narrower net than configs/smoke.py (one Swin block per stage): the train step compiles
+# in seconds. CamFlow+ 36 with per-sample depth bases, as the benchmark's default config.
+TINY_CONFIG = """
+from configs import smoke
+
+
+def get_config():
+    c = smoke.get_config()
+    c.model.depths = (1, 1, 1)
+    return c
+"""
+
+
+def _load_tool():
+    spec = importlib.util.spec_from_file_location("camflow_benchmark_tool", ROOT / "tools" / "benchmark.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def tool():
+    return _load_tool()
+
+
+@pytest.fixture(scope="module")
+def report(tool, tmp_path_factory):
+    d = tmp_path_factory.mktemp("bench")
+    cfg = d / "tiny.py"
+    cfg.write_text(TINY_CONFIG)
+    out = d / "bench.json"
+    args = tool.parse_args(["--mode", "all", "--arch", "config", "--config", str(cfg), "--height", "64", "--width", "64",
+                            "--batch", "2", "--groups", "12,12,12", "--repeats", "2", "--warmup", "0",
+                            "--fast-compile", "--out", str(out)])
+    result = tool.run(args)
+    return result, json.loads(out.read_text())
+
+
+def test_report_structure_and_file(report):
+    result, written = report
+    assert written == json.loads(json.dumps(result))
+    m = result["machine"]
+    for k in ("platform", "device_kind", "cpu_count", "python", "jax", "jaxlib", "flax", "optax", "date_utc",
+              "loadavg_before", "loadavg_after"):
+        assert k in m, k
+    assert [r["measurement"] for r in result["results"]] == ["infer", "infer", "train", "train_data"]
+    assert [r["batch"] for r in result["results"]] == [1, 2, 2, 2]
+    infer1 = result["results"][0]
+    # The keys the README quotes (the old tool's output) are still there.
+    for k in ("device", "platform", "cpu_count", "height", "width", "batch", "groups", "dtype", "per_sample_bases",
+              "repeats", "compile_s", "median_s", "mean_s", "min_s", "median_s_per_pair",
+              "median_process_cpu_s", "loadavg_before", "loadavg_after"):
+        assert k in infer1, k
+    train, data = result["results"][2:]
+    assert train["groups"] == [12, 12, 12] and train["per_sample_depth_bases"] and train["loss_finite"]
+    for r in result["results"]:  # the narrow net of the config, not the released structure
+        assert r["embed_dim"] == 8 and r["depths"] == [1, 1, 1], r["measurement"]
+    assert data["pipeline_as_trainer"]  # tiny batches: the trainer's pipeline, unchanged
+
+
+def test_times_positive_and_consistent(report):
+    result, _ = report
+    for r in result["results"]:
+        assert r["mean_s"] > 0 and r["pairs_per_s"] > 0 and r["compile_s"] > 0, r["measurement"]
+        assert r["mean_process_cpu_s"] > 0
+        assert r["flops_per_s"] > 0
+        if "median_s" in r:
+            assert 0 < r["min_s"] <= r["median_s"]
+            assert r["pairs_per_s"] == pytest.approx(r["batch"] / r["median_s"], rel=1e-2)
+            assert r["flops_per_s"] == pytest.approx(r["flops"] / r["median_s"], rel=1e-2)
+    data = result["results"][3]
+    assert data["median_data_s"] >= 0 and data["pipeline_slowdown"] > 0
+
+
+def test_flops_linear_in_batch_and_backward_costs_more(report):
+    infer1, infer2, train, data = report[0]["results"]
+    assert infer1["flops_per_pair"] > 1e8  # a 64x64 pair through the whole network
+    assert infer2["flops"] == pytest.approx(2 * infer1["flops"], rel=0.03)
+    assert infer2["flops_per_pair"] == pytest.approx(infer1["flops_per_pair"], rel=0.03)
+    # Same network (CamFlow+ 36): the train step adds the backward pass (>= the forward's FLOPs).
+    assert train["flops_per_pair"] > 2 * infer2["flops_per_pair"]
+    assert train["flops_per_pair"] < 10 * infer2["flops_per_pair"]
+    assert data["flops"] == train["flops"]  # one compiled step for both
+
+
+def test_memory_reported(report):
+    infer1, infer2, train, _ = report[0]["results"]
+    for r in (infer1, infer2, train):
+        mem = r["memory"]
+        assert mem["process_peak_rss_bytes"] > 0
+        assert mem["argument_size_in_bytes"] > 0 and mem["output_size_in_bytes"] > 0
+    # The backward keeps the forward's activations: far more scratch than inference.
+    assert train["memory"]["temp_size_in_bytes"] > 2 * infer2["memory"]["temp_size_in_bytes"]
+    # The state is donated: its buffers alias the output.
+    assert train["memory"]["alias_size_in_bytes"] > 0
+
+
+def test_mask_net_flops_match_closed_form(tool):
+    """XLA's count for the mask net alone is the convolutions' 2 * Cin * Cout * (taps inside the
+    image), i.e. 2 * 9 * Cin * Cout * H * W less the zero-padding taps at the border, plus a
+    little elementwise work (bias, LeakyReLU)."""
+    from camflow_jax.models.mask import MaskNet
+
+    b, h, w = 2, 32, 48  # both directions of one pair
+    net = MaskNet()
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((b, h, w, 2), np.float32))
+    shapes = jax.eval_shape(net.init, jax.random.key(0), x)  # no init compile
+    params = jax.tree.map(lambda s: jnp.full(s.shape, 0.1, s.dtype), shapes)
+    compiled = jax.jit(net.apply).lower(params, x).compile()
+    got = tool.flops_of(compiled)
+    chans = [(2, 8), (10, 16), (26, 32), (58, 16), (74, 8), (82, 1)]
+    dense = sum(2 * 9 * ci * co * h * w * b for ci, co in chans)
+    inside = sum(2 * ci * co * (3 * h - 2) * (3 * w - 2) * b for ci, co in chans)
+    assert inside <= got <= 1.02 * inside, (got, inside)
+    assert got == pytest.approx(dense, rel=0.05)
