@@ -247,7 +247,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
     train_ds = pipeline.train_dataset(
         train_source, seed=config.seed, global_batch=config.batch_size, process_index=jax.process_index(),
         process_count=jax.process_count(), prepare_kwargs=prepare, num_workers=config.data.num_workers,
-        prefetch=config.data.prefetch)
+        prefetch=config.data.prefetch, read_threads=config.data.read_threads)
     train_iter = iter(train_ds)
 
     # --- state ----------------------------------------------------------------------------

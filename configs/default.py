@@ -43,7 +43,9 @@ def get_config() -> ml_collections.ConfigDict:
         frame_gap=1,            # frames: pairs (t, t + gap)
         depth_pattern="",       # ghof: per-sample depth files, "{}" = 1 or 2 (e.g. "depth{}.npy"); "" = none
         num_workers=0,          # grain worker processes (0 = in the main process)
-        prefetch=2,             # batches buffered per worker
+        prefetch=2,             # batches prepared ahead (per worker, and by the read threads)
+        read_threads=1,         # threads preparing batches in each process (grain's default 16
+                                # competes with the step for the cores)
     ))
 
     c.loss = ml_collections.ConfigDict(dict(

@@ -15,7 +15,10 @@ Measurements (``--mode``; ``all`` runs the four in this order):
           + ``train_dataset`` + ``jax.make_array_from_process_local_data`` per batch), stepping
           without blocking as the trainer's loop does, so the input pipeline overlaps the
           device work; compare its pairs/s with ``train`` to see whether the pipeline starves
-          the device (``pipeline_slowdown`` = train pairs/s / train_data pairs/s).
+          the device (``pipeline_slowdown`` = train pairs/s / train_data pairs/s). The trainer's
+          iterator prefetches with grain's defaults (16 threads, up to 500 batches); where that
+          buffer would not fit in memory, or with ``--prefetch-threads``/``--prefetch-buffer``,
+          the same chain of transformations is read with those read options instead.
   all     infer at batch 1, infer at ``--batch``, train, train_data.
 
 The network structure is the released CamFlow's (embed 24, depths (2, 4, 6), heads (3, 12, 24);
@@ -46,8 +49,11 @@ nothing else runs, e.g. ``pgrep -f camflow_jax.train``):
         --out docs/benchmarks/cpu_2core_infer_b1.json
 
 (the second is the batch-1 inference latency with more repeats; the train step at 320x576 and
-batch 8 needs ~29 GiB, more than the 23 GiB of the 2-core machine, hence ``--train-batch 2``). Tiny sizes for a quick
-check: ``--arch config --config configs/smoke.py --height 64 --width 128 --batch 2 --repeats 2``.
+batch 8 needs ~29 GiB, more than the 23 GiB of the 2-core machine, hence ``--train-batch 2``).
+Tiny sizes for a quick check: ``--arch config --config configs/smoke.py --height 64 --width 128
+--batch 2 --repeats 2``. Glibc maps each call's large XLA scratch buffers afresh (one page fault
+per 4 KiB: ~56k per 320x576 forward); ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` before the
+command backs them with transparent huge pages (see the README for its effect).
 """
 
 from __future__ import annotations
@@ -103,6 +109,9 @@ def parse_args(argv=None):
     p.add_argument("--prefetch-buffer", type=int, default=None,
                    help="train_data: read the trainer's chain with this many batches of thread prefetch "
                         "(default: the trainer's pipeline unchanged, unless its buffer would not fit in memory)")
+    p.add_argument("--prefetch-threads", type=int, default=None,
+                   help="train_data: read the trainer's chain with this many prefetch threads (default: the "
+                        "trainer's pipeline, grain's 16)")
     p.add_argument("--fast-compile", action="store_true",
                    help="compile with XLA's backend optimization level 0 (about 40%% less compile time on "
                         "CPU, slower code, same FLOP counts): for tests, not for timings")
@@ -466,8 +475,11 @@ def bench_train(args, config) -> list[dict]:
         note = (f"the trainer's pipeline would buffer up to {GRAIN_DEFAULT_BUFFER} batches of "
                 f"{batch_bytes / 2**20:.1f} MiB ({GRAIN_DEFAULT_BUFFER * batch_bytes / 2**30:.1f} GiB) with "
                 f"{available / 2**30:.1f} GiB available; read the same chain with a {buffer}-batch buffer")
-    options = None if buffer is None else grain.ReadOptions(num_threads=GRAIN_DEFAULT_THREADS,
-                                                             prefetch_buffer_size=int(buffer))
+    threads = args.prefetch_threads
+    if threads is not None and buffer is None:
+        buffer = GRAIN_DEFAULT_BUFFER
+    options = None if buffer is None else grain.ReadOptions(
+        num_threads=GRAIN_DEFAULT_THREADS if threads is None else int(threads), prefetch_buffer_size=int(buffer))
     it = iter(t["dataset"](options))
     t0 = time.perf_counter()
     batch = to_global(next(it))
@@ -489,7 +501,8 @@ def bench_train(args, config) -> list[dict]:
     per_step = total / args.repeats
     res_data = {"measurement": "train_data", **common, "data_workers": int(config.data.num_workers),
                 "prefetch_buffer": GRAIN_DEFAULT_BUFFER if buffer is None else int(buffer),
-                "prefetch_threads": GRAIN_DEFAULT_THREADS, "pipeline_as_trainer": buffer is None,
+                "prefetch_threads": GRAIN_DEFAULT_THREADS if options is None else int(options.num_threads),
+                "pipeline_as_trainer": options is None,
                 "note": note, "batch_bytes": batch_bytes,
                 "first_batch_s": round(first_batch_s, 3), "iterator_first_batch_s": round(iter_first_s, 3),
                 "mean_s": round(per_step, 4), "median_s_per_pair": round(per_step / b, 4),
