@@ -172,6 +172,55 @@ def make_steps(model, tx, config):
 
 
 # ----------------------------------------------------------------------------------------------
+# Setup pieces shared by train_and_evaluate and tools/benchmark.py
+# ----------------------------------------------------------------------------------------------
+
+def prepare_kwargs(config) -> dict:
+    """``pipeline.prepare_pair`` arguments of a training config."""
+    return dict(height=config.model.height, width=config.model.width,
+                resize=(config.data.resize_height, config.data.resize_width),
+                need_depth=bool(config.bases.use_depth))
+
+
+def make_train_dataset(config, source, **read_overrides) -> grain.IterDataset:
+    """This process's training batches; ``read_overrides`` (``read_threads``, ``prefetch``)
+    replace the config's read options (the benchmark varies them)."""
+    read = dict(read_threads=config.data.read_threads, prefetch=config.data.prefetch)
+    read.update({k: v for k, v in read_overrides.items() if v is not None})
+    return pipeline.train_dataset(
+        source, seed=config.seed, global_batch=config.batch_size, process_index=jax.process_index(),
+        process_count=jax.process_count(), prepare_kwargs=prepare_kwargs(config),
+        num_workers=config.data.num_workers, **read)
+
+
+def init_train_state(config, model, tx, key, sharding) -> dict:
+    """The freshly initialized train state, placed with ``sharding``."""
+    def init_state(key, variables):
+        return {"step": jnp.zeros((), jnp.int32), "params": variables["params"],
+                "batch_stats": variables.get("batch_stats", {}), "opt_state": tx.init(variables["params"]),
+                "rng": jax.random.key_data(jax.random.fold_in(key, 1))}
+
+    # Drawn on the host (numpy, seeded by the key): identical on every process, no init compile.
+    variables = jax.tree.map(jnp.asarray, models.init_variables(
+        model, key, config.model.height, config.model.width, identity_motion=config.identity_init))
+    return jax.jit(init_state, out_shardings=sharding)(key, variables)
+
+
+def jit_steps(model, tx, config, repl, data_sharding):
+    """(train step with the state donated, eval step), jitted with the mesh's shardings."""
+    train_step, eval_step = make_steps(model, tx, config)
+    p_train = jax.jit(train_step, in_shardings=(repl, data_sharding, repl), out_shardings=(repl, repl),
+                      donate_argnums=(0,))
+    p_eval = jax.jit(eval_step, in_shardings=(repl, data_sharding, repl), out_shardings=repl)
+    return p_train, p_eval
+
+
+def host_to_global(batch, data_sharding):
+    """This process's rows of a batch -> global arrays sharded along the data axis."""
+    return jax.tree.map(lambda x: jax.make_array_from_process_local_data(data_sharding, np.asarray(x)), batch)
+
+
+# ----------------------------------------------------------------------------------------------
 # Evaluation on the held-out set
 # ----------------------------------------------------------------------------------------------
 
@@ -239,15 +288,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
     model = models.build_model(model_config)
 
     # --- data -----------------------------------------------------------------------------
-    prepare = dict(height=h, width=w, resize=(config.data.resize_height, config.data.resize_width),
-                   need_depth=bool(config.bases.use_depth))
+    prepare = prepare_kwargs(config)
     train_source = pipeline.make_source(config.data, h, w, "train")
     eval_source = pipeline.make_source(config.data, h, w, "eval") if config.data.name == "synthetic" else None
     steps_per_epoch = config.optim.steps_per_epoch or max(len(train_source) // config.batch_size, 1)
-    train_ds = pipeline.train_dataset(
-        train_source, seed=config.seed, global_batch=config.batch_size, process_index=jax.process_index(),
-        process_count=jax.process_count(), prepare_kwargs=prepare, num_workers=config.data.num_workers,
-        prefetch=config.data.prefetch, read_threads=config.data.read_threads)
+    train_ds = make_train_dataset(config, train_source)
     train_iter = iter(train_ds)
 
     # --- state ----------------------------------------------------------------------------
@@ -256,16 +301,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
     tx = make_optimizer(config, steps_per_epoch)
     schedule = lr_schedule(config, steps_per_epoch)
 
-    def init_state(key, variables):
-        return {"step": jnp.zeros((), jnp.int32), "params": variables["params"],
-                "batch_stats": variables.get("batch_stats", {}), "opt_state": tx.init(variables["params"]),
-                "rng": jax.random.key_data(jax.random.fold_in(key, 1))}
-
     key = jax.random.key(config.seed)
-    # Drawn on the host (numpy, seeded by the key): identical on every process, no init compile.
-    variables = jax.tree.map(jnp.asarray, models.init_variables(model, key, h, w,
-                                                                 identity_motion=config.identity_init))
-    state = jax.jit(init_state, out_shardings=repl)(key, variables)
+    state = init_train_state(config, model, tx, key, repl)
     static = np.asarray(checkpoint.model_bases(model_config))
     if config.init_from:
         _, loaded, loaded_bases, _ = checkpoint.load_model(config.init_from)
@@ -293,17 +330,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
         state = restored["state"]
         _log(f"resumed from {workdir / 'checkpoints' / str(start)} at step {start}")
 
-    train_step, eval_step = make_steps(model, tx, config)
-    p_train = jax.jit(train_step, in_shardings=(repl, data_sharding, repl), out_shardings=(repl, repl),
-                      donate_argnums=(0,))
-    p_eval = jax.jit(eval_step, in_shardings=(repl, data_sharding, repl), out_shardings=repl)
+    p_train, p_eval = jit_steps(model, tx, config, repl, data_sharding)
     n_params = models.count_params(state["params"])
     _log(f"CamFlow {model_config['group_sizes']} ({n_params:,} params) at {h}x{w}, batch {config.batch_size} "
          f"on {jax.device_count()} {jax.devices()[0].platform} device(s), {jax.process_count()} process(es); "
          f"steps {start + 1}..{config.num_steps}, {steps_per_epoch} steps/epoch")
 
     def to_global(batch):
-        return jax.tree.map(lambda x: jax.make_array_from_process_local_data(data_sharding, np.asarray(x)), batch)
+        return host_to_global(batch, data_sharding)
 
     eval_cache: dict = {}
     categories = _category_names(config)

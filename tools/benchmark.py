@@ -15,10 +15,9 @@ Measurements (``--mode``; ``all`` runs the four in this order):
           + ``train_dataset`` + ``jax.make_array_from_process_local_data`` per batch), stepping
           without blocking as the trainer's loop does, so the input pipeline overlaps the
           device work; compare its pairs/s with ``train`` to see whether the pipeline starves
-          the device (``pipeline_slowdown`` = train pairs/s / train_data pairs/s). The trainer's
-          iterator prefetches with grain's defaults (16 threads, up to 500 batches); where that
-          buffer would not fit in memory, or with ``--prefetch-threads``/``--prefetch-buffer``,
-          the same chain of transformations is read with those read options instead.
+          the device (``pipeline_slowdown`` = train pairs/s / train_data pairs/s). The read
+          options are the config's (``data.read_threads``, ``data.prefetch``) unless
+          ``--prefetch-threads``/``--prefetch-buffer`` replace them.
   all     infer at batch 1, infer at ``--batch``, train, train_data.
 
 The network structure is the released CamFlow's (embed 24, depths (2, 4, 6), heads (3, 12, 24);
@@ -102,16 +101,15 @@ def parse_args(argv=None):
     p.add_argument("--train-batch", type=int, default=None,
                    help="batch of the train measurements (default: --batch)")
     p.add_argument("--train-size", default=None, metavar="HxW",
-                   help="input size of the train measurements (default: --height x --width), e.g. 160x288 "
+                   help="input size of the train measurements (default: --height x --width), e.g. 128x256 "
                         "where the 320x576 step does not fit in memory")
     p.add_argument("--repeats", type=int, default=20, help="timed calls (train modes: steps)")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls after compilation")
     p.add_argument("--prefetch-buffer", type=int, default=None,
-                   help="train_data: read the trainer's chain with this many batches of thread prefetch "
-                        "(default: the trainer's pipeline unchanged, unless its buffer would not fit in memory)")
+                   help="train_data: batches prepared ahead (default: the config's data.prefetch)")
     p.add_argument("--prefetch-threads", type=int, default=None,
-                   help="train_data: read the trainer's chain with this many prefetch threads (default: the "
-                        "trainer's pipeline, grain's 16)")
+                   help="train_data: read threads (default: the config's data.read_threads; grain's own "
+                        "default is 16)")
     p.add_argument("--fast-compile", action="store_true",
                    help="compile with XLA's backend optimization level 0 (about 40%% less compile time on "
                         "CPU, slower code, same FLOP counts): for tests, not for timings")
@@ -322,8 +320,8 @@ def bench_infer(args, batch: int, config) -> dict:
 # ----------------------------------------------------------------------------------------------
 
 def build_train(config):
-    """Everything ``train_and_evaluate`` builds before its loop: model, jitted step, state,
-    static bases, the training source and the host -> global-array transfer."""
+    """Everything ``train_and_evaluate`` builds before its loop (through the trainer's own setup
+    functions): jitted step, state, static bases, the training source."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -333,67 +331,19 @@ def build_train(config):
     from camflow_jax.data import pipeline
 
     trainer.validate_config(config)
-    h, w = config.model.height, config.model.width
     model_config = trainer.model_config_from(config)
     model = models.build_model(model_config)
-    prepare = dict(height=h, width=w, resize=(config.data.resize_height, config.data.resize_width),
-                   need_depth=bool(config.bases.use_depth))
-    source = pipeline.make_source(config.data, h, w, "train")
+    source = pipeline.make_source(config.data, config.model.height, config.model.width, "train")
     steps_per_epoch = config.optim.steps_per_epoch or max(len(source) // config.batch_size, 1)
-
     mesh = trainer.make_mesh()
     repl, data_sharding = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
     tx = trainer.make_optimizer(config, steps_per_epoch)
-
-    def init_state(key, variables):  # as in train_and_evaluate
-        return {"step": jnp.zeros((), jnp.int32), "params": variables["params"],
-                "batch_stats": variables.get("batch_stats", {}), "opt_state": tx.init(variables["params"]),
-                "rng": jax.random.key_data(jax.random.fold_in(key, 1))}
-
-    key = jax.random.key(config.seed)
-    variables = jax.tree.map(jnp.asarray, models.init_variables(
-        model, key, h, w, identity_motion=bool(config.get("identity_init", True))))
-    state = jax.jit(init_state, out_shardings=repl)(key, variables)
+    state = trainer.init_train_state(config, model, tx, jax.random.key(config.seed), repl)
     static = jax.device_put(jnp.asarray(np.asarray(checkpoint.model_bases(model_config))), repl)
-    train_step, _ = trainer.make_steps(model, tx, config)
-    p_train = jax.jit(train_step, in_shardings=(repl, data_sharding, repl), out_shardings=(repl, repl),
-                      donate_argnums=(0,))
-
-    def to_global(batch):
-        return jax.tree.map(lambda x: jax.make_array_from_process_local_data(data_sharding, np.asarray(x)), batch)
-
-    def dataset(read_options=None):
-        """The trainer's ``pipeline.train_dataset`` (read_options None: unchanged, grain's default
-        thread prefetch), or the same chain of transformations read with ``read_options``."""
-        kw = dict(seed=config.seed, global_batch=config.batch_size, process_index=jax.process_index(),
-                  process_count=jax.process_count(), prepare_kwargs=prepare)
-        if read_options is None:
-            return pipeline.train_dataset(source, num_workers=config.data.num_workers,
-                                          prefetch=config.data.prefetch, **kw)
-        return _map_chain(source, **kw).to_iter_dataset(read_options)
-
-    def first_batch():
-        """The trainer's first batch, read without the thread prefetch."""
-        return _map_chain(source, seed=config.seed, global_batch=config.batch_size,
-                          process_index=jax.process_index(), process_count=jax.process_count(),
-                          prepare_kwargs=prepare)[0]
-
+    p_train, _ = trainer.jit_steps(model, tx, config, repl, data_sharding)
     return {"model_config": model_config, "params": models.count_params(state["params"]), "state": state,
-            "static": static, "p_train": p_train, "dataset": dataset, "first_batch": first_batch,
-            "to_global": to_global}
-
-
-def _map_chain(source, *, seed, global_batch, process_index, process_count, prepare_kwargs):
-    """``pipeline.train_dataset``'s MapDataset before ``to_iter_dataset`` (same transformations,
-    same order, so element i is the trainer's batch i)."""
-    import grain
-
-    from camflow_jax.data import pipeline
-
-    local = global_batch // process_count
-    ds = grain.MapDataset.source(source).shuffle(seed=seed).repeat(None)
-    ds = ds.random_map(pipeline._PrepareRandom(**prepare_kwargs), seed=seed)
-    return ds.batch(local, drop_remainder=True)[process_index::process_count]
+            "static": static, "p_train": p_train, "source": source,
+            "to_global": lambda batch: trainer.host_to_global(batch, data_sharding)}
 
 
 def _mem_available_bytes() -> int | None:
@@ -406,21 +356,18 @@ def _mem_available_bytes() -> int | None:
     return None
 
 
-# grain's default ReadOptions for ``to_iter_dataset()`` (what the trainer's pipeline gets).
-GRAIN_DEFAULT_THREADS, GRAIN_DEFAULT_BUFFER = 16, 500
-
-
 def bench_train(args, config) -> list[dict]:
     """[train (fixed batch), train_data (grain pipeline)] measurements of one compiled step."""
-    import grain
     import jax
     import numpy as np
+
+    from camflow_jax import trainer
 
     t = build_train(config)
     to_global, static = t["to_global"], t["static"]
     b = config.batch_size
     t0 = time.perf_counter()
-    host_batch = t["first_batch"]()
+    host_batch = next(iter(trainer.make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
     first_batch_s = time.perf_counter() - t0
     fixed = to_global(host_batch)  # one real batch, resident on the device(s)
     jax.block_until_ready(fixed)
@@ -461,26 +408,11 @@ def bench_train(args, config) -> list[dict]:
                  **_timing(times, cpu, b, flops), "loss_finite": bool(np.isfinite(loss)),
                  "memory": memory, "loadavg_before": load_before, "loadavg_after": _loadavg()}
 
-    # (ii) fed from the grain pipeline as the trainer's loop does: next batch, transfer, step,
+    # (ii) fed from the trainer's grain pipeline as its loop does: next batch, transfer, step,
     # without blocking, so host-side data work overlaps the device work of the previous step.
-    # The trainer's iterator prefetches up to 500 batches in 16 threads (grain's defaults); where
-    # that buffer would not fit in memory, the same chain is read with a bounded buffer instead.
-    buffer = args.prefetch_buffer
-    available = _mem_available_bytes()
-    if available and jax.devices()[0].platform == "cpu":
-        available = max(available - need, 0)  # the step's own buffers live in the same memory
-    note = None
-    if buffer is None and available and GRAIN_DEFAULT_BUFFER * batch_bytes > available // 2:
-        buffer = max(2, int(available // 4 // max(batch_bytes, 1)))
-        note = (f"the trainer's pipeline would buffer up to {GRAIN_DEFAULT_BUFFER} batches of "
-                f"{batch_bytes / 2**20:.1f} MiB ({GRAIN_DEFAULT_BUFFER * batch_bytes / 2**30:.1f} GiB) with "
-                f"{available / 2**30:.1f} GiB available; read the same chain with a {buffer}-batch buffer")
-    threads = args.prefetch_threads
-    if threads is not None and buffer is None:
-        buffer = GRAIN_DEFAULT_BUFFER
-    options = None if buffer is None else grain.ReadOptions(
-        num_threads=GRAIN_DEFAULT_THREADS if threads is None else int(threads), prefetch_buffer_size=int(buffer))
-    it = iter(t["dataset"](options))
+    # --prefetch-threads / --prefetch-buffer replace the config's read options.
+    overrides = {"read_threads": args.prefetch_threads, "prefetch": args.prefetch_buffer}
+    it = iter(trainer.make_train_dataset(config, t["source"], **overrides))
     t0 = time.perf_counter()
     batch = to_global(next(it))
     iter_first_s = time.perf_counter() - t0
@@ -500,10 +432,12 @@ def bench_train(args, config) -> list[dict]:
     total, total_cpu = time.perf_counter() - t_start, time.process_time() - c_start
     per_step = total / args.repeats
     res_data = {"measurement": "train_data", **common, "data_workers": int(config.data.num_workers),
-                "prefetch_buffer": GRAIN_DEFAULT_BUFFER if buffer is None else int(buffer),
-                "prefetch_threads": GRAIN_DEFAULT_THREADS if options is None else int(options.num_threads),
-                "pipeline_as_trainer": options is None,
-                "note": note, "batch_bytes": batch_bytes,
+                "prefetch_buffer": int(args.prefetch_buffer if args.prefetch_buffer is not None
+                                       else config.data.prefetch),
+                "prefetch_threads": int(args.prefetch_threads if args.prefetch_threads is not None
+                                        else config.data.read_threads),
+                "pipeline_as_trainer": all(v is None for v in overrides.values()),
+                "batch_bytes": batch_bytes,
                 "first_batch_s": round(first_batch_s, 3), "iterator_first_batch_s": round(iter_first_s, 3),
                 "mean_s": round(per_step, 4), "median_s_per_pair": round(per_step / b, 4),
                 "pairs_per_s": round(b / per_step, 3), "mean_process_cpu_s": round(total_cpu / args.repeats, 4),
