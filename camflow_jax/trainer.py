@@ -275,6 +275,25 @@ def _fmt_time(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
+def check_resumable(workdir, model_config) -> None:
+    """Refuses a workdir whose checkpoints belong to another model, before anything is built
+    (orbax would otherwise fail deep inside the restore with a shape mismatch)."""
+    workdir = Path(workdir)
+    if checkpoint.latest_step(workdir / "checkpoints") is None or not (workdir / "model.json").exists():
+        return
+    try:
+        saved = json.loads((workdir / "model.json").read_text())["model_config"]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"{workdir / 'model.json'} is unreadable ({e}); it describes the checkpoints "
+                         "in that workdir, so resuming there is refused") from None
+    wanted = json.loads(json.dumps(models.resolve_config(model_config)))
+    differ = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
+    if differ:
+        details = ", ".join(f"{k}: {saved.get(k)} -> {wanted.get(k)}" for k in differ)
+        raise ValueError(f"{workdir} holds checkpoints of a different model ({details}); train into a new "
+                         "workdir, or use config.init_from to start from those weights")
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
     """Trains (resuming from ``workdir`` if it holds checkpoints) and evaluates. Returns the
     final summary (also written to ``workdir/summary.json``)."""
@@ -285,6 +304,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
     is_main = jax.process_index() == 0
     h, w = config.model.height, config.model.width
     model_config = model_config_from(config)
+    check_resumable(workdir, model_config)
     model = models.build_model(model_config)
 
     # --- data -----------------------------------------------------------------------------

@@ -140,6 +140,20 @@ def test_unknown_config_key_is_rejected(tmp_path, cache):
     assert "learnin_rate" in proc.stderr
 
 
+def test_resume_with_another_model_is_refused_and_keeps_the_checkpoints(tmp_path, cache, four_steps_one_device):
+    import shutil
+
+    wd = tmp_path / "w"
+    shutil.copytree(four_steps_one_device, wd)
+    before = sorted(p.name for p in (wd / "checkpoints").iterdir())
+    model_json = (wd / "model.json").read_text()
+    proc = _train(wd, "--config.num_steps=6", "--config.model.embed_dim=16", cache=cache, check=False)
+    assert proc.returncode != 0
+    assert "different model" in proc.stderr and "embed_dim: 8 -> 16" in proc.stderr
+    assert sorted(p.name for p in (wd / "checkpoints").iterdir()) == before
+    assert (wd / "model.json").read_text() == model_json
+
+
 def test_missing_data_folder_is_named(tmp_path, cache):
     proc = _train(tmp_path / "w", "--config.data.name=ghof", f"--config.data.path={tmp_path / 'nope'}",
                   "--config.bases.use_depth=False", cache=cache, check=False)
