@@ -29,7 +29,7 @@ FORMAT = "camflow_jax.inference/1"
 DEFAULT_BASES = {"num_homography": 12, "num_stochastic": 12, "seed": 0,
                  "orthogonal_to_homography": True, "depth_sigmas": None}
 
-__all__ = ["FORMAT", "save_model", "load_model", "model_bases", "latest_step"]
+__all__ = ["FORMAT", "save_model", "load_model", "read_model_config", "model_bases", "latest_step"]
 
 
 def _ocp():
@@ -116,6 +116,15 @@ class _DropMessage(logging.Filter):
         return self.text not in record.getMessage()
 
 
+def read_model_config(path) -> dict:
+    """The ``model_config`` recorded in ``path/model.json`` (checkpoint directory or workdir)."""
+    meta_file = Path(path) / "model.json"
+    try:
+        return dict(json.loads(meta_file.read_text())["model_config"])
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"{meta_file} is malformed: {e}") from e
+
+
 def load_model(path) -> tuple[Any, dict, np.ndarray, dict]:
     """Loads ``(model, variables, static_bases, model_config)`` from an inference checkpoint
     directory or a training workdir (latest step)."""
@@ -130,11 +139,7 @@ def load_model(path) -> tuple[Any, dict, np.ndarray, dict]:
             f"{path} is not a camflow_jax checkpoint (no model.json). Train one with "
             "`python -m camflow_jax.train --config=configs/synthetic.py --workdir=DIR`, or convert the "
             "released weights with `python tools/import_official_checkpoint.py ckpt.pth -o DIR`.")
-    try:
-        meta = json.loads(meta_file.read_text())
-        model_config = dict(meta["model_config"])
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise ValueError(f"{meta_file} is malformed: {e}") from e
+    model_config = read_model_config(path)
     if (path / "arrays").is_dir():
         tree = _restore_raw(path / "arrays")
         params, batch_stats = tree["params"], tree.get("batch_stats", {})

@@ -281,11 +281,7 @@ def check_resumable(workdir, model_config) -> None:
     workdir = Path(workdir)
     if checkpoint.latest_step(workdir / "checkpoints") is None or not (workdir / "model.json").exists():
         return
-    try:
-        saved = json.loads((workdir / "model.json").read_text())["model_config"]
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise ValueError(f"{workdir / 'model.json'} is unreadable ({e}); it describes the checkpoints "
-                         "in that workdir, so resuming there is refused") from None
+    saved = checkpoint.read_model_config(workdir)
     wanted = json.loads(json.dumps(models.resolve_config(model_config)))
     differ = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
     if differ:
@@ -356,9 +352,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
          f"on {jax.device_count()} {jax.devices()[0].platform} device(s), {jax.process_count()} process(es); "
          f"steps {start + 1}..{config.num_steps}, {steps_per_epoch} steps/epoch")
 
-    def to_global(batch):
-        return host_to_global(batch, data_sharding)
-
     eval_cache: dict = {}
     categories = _category_names(config)
 
@@ -370,7 +363,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
             n = len(b["img1"])
             pad = (-n) % jax.device_count()  # eval batches must split evenly over devices
             bb = {k: np.concatenate([v, np.repeat(v[-1:], pad, 0)]) if pad else v for k, v in b.items()}
-            return np.asarray(jax.device_get(p_eval(state, to_global(bb), static_dev)))[:n]
+            return np.asarray(jax.device_get(p_eval(state, host_to_global(bb, data_sharding), static_dev)))[:n]
 
         records = evaluate_heldout(predict, eval_source, prepare, max(config.batch_size, jax.device_count()),
                                    tuple(config.eval_baselines), eval_cache)
@@ -388,7 +381,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
     t_last, step_last = time.time(), start
     t_loop = time.time()
     for step in range(start + 1, config.num_steps + 1):
-        batch = to_global(next(train_iter))
+        batch = host_to_global(next(train_iter), data_sharding)
         state, terms = p_train(state, batch, static_dev)
         if step % config.log_every == 0 or step == config.num_steps or step == start + 1:
             terms = {k: float(v) for k, v in jax.device_get(terms).items()}

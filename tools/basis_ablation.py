@@ -51,12 +51,6 @@ def variant_config(base, name: str, num_steps: int | None):
     return c
 
 
-def final_step(workdir: str) -> int | None:
-    from camflow_jax import checkpoint
-
-    return checkpoint.latest_step(os.path.join(workdir, "checkpoints"))
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", default=str(ROOT / "configs" / "synthetic.py"), help="base training config file")
@@ -72,6 +66,7 @@ def main(argv=None) -> int:
         sys.path.insert(0, str(ROOT))
     import jax
 
+    from camflow_jax import checkpoint
     from camflow_jax.evaluate import evaluate
     from camflow_jax.trainer import train_and_evaluate
 
@@ -81,7 +76,7 @@ def main(argv=None) -> int:
     for name in names:
         cfg = variant_config(base, name, args.steps)
         wd = os.path.join(args.workdir, f"b{name}")
-        if args.eval_only or final_step(wd) == cfg.num_steps:
+        if args.eval_only or checkpoint.latest_step(os.path.join(wd, "checkpoints")) == cfg.num_steps:
             print(f"[b{name}] trained workdir found: {wd}")
             continue
         print(f"[b{name}] training {cfg.num_steps} steps into {wd}", flush=True)
