@@ -2,9 +2,15 @@
 
 Laplace NLL with per-pixel log-variance s (confidence d = exp(-s)), for every element e:
     l_e = sqrt(2) * exp(-s/2) * |y_e - y_hat_e| + s/2,
-which equals the paper's sqrt(2 (d + eps)) |y - y_hat| - 1/2 log(d + eps) with eps = 0. The
-loss is the (mask-weighted) mean of l_e over elements; s broadcasts over channels. For one
-element the minimiser over s is s* = log(2 |y - y_hat|^2) (set dl/ds = 0).
+which equals the paper's sqrt(2 (d + eps)) |y - y_hat| - 1/2 log(d + eps) with eps = 0; s
+broadcasts over channels. For one element the minimiser over s is s* = log(2 |y - y_hat|^2)
+(set dl/ds = 0).
+
+Reduction (``reduction``): ``"paper"`` (the default) is the paper's Eq. (nll): the sum over the
+C channels of a pixel, averaged over pixels. ``"release"`` is the authors' code: the mean over
+all elements, i.e. the paper's value divided by C. With C = 2 for flows, the release form halves
+the motion term, so the paper's 1 : 10 : 40 weighting silently becomes 0.5 : 10 : 40 (and the
+1-channel feature term is the same in both forms).
 
 All functions take the model's output dict (contract B) and are jit/grad friendly;
 non-finite inputs are excluded (and cannot leak NaN into gradients).
@@ -44,18 +50,31 @@ def _expand_mask(mask: jax.Array | None, like: jax.Array) -> jax.Array:
     return mask
 
 
+NLL_REDUCTIONS = ("paper", "release")
+
+
+def _check_reduction(reduction: str) -> str:
+    if reduction not in NLL_REDUCTIONS:
+        raise ValueError(f"NLL reduction must be one of {NLL_REDUCTIONS}, got {reduction!r}")
+    return reduction
+
+
 def laplace_nll(y: jax.Array, y_hat: jax.Array, logvar: jax.Array,
-                mask: jax.Array | None = None) -> jax.Array:
-    """Mean Laplace NLL over elements, excluding masked-out and non-finite elements.
+                mask: jax.Array | None = None, reduction: str = "paper") -> jax.Array:
+    """Laplace NLL, summed over channels and averaged over pixels (``reduction="paper"``) or
+    averaged over elements (``"release"``), excluding masked-out and non-finite elements.
 
     Args:
       y, y_hat: ``[..., C]`` target and prediction.
       logvar: ``[..., 1]`` (broadcast over channels) or ``[..., C]``; s in the formula above.
       mask: optional ``[...]`` / ``[..., 1]`` / ``[..., C]`` weights (0 excludes; {0,1} masks
-        give the mean over the selected elements).
+        give the mean over the selected pixels).
+      reduction: ``"paper"`` or ``"release"`` (module docstring).
     Returns:
-      scalar float32: sum_e m_e l_e / sum_e m_e (0 when nothing is selected).
+      scalar float32: sum_e m_e l_e / (sum_e m_e / C) for "paper", sum_e m_e l_e / sum_e m_e
+      for "release" (0 when nothing is selected).
     """
+    _check_reduction(reduction)
     y = jnp.asarray(y, jnp.float32)
     y_hat = jnp.asarray(y_hat, jnp.float32)
     s = jnp.asarray(logvar, jnp.float32)
@@ -76,21 +95,24 @@ def laplace_nll(y: jax.Array, y_hat: jax.Array, logvar: jax.Array,
     s = jnp.where(ok, s, 0.0)
     w = jnp.where(ok, m, 0.0)
     elem = SQRT2 * jnp.exp(-0.5 * s) * jnp.abs(y - y_hat) + 0.5 * s
-    return jnp.sum(w * elem) / jnp.maximum(jnp.sum(w), 1e-12)
+    count = jnp.sum(w) / (shape[-1] if reduction == "paper" else 1)
+    return jnp.sum(w * elem) / jnp.maximum(count, 1e-12)
 
 
 def motion_loss(outputs: Mapping[str, jax.Array], flow_label_f: jax.Array, flow_label_b: jax.Array,
-                mask_f: jax.Array | None = None, mask_b: jax.Array | None = None) -> jax.Array:
+                mask_f: jax.Array | None = None, mask_b: jax.Array | None = None,
+                reduction: str = "paper") -> jax.Array:
     """NLL(m_ab, m_hat_ab; s_ab) + NLL(m_ba, m_hat_ba; s_ba) against (pseudo) flow labels."""
     for name, lab, pred in (("flow_label_f", flow_label_f, outputs["flow_f"]),
                             ("flow_label_b", flow_label_b, outputs["flow_b"])):
         if tuple(lab.shape) != tuple(pred.shape):
             raise ValueError(f"motion_loss: {name} has shape {lab.shape}, the prediction {pred.shape}")
-    return (laplace_nll(flow_label_f, outputs["flow_f"], outputs["logvar_f"], mask_f)
-            + laplace_nll(flow_label_b, outputs["flow_b"], outputs["logvar_b"], mask_b))
+    return (laplace_nll(flow_label_f, outputs["flow_f"], outputs["logvar_f"], mask_f, reduction)
+            + laplace_nll(flow_label_b, outputs["flow_b"], outputs["logvar_b"], mask_b, reduction))
 
 
-def feature_loss(outputs: Mapping[str, jax.Array], mask_out_of_frame: bool = True) -> jax.Array:
+def feature_loss(outputs: Mapping[str, jax.Array], mask_out_of_frame: bool = True,
+                 reduction: str = "paper") -> jax.Array:
     """NLL(F_a, warp(F_b, m_hat_ab); s_ab) + NLL(F_b, warp(F_a, m_hat_ba); s_ba).
 
     Gradients reach the flows (through the warp), the shallow features and the log-variances.
@@ -103,8 +125,8 @@ def feature_loss(outputs: Mapping[str, jax.Array], mask_out_of_frame: bool = Tru
     w1 = geometry.warp(f1, flow_b)
     m_f = geometry.warp_validity(flow_f) if mask_out_of_frame else None
     m_b = geometry.warp_validity(flow_b) if mask_out_of_frame else None
-    return (laplace_nll(f1, w2, outputs["logvar_f"], m_f)
-            + laplace_nll(f2, w1, outputs["logvar_b"], m_b))
+    return (laplace_nll(f1, w2, outputs["logvar_f"], m_f, reduction)
+            + laplace_nll(f2, w1, outputs["logvar_b"], m_b, reduction))
 
 
 def smoothness_loss(trans: jax.Array, depth: jax.Array, alpha: float = DEFAULT_ALPHA) -> jax.Array:
@@ -174,7 +196,8 @@ def total_loss(outputs: Mapping[str, jax.Array], batch: Mapping[str, Any],
         'label_mask_b'; optional 'depth1', 'depth2' (network grid) — without them, or with
         weight 0, the smoothness term is skipped.
       weights: mapping / ConfigDict with 'motion' (default 1), 'feature' (default 0),
-        'smooth' (default 0), 'alpha' (default 10), 'balance_feature' (default False). With
+        'smooth' (default 0), 'alpha' (default 10), 'nll' (the NLL reduction, default
+        "paper"; see the module docstring), 'balance_feature' (default False). With
         balancing the feature term is w_f * sg(L_m / L_f) * L_f: the ratio's gradient is stopped
         (the release does not stop it, which cancels the feature term's gradient).
     Returns:
@@ -185,11 +208,12 @@ def total_loss(outputs: Mapping[str, jax.Array], batch: Mapping[str, Any],
     w_s = _get(weights, "smooth", 0.0)
     alpha = _get(weights, "alpha", DEFAULT_ALPHA)
     balance = bool(_get(weights, "balance_feature", False))
+    reduction = _check_reduction(str(_get(weights, "nll", "paper")))
     zero = jnp.zeros((), jnp.float32)
 
     l_m = motion_loss(outputs, batch["flow_f"], batch["flow_b"], batch.get("label_mask_f"),
-                      batch.get("label_mask_b"))
-    l_f = zero if _maybe_zero(w_f) else feature_loss(outputs)
+                      batch.get("label_mask_b"), reduction)
+    l_f = zero if _maybe_zero(w_f) else feature_loss(outputs, reduction=reduction)
     have_depth = batch.get("depth1") is not None and batch.get("depth2") is not None
     l_s = zero if (_maybe_zero(w_s) or not have_depth) else depth_smoothness(
         outputs, batch["depth1"], batch["depth2"], alpha)

@@ -59,8 +59,17 @@ def validate_config(config) -> None:
     h, w = config.model.height, config.model.width
     if h % 64 or w % 64 or h <= 0 or w <= 0:
         raise ValueError(f"model.height/width must be positive multiples of 64, got {h}x{w}")
-    if config.batch_size <= 0 or config.num_steps < 0:
-        raise ValueError("batch_size must be > 0 and num_steps >= 0")
+    if config.batch_size <= 0 or config.num_steps < 0 or config.get("num_epochs", 0) < 0:
+        raise ValueError("batch_size must be > 0, num_steps and num_epochs >= 0")
+    lr = config.optim.learning_rate
+    if not (isinstance(lr, (int, float)) and np.isfinite(lr) and lr > 0):
+        raise ValueError(f"optim.learning_rate must be a finite number > 0, got {lr!r}")
+    for key in ("motion", "feature", "smooth", "alpha"):
+        v = config.loss[key]
+        if not (isinstance(v, (int, float)) and np.isfinite(v) and v >= 0):
+            raise ValueError(f"loss.{key} must be a finite number >= 0, got {v!r}")
+    if config.get("stop_after_seconds", 0) < 0:
+        raise ValueError("stop_after_seconds must be >= 0 (0 = no limit)")
     n_dev = jax.device_count()
     if config.batch_size % n_dev:
         raise ValueError(f"batch_size {config.batch_size} is not divisible by the {n_dev} devices")
@@ -137,7 +146,7 @@ def _assemble_bases(static, batch, use_depth, sigmas):
 def make_steps(model, tx, config):
     h, w = config.model.height, config.model.width
     use_depth, sigmas = bool(config.bases.use_depth), depth_sigmas(config)
-    weights = {k: float(v) if not isinstance(v, bool) else v for k, v in config.loss.to_dict().items()}
+    weights = {k: v if isinstance(v, (bool, str)) else float(v) for k, v in config.loss.to_dict().items()}
 
     def forward(variables, batch, static, train):
         g1 = models.preprocess(batch["img1"], h, w)
@@ -161,7 +170,9 @@ def make_steps(model, tx, config):
         new_state = dict(state, step=state["step"] + 1, params=optax.apply_updates(state["params"], updates),
                          batch_stats=batch_stats, opt_state=opt_state,
                          rng=jax.random.key_data(jax.random.split(jax.random.wrap_key_data(state["rng"]))[0]))
-        terms = dict(terms, grad_norm=optax.tree.norm(grads))
+        # The NLL excludes non-finite elements, so a diverged model reports a small, finite
+        # loss; the parameter norm is what reveals it (checked on the host, see _check_finite).
+        terms = dict(terms, grad_norm=optax.tree.norm(grads), param_norm=optax.tree.norm(new_state["params"]))
         return new_state, terms
 
     def eval_step(state, batch, static):
@@ -290,6 +301,18 @@ def check_resumable(workdir, model_config) -> None:
                          "workdir, or use config.init_from to start from those weights")
 
 
+class DivergedError(RuntimeError):
+    """Training produced non-finite values; nothing of the diverged state was saved."""
+
+
+def _check_finite(terms: dict, step: int, last_saved) -> None:
+    bad = sorted(k for k, v in terms.items() if not np.isfinite(v))
+    if bad:
+        raise DivergedError(
+            f"training diverged at step {step}: non-finite {', '.join(bad)}; nothing after step "
+            f"{last_saved or 0} was saved (lower optim.learning_rate, set optim.grad_clip, or check the data)")
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
     """Trains (resuming from ``workdir`` if it holds checkpoints) and evaluates. Returns the
     final summary (also written to ``workdir/summary.json``)."""
@@ -308,6 +331,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
     train_source = pipeline.make_source(config.data, h, w, "train")
     eval_source = pipeline.make_source(config.data, h, w, "eval") if config.data.name == "synthetic" else None
     steps_per_epoch = config.optim.steps_per_epoch or max(len(train_source) // config.batch_size, 1)
+    if config.get("num_epochs", 0):
+        # The paper states its recipe in epochs: the step count follows from the data size.
+        config = config.copy_and_resolve_references()
+        config.num_steps = int(config.num_epochs) * steps_per_epoch
     train_ds = make_train_dataset(config, train_source)
     train_iter = iter(train_ds)
 
@@ -380,11 +407,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
     metrics_file = open(workdir / "metrics.jsonl", "a") if is_main else None
     t_last, step_last = time.time(), start
     t_loop = time.time()
+    stop_after = float(config.get("stop_after_seconds", 0) or 0)
+    last_saved, stopped_early = start, False
     for step in range(start + 1, config.num_steps + 1):
         batch = host_to_global(next(train_iter), data_sharding)
         state, terms = p_train(state, batch, static_dev)
+        time_up = bool(stop_after) and time.time() - t_loop > stop_after and step < config.num_steps
+        save_now = ((config.checkpoint_every and step % config.checkpoint_every == 0)
+                    or step == config.num_steps or time_up)
+        if save_now:
+            _check_finite({k: float(v) for k, v in jax.device_get(terms).items()}, step, last_saved)
         if step % config.log_every == 0 or step == config.num_steps or step == start + 1:
             terms = {k: float(v) for k, v in jax.device_get(terms).items()}
+            _check_finite(terms, step, last_saved)
             now = time.time()
             sps = (step - step_last) / max(now - t_last, 1e-9)
             t_last, step_last = now, step
@@ -397,9 +432,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
             _log(f"step {step}/{config.num_steps} | loss {terms['total']:.4f} (motion {terms['motion']:.4f}, "
                  f"feature {terms['feature']:.4f}, smooth {terms['smooth']:.4f}) | lr {lr:.2e} | "
                  f"{sps:.2f} steps/s | ETA {_fmt_time(eta)}")
-        if (config.checkpoint_every and step % config.checkpoint_every == 0) or step == config.num_steps:
+        if save_now:
             mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                     data=grain.checkpoint.CheckpointSave(train_iter)))
+            last_saved = step
+        if time_up:
+            stopped_early = True
+            _log(f"stopping at step {step} after {_fmt_time(time.time() - t_loop)} (stop_after_seconds="
+                 f"{stop_after:g}); run the same command again to resume")
+            break
         if config.eval_every and step % config.eval_every == 0 and step != config.num_steps:
             run_eval(step)
     mngr.wait_until_finished()
@@ -409,8 +450,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
 
     # --- final evaluation and summary -------------------------------------------------------
     final_step = int(jax.device_get(state["step"]))
-    table = run_eval(final_step)
-    summary = {"final_step": final_step, "steps_run": config.num_steps - start, "train_seconds": train_time,
+    table = None if stopped_early else run_eval(final_step)
+    summary = {"final_step": final_step, "steps_run": final_step - start, "train_seconds": train_time,
+               "stopped_early": stopped_early,
                "wall_seconds": time.time() - t_start, "params": n_params, "devices": jax.device_count(),
                "processes": jax.process_count(), "platform": jax.devices()[0].platform, "eval": table}
     if is_main:

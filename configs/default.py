@@ -11,6 +11,8 @@ def get_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
     c.num_steps = 1000          # total optimizer steps of the run (resume continues up to it)
+    c.num_epochs = 0            # > 0: num_steps = num_epochs * steps per epoch (optim.steps_per_epoch,
+                                # or training-set size // batch_size), as the paper states its recipe
     c.batch_size = 8            # global batch, split over devices and processes
 
     # Network (camflow_jax.models.resolve_config keys) and its input size.
@@ -39,6 +41,7 @@ def get_config() -> ml_collections.ConfigDict:
         render_width=0,
         resize_height=0,        # resize before the random crop (paper: 360x640); 0 = none
         resize_width=0,
+        motion_scale=1.0,       # synthetic: camera-motion magnitude (1: ~20 px mean flow at 576 wide)
         label="flow",           # synthetic: 'flow' (geometric truth on valid pixels) | 'homography'
         frame_gap=1,            # frames: pairs (t, t + gap)
         depth_pattern="",       # ghof: per-sample depth files, "{}" = 1 or 2 (e.g. "depth{}.npy"); "" = none
@@ -62,6 +65,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.identity_init = True      # coefficient heads start at zero: the initial motion is identity
                                 # (False = the release's Kaiming init, whose flows start at 30-70 px)
     c.init_from = ""            # checkpoint (inference dir or workdir) to start from
+    c.stop_after_seconds = 0.0  # stop (checkpointed, resumable) after this much training time;
+                                # 0 = no limit. For time-limited jobs: rerun to continue.
     c.log_every = 50
     c.eval_every = 500
     c.checkpoint_every = 500

@@ -14,13 +14,16 @@ from camflow_jax import losses
 from camflow_jax.models import build_model, init_variables
 
 
-def _np_nll(y, yh, s, mask=None):
+def _np_nll(y, yh, s, mask=None, reduction="paper"):
+    """Paper Eq. (nll): per pixel, the sum over channels; then the mean over (selected) pixels.
+    The release's form: the mean over elements."""
     s = np.broadcast_to(s, y.shape)
     e = math.sqrt(2) * np.exp(-s / 2) * np.abs(y - yh) + s / 2
-    if mask is None:
-        return e.mean()
-    m = np.broadcast_to(mask[..., None] if mask.ndim == y.ndim - 1 else mask, y.shape)
-    return (e * m).sum() / m.sum()
+    m = np.ones(y.shape[:-1]) if mask is None else mask
+    if reduction == "paper":
+        per_pixel = e.sum(-1)
+        return (per_pixel * m).sum() / m.sum()
+    return (e * m[..., None]).sum() / (m.sum() * y.shape[-1])
 
 
 def test_nll_closed_form_mask_and_nonfinite():
@@ -29,10 +32,17 @@ def test_nll_closed_form_mask_and_nonfinite():
     yh = rng.normal(size=(2, 5, 7, 2)).astype(np.float32)
     s = rng.uniform(-2, 3, (2, 5, 7, 1)).astype(np.float32)
     np.testing.assert_allclose(losses.laplace_nll(y, yh, s), _np_nll(y, yh, s), rtol=1e-5)
-    # The paper's form with d = exp(-s): sqrt(2 d)|.| - 1/2 log d, averaged the same way.
+    # The paper's Eq. (nll) with d = exp(-s): sum over channels of sqrt(2 d)|.| - 1/2 log d,
+    # mean over the 2*5*7 pixels.
     d = np.exp(-s)
-    paper = np.mean(np.sqrt(2 * d) * np.abs(y - yh) - 0.5 * np.log(d))
+    paper = np.sum(np.sqrt(2 * d) * np.abs(y - yh) - 0.5 * np.log(d)) / (2 * 5 * 7)
     np.testing.assert_allclose(losses.laplace_nll(y, yh, s), paper, rtol=1e-5)
+    # The release's form is the mean over elements: half of it for 2 channels.
+    np.testing.assert_allclose(losses.laplace_nll(y, yh, s, reduction="release"), paper / 2, rtol=1e-5)
+    np.testing.assert_allclose(losses.laplace_nll(y, yh, s, reduction="release"),
+                               _np_nll(y, yh, s, reduction="release"), rtol=1e-5)
+    with pytest.raises(ValueError, match="reduction"):
+        losses.laplace_nll(y, yh, s, reduction="mean")
     mask = (rng.uniform(size=(2, 5, 7)) > 0.4).astype(np.float32)
     np.testing.assert_allclose(losses.laplace_nll(y, yh, s, mask), _np_nll(y, yh, s, mask), rtol=1e-5)
     # Non-finite targets are excluded like masked-out elements, and leak no NaN into gradients.

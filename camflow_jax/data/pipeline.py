@@ -96,10 +96,10 @@ def make_source(data_cfg, height: int, width: int, split: str = "train"):
 
         rh = data_cfg.render_height or (height + height // 8)
         rw = data_cfg.render_width or (width + width // 8)
-        if split == "train":
-            scenes = SyntheticScenes(seed=data_cfg.train_seed, num_samples=data_cfg.num_train, height=rh, width=rw)
-        else:
-            scenes = SyntheticScenes(seed=data_cfg.eval_seed, num_samples=data_cfg.num_eval, height=rh, width=rw)
+        seed, n = ((data_cfg.train_seed, data_cfg.num_train) if split == "train"
+                   else (data_cfg.eval_seed, data_cfg.num_eval))
+        scenes = SyntheticScenes(seed=seed, num_samples=n, height=rh, width=rw,
+                                 motion_scale=data_cfg.get("motion_scale", 1.0))
         return train_sources.SyntheticPairs(scenes, data_cfg.label)
     if not data_cfg.path:
         raise ValueError(f"data.name={name!r} needs data.path (the dataset folder)")
@@ -138,6 +138,12 @@ def train_dataset(source, *, seed: int, global_batch: int, process_index: int, p
     it = ds.to_iter_dataset(grain.ReadOptions(num_threads=max(int(read_threads), 0),
                                               prefetch_buffer_size=max(int(prefetch), 1)))
     if num_workers > 0:
+        from absl import flags
+
+        if not flags.FLAGS.is_parsed():
+            # grain's worker processes read absl flags; outside an absl app (notebooks, argparse
+            # tools) they are unparsed and grain fails. Use the flags' defaults.
+            flags.FLAGS.mark_as_parsed()
         it = it.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers, per_worker_buffer_size=prefetch))
     return it
 
