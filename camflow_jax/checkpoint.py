@@ -154,6 +154,34 @@ def load_model(path) -> tuple[Any, dict, np.ndarray, dict]:
             bases = np.load(path / "static_bases.npy")
     if bases is None:
         bases = model_bases(model_config)
-    model = build_model(model_config)
     variables = {"params": params, "batch_stats": batch_stats or {}}
+    model_config, variables = migrate_legacy_groups(model_config, variables)
+    model = build_model(model_config)
     return model, variables, np.asarray(bases, np.float32), model_config
+
+
+#: Group names written by earlier trainer versions -> the model's names.
+_LEGACY_GROUP_NAMES = {"physical": "homography"}
+
+
+def migrate_legacy_groups(model_config: Mapping[str, Any], variables: Mapping[str, Any]):
+    """Renames basis groups that earlier trainer versions named differently (``physical`` for
+    ``homography``) in a model config and its parameter tree; other input is returned as is."""
+    names = list(model_config.get("group_names") or [])
+    renames = {old: new for old, new in _LEGACY_GROUP_NAMES.items() if old in names}
+    if not renames:
+        return dict(model_config), variables
+
+    def rename_key(key: str) -> str:
+        for old, new in renames.items():
+            for pre, post in ((f"tokens_{old}", f"tokens_{new}"), (f"norm_{old}", f"norm_{new}"),
+                              (f"head_{old}", f"head_{new}"), (f"ca_{old}_level_", f"ca_{new}_level_")):
+                if key == pre or (pre.endswith("_") and key.startswith(pre)):
+                    return post + key[len(pre):]
+        return key
+
+    def walk(tree):
+        return {rename_key(k): walk(v) if isinstance(v, Mapping) else v for k, v in tree.items()}
+
+    cfg = dict(model_config, group_names=[renames.get(n, n) for n in names])
+    return cfg, {k: walk(v) if isinstance(v, Mapping) else v for k, v in variables.items()}

@@ -42,11 +42,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from camflow_jax import geometry
+from camflow_jax.models.camflow import DEPTH_GROUP
 
 __all__ = ["Predictor", "rotate_to_landscape", "flow_from_rotated", "homography_from_rotated"]
 
 DEFAULT_SIZE = (320, 576)
-_DEPTH_GROUP = "depth"
 
 
 # ----------------------------------------------------------------------------- rotation maths
@@ -166,7 +166,7 @@ class Predictor:
             raise ValueError(f"channel_order must be 'rgb' or 'bgr', got {channel_order!r}")
         self.channel_order = channel_order
         num_bases = int(model.num_bases)
-        sl = model.group_slice(_DEPTH_GROUP) if hasattr(model, "group_slice") else None
+        sl = model.group_slice(DEPTH_GROUP) if hasattr(model, "group_slice") else None
         self.num_depth = 0 if sl is None else sl.stop - sl.start
         if self.num_depth and sl.stop != num_bases:
             raise ValueError("the depth basis group must come last (homography | stochastic | depth)")

@@ -7,6 +7,8 @@ Several processes (multi-host TPU/GPU, or a localhost test): pass --coordinator_
 discovers them (Cloud TPU, SLURM).
 """
 
+import sys
+
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -34,10 +36,40 @@ def main(argv):
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(coordinator_address=_COORDINATOR.value, num_processes=_NUM_PROCESSES.value,
                                    process_id=_PROCESS_ID.value)
-    from camflow_jax.trainer import train_and_evaluate
+    from camflow_jax.trainer import DivergedError, train_and_evaluate
 
-    train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    try:
+        config = _CONFIG.value
+        config.get("seed")  # a config file that failed to load raises here
+    except OSError as e:
+        _fail(" ".join(str(e).split())[:500], 2)
+    try:
+        train_and_evaluate(config, _WORKDIR.value)
+    except DivergedError as e:
+        _fail(str(e), 1)
+    except (ValueError, FileNotFoundError, NotADirectoryError, PermissionError) as e:
+        # Bad config, data or workdir: one line naming the problem (--verbosity=1 for the trace).
+        if flags.FLAGS.verbosity >= 1:
+            raise
+        _fail(str(e), 2)
+
+
+def _fail(message: str, code: int) -> None:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def _parse_flags(argv):
+    """absl's parser, but a bad flag, config file or ``--config.key`` exits with code 2 after one
+    line (unknown keys are rejected: the config is locked)."""
+    try:
+        return flags.FLAGS(argv)
+    except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:
+        msg = str(e).strip().strip('"')
+        if isinstance(e, (AttributeError, KeyError)):
+            msg = f"unknown config key {msg} (the config is locked: see configs/default.py for the keys)"
+        _fail(msg.splitlines()[0] if msg else type(e).__name__, 2)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=_parse_flags)

@@ -13,6 +13,9 @@ Workdir layout: ``config.json``, ``model.json`` (loadable by :func:`camflow_jax.
 from __future__ import annotations
 
 import json
+import os
+import re
+import socket
 import time
 from pathlib import Path
 
@@ -39,16 +42,8 @@ def depth_sigmas(config) -> tuple[float, ...]:
 def model_config_from(config) -> dict:
     """The model config (network + input size + bases) a training config describes."""
     b = config.bases
-    sizes, names = [], []
-    for n, name in ((b.num_homography, "physical"), (b.num_stochastic, "stochastic")):
-        if n:
-            sizes.append(int(n))
-            names.append(name)
-    if b.use_depth:
-        sizes.append(3 * len(depth_sigmas(config)))
-        names.append("depth")
-    if not sizes:
-        raise ValueError("config.bases describes no bases at all")
+    sizes, names = models.group_layout(b.num_homography, b.num_stochastic,
+                                       3 * len(depth_sigmas(config)) if b.use_depth else 0)
     return {**config.model.to_dict(), "group_sizes": sizes, "group_names": names,
             "bases": {"num_homography": int(b.num_homography), "num_stochastic": int(b.num_stochastic),
                       "seed": int(b.seed), "orthogonal_to_homography": bool(b.orthogonal_to_homography),
@@ -94,38 +89,98 @@ def make_optimizer(config, steps_per_epoch: int) -> optax.GradientTransformation
     tx = optax.adam(lr_schedule(config, steps_per_epoch), b1=o.b1, b2=o.b2)
     if o.grad_clip:
         tx = optax.chain(optax.clip_by_global_norm(o.grad_clip), tx)
-    frozen = tuple(o.freeze)
+    frozen = frozen_prefixes(config)
     if frozen:
         def labels(params):
+            paths = [_path_str(p) for p, _ in jax.tree_util.tree_leaves_with_path(params)]
+            unknown = [f for f in frozen if not any(_matches(p, f) for p in paths)]
+            if unknown:
+                valid = sorted({"/".join(p.split("/")[:2]) for p in paths} | {p.split("/")[0] for p in paths})
+                raise ValueError(f"optim.freeze: {unknown} match no parameter; valid prefixes include {valid}")
             return jax.tree_util.tree_map_with_path(
-                lambda p, _: "frozen" if _path_str(p).startswith(frozen) else "train", params)
+                lambda p, _: "frozen" if any(_matches(_path_str(p), f) for f in frozen) else "train", params)
         tx = optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()}, labels)
     return tx
+
+
+#: Parameters of the shallow feature net (the features the feature-consistency loss compares).
+SHALLOW_FEATURES = "features"
+
+
+def frozen_prefixes(config) -> tuple[str, ...]:
+    """Parameter-path prefixes kept fixed: ``optim.freeze``, plus the shallow feature net when
+    the feature-consistency loss is on and ``optim.auto_freeze`` is set. Trainable shallow
+    features under that loss can descend towards a constant image (which every warp matches);
+    the authors' release froze them for the same reason."""
+    frozen = tuple(str(f).strip("/") for f in config.optim.freeze)
+    if config.optim.get("auto_freeze", True) and float(config.loss.feature) > 0 and SHALLOW_FEATURES not in frozen:
+        frozen += (SHALLOW_FEATURES,)
+    return frozen
+
+
+def _matches(path: str, prefix: str) -> bool:
+    """Whole path components: 'met/head_depth' matches 'met/head_depth/out/kernel', not
+    'met/head_depth2/...'."""
+    return path == prefix or path.startswith(prefix + "/")
 
 
 def make_mesh() -> Mesh:
     return Mesh(np.array(jax.devices()), ("data",), axis_types=(AxisType.Auto,))
 
 
-def _copy_matching(fresh, loaded):
-    """Params of ``fresh`` replaced by same-path same-shape arrays of ``loaded``."""
-    used, skipped = [], []
+_GROUP_PARAM = re.compile(r"^(?:tokens|norm|head)_(\w+)$|^ca_(\w+)_level_\d+$")
 
-    def pick(path, x):
-        node = loaded
-        for k in path:
-            key = getattr(k, "key", k)
-            if not isinstance(node, dict) or key not in node:
-                skipped.append(_path_str(path))
-                return x
-            node = node[key]
-        if np.shape(node) != x.shape:
-            skipped.append(_path_str(path))
-            return x
-        used.append(_path_str(path))
-        return jnp.asarray(node, x.dtype)
 
-    return jax.tree_util.tree_map_with_path(pick, fresh), used, skipped
+def _group_of(path: str) -> str | None:
+    """The basis group a parameter path belongs to (``met/head_depth/out/kernel`` -> 'depth')."""
+    for part in path.split("/"):
+        m = _GROUP_PARAM.match(part)
+        if m:
+            return m.group(1) or m.group(2)
+    return None
+
+
+def _flatten(tree) -> dict:
+    return {_path_str(p): x for p, x in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def init_from_checkpoint(fresh: dict, loaded: dict, new_groups) -> tuple[dict, dict]:
+    """``fresh`` (``{'params', 'batch_stats'}``) with every array of ``loaded`` copied in by path.
+
+    Strict both ways, so a renamed or reshaped group cannot silently keep its random init:
+    every loaded array must land on a same-path, same-shape array, and every array left fresh
+    must belong to a basis group in ``new_groups`` (the depth group when starting CamFlow+
+    from CamFlow). Returns ``(variables, report)``; ``report`` counts arrays and scalars.
+    """
+    new_groups = set(new_groups)
+    out, loaded_n, fresh_n, loaded_p, fresh_p = {}, 0, 0, 0, 0
+    problems = []
+    for coll in ("params", "batch_stats"):
+        target, source = _flatten(fresh.get(coll, {})), _flatten(loaded.get(coll, {}))
+        for path, x in source.items():
+            if path not in target:
+                problems.append(f"{coll}/{path} has no counterpart in the model")
+            elif np.shape(x) != target[path].shape:
+                problems.append(f"{coll}/{path} is {tuple(np.shape(x))} in the checkpoint, "
+                                f"{tuple(target[path].shape)} in the model")
+        for path, x in target.items():
+            if path in source and np.shape(source[path]) == x.shape:
+                loaded_n, loaded_p = loaded_n + 1, loaded_p + x.size
+            elif path not in source and _group_of(path) in new_groups:
+                fresh_n, fresh_p = fresh_n + 1, fresh_p + x.size
+            elif path not in source:
+                problems.append(f"{coll}/{path} is missing from the checkpoint")
+
+        def pick(p, x, source=source):
+            y = source.get(_path_str(p))
+            return x if y is None or np.shape(y) != x.shape else jnp.asarray(y, x.dtype)
+
+        out[coll] = jax.tree_util.tree_map_with_path(pick, fresh.get(coll, {}))
+    if problems:
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        raise ValueError(f"config.init_from does not fit this model: {'; '.join(problems[:5])}{more}")
+    return out, {"loaded_arrays": loaded_n, "loaded_values": int(loaded_p), "fresh_arrays": fresh_n,
+                 "fresh_values": int(fresh_p), "fresh_groups": sorted(new_groups)}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -313,6 +368,27 @@ def _check_finite(terms: dict, step: int, last_saved) -> None:
             f"{last_saved or 0} was saved (lower optim.learning_rate, set optim.grad_clip, or check the data)")
 
 
+def _lock_workdir(workdir: Path):
+    """An exclusive lock on ``workdir/.lock`` for the run's lifetime (released by the OS when
+    the process ends, however it ends): two trainers in one workdir would overwrite each
+    other's checkpoints."""
+    import fcntl
+
+    f = open(workdir / ".lock", "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise ValueError(f"{workdir} is in use by another trainer ({holder}); wait for it or use another workdir")
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    f.flush()
+    return f
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
     """Trains (resuming from ``workdir`` if it holds checkpoints) and evaluates. Returns the
     final summary (also written to ``workdir/summary.json``)."""
@@ -321,6 +397,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
     workdir = Path(workdir).absolute()
     workdir.mkdir(parents=True, exist_ok=True)
     is_main = jax.process_index() == 0
+    lock = _lock_workdir(workdir) if is_main else None
     h, w = config.model.height, config.model.width
     model_config = model_config_from(config)
     check_resumable(workdir, model_config)
@@ -336,7 +413,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
         config = config.copy_and_resolve_references()
         config.num_steps = int(config.num_epochs) * steps_per_epoch
     train_ds = make_train_dataset(config, train_source)
-    train_iter = iter(train_ds)
 
     # --- state ----------------------------------------------------------------------------
     mesh = make_mesh()
@@ -347,15 +423,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
     key = jax.random.key(config.seed)
     state = init_train_state(config, model, tx, key, repl)
     static = np.asarray(checkpoint.model_bases(model_config))
-    if config.init_from:
-        _, loaded, loaded_bases, _ = checkpoint.load_model(config.init_from)
-        params, used, skipped = _copy_matching(state["params"], loaded["params"])
-        stats, _, _ = _copy_matching(state["batch_stats"], loaded.get("batch_stats", {}))
-        state = jax.device_put(dict(state, params=params, batch_stats=stats, opt_state=tx.init(params)), repl)
+    resuming = checkpoint.latest_step(workdir / "checkpoints") is not None
+    if resuming and (workdir / "static_bases.npy").is_file():
+        static = np.load(workdir / "static_bases.npy")  # e.g. a released model's own bases
+    elif config.init_from:
+        _, loaded, loaded_bases, loaded_config = checkpoint.load_model(config.init_from)
+        new_groups = set(model_config["group_names"]) - set(loaded_config.get("group_names") or [])
+        fresh = {"params": state["params"], "batch_stats": state["batch_stats"]}
+        variables, report = init_from_checkpoint(fresh, loaded, new_groups)
+        state = jax.device_put(dict(state, **variables, opt_state=tx.init(variables["params"])), repl)
         if loaded_bases.shape == static.shape:
             static = loaded_bases  # a released model is only meaningful with its own bases
-        _log(f"init_from {config.init_from}: {len(used)} arrays loaded, {len(skipped)} kept from init"
-             + (f" (e.g. {skipped[:3]})" if skipped else ""))
+        _log(f"init_from {config.init_from}: {report['loaded_arrays']} arrays ({report['loaded_values']:,} "
+             f"values) loaded; {report['fresh_arrays']} arrays ({report['fresh_values']:,} values) of new "
+             f"group(s) {report['fresh_groups']} start from the initialization")
     static_dev = jax.device_put(jnp.asarray(static), repl)
     if is_main:
         (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
@@ -365,13 +446,38 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
 
     mngr = ocp.CheckpointManager(workdir / "checkpoints", item_names=("state", "data"),
                                  options=ocp.CheckpointManagerOptions(max_to_keep=config.keep_checkpoints, create=True))
-    start = mngr.latest_step() or 0
-    if start:
-        abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=repl), state)
-        restored = mngr.restore(start, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract), data=grain.checkpoint.CheckpointRestore(train_iter)))
-        state = restored["state"]
+    start = 0
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=repl), state)
+    for step in sorted(mngr.all_steps(), reverse=True):
+        # The newest intact checkpoint wins: a damaged one (a run killed while writing, a disk
+        # error) is moved aside, never deleted, and the previous step is used.
+        train_iter = iter(train_ds)
+        try:
+            restored = mngr.restore(step, args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(abstract), data=grain.checkpoint.CheckpointRestore(train_iter)))
+        except Exception as e:  # orbax/tensorstore raise many types for damaged folders
+            aside = workdir / "checkpoints" / f"damaged_{step}_{int(time.time())}"
+            _log(f"checkpoint step {step} is unreadable ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+                 f"moved to {aside.name}, trying the previous one")
+            if is_main:
+                (workdir / "checkpoints" / str(step)).rename(aside)
+            mngr.reload()
+            continue
+        state, start = restored["state"], step
         _log(f"resumed from {workdir / 'checkpoints' / str(start)} at step {start}")
+        break
+    else:
+        train_iter = iter(train_ds)
+        if mngr.all_steps():
+            raise ValueError(f"no readable checkpoint in {workdir / 'checkpoints'}")
+    if is_main and (workdir / "metrics.jsonl").is_file():
+        # Steps after the restored checkpoint are run again: drop their old lines.
+        lines = (workdir / "metrics.jsonl").read_text().splitlines(keepends=True)
+        keep = [ln for ln in lines if ln.strip() and json.loads(ln).get("step", 0) <= start]
+        if len(keep) != len(lines):
+            tmp = workdir / "metrics.jsonl.tmp"
+            tmp.write_text("".join(keep))
+            tmp.replace(workdir / "metrics.jsonl")
 
     p_train, p_eval = jit_steps(model, tx, config, repl, data_sharding)
     n_params = models.count_params(state["params"])
@@ -460,6 +566,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
         _log(f"done: step {final_step}, {summary['steps_run']} steps in {_fmt_time(train_time)} "
              f"(wall {_fmt_time(summary['wall_seconds'])}); workdir {workdir}")
     mngr.close()
+    if lock is not None:
+        lock.close()
     return summary
 
 

@@ -1,24 +1,3 @@
-"""Seconds-long run for checking an installation: tiny network input, logs every step.
+"""Checkout shortcut: `--config=configs/smoke.py` loads the packaged `camflow_jax/configs/smoke.py`."""
 
-    python -m camflow_jax.train --config=configs/smoke.py --workdir=/tmp/smoke --config.num_steps=2
-"""
-
-from configs import default
-
-
-def get_config():
-    c = default.get_config()
-    c.model.height, c.model.width = 64, 128
-    # A narrow, shallow network (same structure, fewer/smaller blocks): compiles in seconds.
-    c.model.embed_dim = 8
-    c.model.depths = (2, 2, 2)
-    c.model.num_heads = (2, 4, 8)
-    c.batch_size = 2
-    c.num_steps = 2
-    c.data.num_eval = 4
-    c.data.num_train = 64
-    c.log_every = 1
-    c.eval_every = 0            # evaluate at the end only
-    c.checkpoint_every = 1
-    c.eval_baselines = ("identity",)
-    return c
+from camflow_jax.configs.smoke import get_config  # noqa: F401

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # A narrower net than configs/smoke.py (one Swin block per stage): the train step compiles
 # in seconds. CamFlow+ 36 with per-sample depth bases, as the benchmark's default config.
 TINY_CONFIG = """
-from configs import smoke
+from camflow_jax.configs import smoke
 
 
 def get_config():

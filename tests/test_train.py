@@ -134,10 +134,86 @@ def test_two_processes_match_single_process(tmp_path, cache, four_steps_one_devi
     _assert_same_run(wd, four_steps_one_device)
 
 
+def _one_line_error(proc, *needles):
+    """Bad input: exit code 2 and one 'error: ...' line naming the problem, no traceback."""
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
 def test_unknown_config_key_is_rejected(tmp_path, cache):
     proc = _train(tmp_path, "--config.optim.learnin_rate=1", cache=cache, check=False)
-    assert proc.returncode != 0
-    assert "learnin_rate" in proc.stderr
+    _one_line_error(proc, "learnin_rate")
+
+
+@pytest.mark.parametrize("flag, needle", [("--config.optim.learning_rate=nan", "learning_rate"),
+                                          ("--config.loss.feature=-1", "loss.feature"),
+                                          ("--config.optim.freeze=('shallow',)", "shallow")])
+def test_bad_hyperparameters_are_one_line_errors(tmp_path, cache, flag, needle):
+    proc = _train(tmp_path / "w", "--config.num_steps=1", flag, cache=cache, check=False)
+    _one_line_error(proc, needle)
+    assert not (tmp_path / "w" / "checkpoints").exists() or not any((tmp_path / "w" / "checkpoints").iterdir())
+
+
+def test_divergence_stops_before_saving(tmp_path, cache):
+    # lr 1e30: the parameters blow up at the first update. The NLL excludes non-finite
+    # predictions, so the loss alone would look fine; the parameter norm gives it away.
+    wd = tmp_path / "w"
+    proc = _train(wd, "--config.num_steps=2", "--config.checkpoint_every=1", "--config.optim.learning_rate=1e30",
+                  cache=cache, check=False)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "diverged at step 1" in proc.stderr and "param_norm" in proc.stderr
+    assert not list((wd / "checkpoints").glob("[0-9]*"))
+
+
+def test_damaged_latest_checkpoint_falls_back_and_is_kept(tmp_path, cache, four_steps_one_device):
+    import shutil
+
+    wd = tmp_path / "w"
+    shutil.copytree(four_steps_one_device, wd)
+    for f in (wd / "checkpoints" / "4" / "state").rglob("*"):
+        if f.is_file() and f.stat().st_size > 0:
+            f.write_bytes(b"\0" * 7)  # every file of step 4's state is now garbage
+    proc = _train(wd, "--config.num_steps=4", cache=cache)
+    assert "checkpoint step 4 is unreadable" in proc.stdout and "at step 2" in proc.stdout
+    assert len(list((wd / "checkpoints").glob("damaged_4_*"))) == 1  # moved aside, not deleted
+    assert (wd / "checkpoints" / "4").is_dir()  # saved again
+    assert [r["step"] for r in _losses(wd)] == [1, 2, 3, 4]  # no repeated steps
+    ref, got = _params(four_steps_one_device), _params(wd)
+    for k in ref:  # steps 3-4 rerun from step 2 give the uninterrupted result
+        np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_a_second_trainer_on_the_same_workdir_is_refused(tmp_path, cache):
+    import fcntl
+
+    wd = tmp_path / "w"
+    wd.mkdir()
+    with open(wd / ".lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running trainer holds it
+        proc = _train(wd, "--config.num_steps=1", cache=cache, check=False)
+    _one_line_error(proc, "in use by another trainer")
+
+
+def test_stop_after_seconds_checkpoints_and_resumes(tmp_path, cache, four_steps_one_device):
+    wd = tmp_path / "w"
+    first = _train(wd, "--config.num_steps=4", "--config.stop_after_seconds=1e-6", cache=cache)
+    assert "stopping at step 1" in first.stdout
+    assert json.loads((wd / "summary.json").read_text())["stopped_early"] is True
+    _train(wd, "--config.num_steps=4", cache=cache)
+    assert [r["step"] for r in _losses(wd)] == [1, 2, 3, 4]
+    ref, got = _params(four_steps_one_device), _params(wd)
+    for k in ref:
+        np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_num_epochs_sets_the_step_count(tmp_path, cache):
+    wd = tmp_path / "w"
+    # 24 training pairs at batch 4: 6 steps per epoch, 2 epochs.
+    _train(wd, "--config.num_epochs=2", "--config.data.num_train=24", "--config.checkpoint_every=0", cache=cache)
+    assert json.loads((wd / "summary.json").read_text())["final_step"] == 12
 
 
 def test_resume_with_another_model_is_refused_and_keeps_the_checkpoints(tmp_path, cache, four_steps_one_device):

@@ -18,7 +18,6 @@ from the latest checkpoint otherwise), so an interrupted ablation picks up where
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -32,13 +31,6 @@ VARIANTS = {  # name: (num_homography, num_stochastic, use_depth)
     "24": (12, 12, False),
     "36": (12, 12, True),
 }
-
-
-def load_config(path: str):
-    spec = importlib.util.spec_from_file_location("ablation_config", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config()
 
 
 def variant_config(base, name: str, num_steps: int | None):
@@ -70,7 +62,9 @@ def main(argv=None) -> int:
     from camflow_jax.evaluate import evaluate
     from camflow_jax.trainer import train_and_evaluate
 
-    base = load_config(args.config)
+    from camflow_jax import configs
+
+    base = configs.load(args.config)
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
     timings = {}
     for name in names:

@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
 import json
 import os
 import platform
@@ -212,12 +211,9 @@ ARCH_KEYS = ("embed_dim", "depths", "layer_depth", "num_heads", "window_size", "
 def load_config(path, height: int, width: int, batch: int, dtype: str | None = None, arch: str = "config"):
     """``get_config()`` of a config file, with model.height/width, batch_size (and dtype) set;
     ``arch='release'`` also sets the network structure keys to the released CamFlow's."""
-    if str(ROOT) not in sys.path:  # configs import ``configs.default``
-        sys.path.insert(0, str(ROOT))
-    spec = importlib.util.spec_from_file_location(f"_bench_config_{Path(path).stem}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    config = mod.get_config()
+    from camflow_jax import configs
+
+    config = configs.load(str(path))
     config.model.height, config.model.width, config.batch_size = int(height), int(width), int(batch)
     if dtype:
         config.model.dtype = dtype

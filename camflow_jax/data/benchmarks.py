@@ -40,9 +40,9 @@ import pickle
 import struct
 from collections.abc import Sequence
 
-import cv2
 import numpy as np
 
+from camflow_jax.data.depth import check_depth_aspect, resize_depth
 from camflow_jax.data.images import read_rgb
 
 __all__ = [
@@ -282,12 +282,8 @@ def _resize_depth(d: np.ndarray, hw: tuple[int, int], what: str) -> np.ndarray:
     if not ok.any():
         raise ValueError(f"{what}: depth has no finite positive value")
     if d.shape != tuple(hw):
-        # Invalid pixels would smear through bilinear interpolation; fill them first and
-        # restore them (nearest) afterwards so downstream code still sees them as invalid.
-        filled = np.where(ok, d, np.median(d[ok])).astype(np.float32)
-        out = cv2.resize(filled, (hw[1], hw[0]), interpolation=cv2.INTER_LINEAR)
-        bad = cv2.resize((~ok).astype(np.uint8), (hw[1], hw[0]), interpolation=cv2.INTER_NEAREST)
-        d = np.where(bad > 0, np.nan, out).astype(np.float32)
+        check_depth_aspect(d.shape, hw, what)
+        d = resize_depth(d, hw[0], hw[1])
     return d
 
 

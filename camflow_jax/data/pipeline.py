@@ -12,7 +12,7 @@ import grain
 import numpy as np
 
 from camflow_jax import geometry
-from camflow_jax.data import train_sources
+from camflow_jax.data import depth as depth_lib, train_sources
 
 _ALWAYS = ("img1", "img2", "flow_f", "flow_b", "label_mask_f", "label_mask_b", "category_id")
 
@@ -29,9 +29,12 @@ def _resize_pair(s: dict, h: int, w: int) -> dict:
     for k in ("flow_f", "flow_b", "gt_flow_f"):
         if k in s:
             out[k] = cv2.resize(s[k], (w, h), interpolation=cv2.INTER_LINEAR) * np.float32([sx, sy])
-    for k in ("label_mask_f", "label_mask_b", "gt_valid_f", "depth1", "depth2"):
-        if k in s:  # nearest: never blends valid with invalid pixels or depth across edges
+    for k in ("label_mask_f", "label_mask_b", "gt_valid_f"):
+        if k in s:  # nearest: never blends valid with invalid pixels
             out[k] = cv2.resize(s[k], (w, h), interpolation=cv2.INTER_NEAREST)
+    for k in ("depth1", "depth2"):
+        if k in s:  # the image's geometry (evaluation and inference resize depth the same way)
+            out[k] = depth_lib.resize_depth(s[k], h, w)
     if "K" in s:
         out["K"] = np.asarray(geometry.resize_intrinsics(s["K"], (h0, w0), (h, w)), np.float32)
     return out

@@ -21,6 +21,7 @@ import numpy as np
 
 from camflow_jax import baselines
 from camflow_jax.data.benchmarks import GHOF_INTRINSICS, bandwise_homography_flow
+from camflow_jax.data.depth import check_depth_aspect, resize_depth
 from camflow_jax.data.images import read_rgb
 
 _IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".bmp")
@@ -88,9 +89,11 @@ class GhofTrain:
                 if not f.is_file():
                     raise FileNotFoundError(f"missing depth file {f} (data.depth_pattern={self.depth_pattern!r})")
                 dep = np.load(f).astype(np.float32)
-                if dep.shape[:2] != (h, w):
-                    dep = cv2.resize(dep, (w, h), interpolation=cv2.INTER_NEAREST)
-                out[f"depth{k}"] = dep
+                dep = dep.reshape(dep.shape[:2]) if dep.ndim == 3 and dep.shape[-1] == 1 else dep
+                if dep.ndim != 2:
+                    raise ValueError(f"{f}: depth must be [H, W], got shape {dep.shape}")
+                check_depth_aspect(dep.shape, (h, w), str(f))
+                out[f"depth{k}"] = resize_depth(dep, h, w)
             sx, sy = w / 800.0, h / 600.0
             out["K"] = np.asarray(GHOF_INTRINSICS, np.float32) * np.array([sx, sy, sx, sy], np.float32)
         return out

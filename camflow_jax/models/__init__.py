@@ -6,9 +6,14 @@
 
 from camflow_jax.models.camflow import (
     DEFAULT_CONFIG,
+    DEPTH_GROUP,
+    GROUP_NAMES,
+    HOMOGRAPHY_GROUP,
+    STOCHASTIC_GROUP,
     CamFlow,
     build_model,
     count_params,
+    group_layout,
     init_variables,
     preprocess,
     resolve_config,
@@ -16,9 +21,14 @@ from camflow_jax.models.camflow import (
 
 __all__ = [
     "DEFAULT_CONFIG",
+    "DEPTH_GROUP",
+    "GROUP_NAMES",
+    "HOMOGRAPHY_GROUP",
+    "STOCHASTIC_GROUP",
     "CamFlow",
     "build_model",
     "count_params",
+    "group_layout",
     "init_variables",
     "preprocess",
     "resolve_config",

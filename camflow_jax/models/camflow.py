@@ -27,8 +27,13 @@ from camflow_jax.models.layers import Dtype
 from camflow_jax.models.mask import MaskNet
 from camflow_jax.models.met import MotionEstimationTransformer, combine_directional
 
-DEFAULT_GROUP_NAMES = ("homography", "stochastic", "depth")
-DEPTH_GROUP = "depth"
+# The basis groups, in basis order. These names are part of the parameter paths
+# (``met/tokens_<name>``, ``met/head_<name>``, ...), so every module that builds a model config
+# or maps parameters takes them from here (:func:`group_layout`); :func:`resolve_config`
+# refuses any other name.
+HOMOGRAPHY_GROUP, STOCHASTIC_GROUP, DEPTH_GROUP = "homography", "stochastic", "depth"
+GROUP_NAMES = (HOMOGRAPHY_GROUP, STOCHASTIC_GROUP, DEPTH_GROUP)
+DEFAULT_GROUP_NAMES = GROUP_NAMES
 
 # Architecture of the released CamFlow (and of CamFlow+, which adds a depth group).
 DEFAULT_CONFIG: dict[str, Any] = {
@@ -159,6 +164,18 @@ class CamFlow(nn.Module):
         }
 
 
+def group_layout(num_homography: int, num_stochastic: int, num_depth: int) -> tuple[list[int], list[str]]:
+    """``(group_sizes, group_names)`` of a [homography | stochastic | depth] basis set; groups
+    of size 0 are left out (e.g. ``(8, 0, 0)`` -> ``([8], ['homography'])``)."""
+    counts = (int(num_homography), int(num_stochastic), int(num_depth))
+    if any(n < 0 for n in counts):
+        raise ValueError(f"basis counts must be >= 0, got {counts}")
+    pairs = [(n, name) for n, name in zip(counts, GROUP_NAMES) if n]
+    if not pairs:
+        raise ValueError("the model needs at least one basis group")
+    return [n for n, _ in pairs], [name for _, name in pairs]
+
+
 def _as_dict(config: Mapping[str, Any] | Any) -> dict[str, Any]:
     if hasattr(config, "to_dict"):  # ml_collections.ConfigDict
         config = config.to_dict()
@@ -192,6 +209,9 @@ def resolve_config(model_config: Mapping[str, Any] | Any) -> dict[str, Any]:
     names = [str(n) for n in names]
     if len(names) != len(sizes) or len(set(names)) != len(names):
         raise ValueError(f"group_names {names} must be distinct and match group_sizes {sizes}")
+    unknown = [n for n in names if n not in GROUP_NAMES]
+    if unknown or [n for n in GROUP_NAMES if n in names] != names:
+        raise ValueError(f"group_names {names}: each must be one of {list(GROUP_NAMES)}, in that order")
     if str(out["dtype"]) not in _DTYPES:
         raise ValueError(f"model_config.dtype must be one of {sorted(_DTYPES)}, got {out['dtype']!r}")
     depths = [int(d) for d in out["depths"]]

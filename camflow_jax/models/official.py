@@ -23,19 +23,13 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from camflow_jax.models.camflow import CamFlow, build_model, resolve_config
+from camflow_jax.models.camflow import (
+    DEFAULT_CONFIG, HOMOGRAPHY_GROUP, STOCHASTIC_GROUP, CamFlow, build_model, group_layout, resolve_config)
 
-RELEASED_CONFIG: dict[str, Any] = {
-    "group_sizes": [12, 12],
-    "group_names": ["homography", "stochastic"],
-    "dtype": "float32",
-    "embed_dim": 24,
-    "depths": [2, 4, 6],
-    "layer_depth": [3, 2, 1],
-    "num_heads": [3, 12, 24],
-    "window_size": 8,
-    "mlp_ratio": 3.0,
-}
+# The released CamFlow: the default architecture with 12 homography + 12 stochastic bases.
+_RELEASED_SIZES, _RELEASED_NAMES = group_layout(12, 12, 0)
+RELEASED_CONFIG: dict[str, Any] = resolve_config(
+    {**DEFAULT_CONFIG, "group_sizes": _RELEASED_SIZES, "group_names": _RELEASED_NAMES})
 RELEASED_SIZE = (320, 576)
 
 # Released names we know and deliberately do not use.
@@ -118,8 +112,8 @@ def _mapping(cfg: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...], str, Ca
                 bn(ours + ("bn_1",), theirs + ".norm2")
                 k += 1
 
-    released_group = {"homography": ("blocks_token_only", "query_token", ""),
-                      "stochastic": ("blocks_token_noise", "query_token_noise", "_noise")}
+    released_group = {HOMOGRAPHY_GROUP: ("blocks_token_only", "query_token", ""),
+                      STOCHASTIC_GROUP: ("blocks_token_noise", "query_token_noise", "_noise")}
     for name in cfg["group_names"]:
         blocks, token, suffix = released_group[name]
         out.append(("params", ("met", f"tokens_{name}"), f"h_net.{token}", _tokens))
@@ -168,7 +162,7 @@ def convert_state_dict(state_dict: Mapping[str, Any], model_config: Mapping[str,
     groups exist in the release.
     """
     cfg = resolve_config(model_config or RELEASED_CONFIG)
-    unknown = [n for n in cfg["group_names"] if n not in ("homography", "stochastic")]
+    unknown = [n for n in cfg["group_names"] if n not in (HOMOGRAPHY_GROUP, STOCHASTIC_GROUP)]
     if unknown:
         raise ValueError(f"the released weights have no basis group(s) {unknown}")
     sd = _strip_prefix(state_dict)

@@ -1,0 +1,82 @@
+"""Defaults shared by every config (Flax-examples style: other configs start from this one).
+
+Every key exists here so that ``--config.a.b=value`` overrides are checked against a locked
+config: an unknown key is an error, not a silent new field.
+"""
+
+import ml_collections
+
+from camflow_jax.models.camflow import DEFAULT_CONFIG as ARCHITECTURE
+
+
+def get_config() -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.seed = 0
+    c.num_steps = 1000          # total optimizer steps of the run (resume continues up to it)
+    c.num_epochs = 0            # > 0: num_steps = num_epochs * steps per epoch (optim.steps_per_epoch,
+                                # or training-set size // batch_size), as the paper states its recipe
+    c.batch_size = 8            # global batch, split over devices and processes
+
+    # Network (camflow_jax.models.resolve_config keys) and its input size.
+    # Architecture keys default to the released CamFlow (embed 24, depths (2, 4, 6), heads (3, 12, 24)).
+    c.model = ml_collections.ConfigDict(dict(dtype="float32", height=320, width=576, **{
+        k: ARCHITECTURE[k] for k in ("embed_dim", "depths", "layer_depth", "num_heads", "window_size", "mlp_ratio")}))
+
+    # Motion bases: [homography | stochastic | depth]. Group sizes follow from these.
+    c.bases = ml_collections.ConfigDict(dict(
+        num_homography=12,      # 12 (second order), 8 (first order) or 0
+        num_stochastic=12,
+        seed=0,                 # stochastic bases are regenerated from it anywhere
+        orthogonal_to_homography=True,
+        use_depth=True,         # CamFlow+: 12 depth-translational bases from depth and K
+        depth_sigmas=(),        # () = camflow_jax.bases.default_depth_sigmas(width)
+    ))
+
+    c.data = ml_collections.ConfigDict(dict(
+        name="synthetic",       # synthetic | ghof | cahomo | frames
+        path="",                # dataset folder (not used by synthetic)
+        train_seed=0,           # synthetic: scenes of the training split
+        eval_seed=1000,         # synthetic: held-out scenes (a different seed)
+        num_train=100000,       # synthetic: size of the training split
+        num_eval=50,            # held-out pairs evaluated periodically and at the end
+        render_height=0,        # synthetic render size; 0 = network size + 1/8 margin for crops
+        render_width=0,
+        resize_height=0,        # resize before the random crop (paper: 360x640); 0 = none
+        resize_width=0,
+        motion_scale=1.0,       # synthetic: camera-motion magnitude (1: ~20 px mean flow at 576 wide)
+        label="flow",           # synthetic: 'flow' (geometric truth on valid pixels) | 'homography'
+        frame_gap=1,            # frames: pairs (t, t + gap)
+        depth_pattern="",       # ghof: per-sample depth files, "{}" = 1 or 2 (e.g. "depth{}.npy"); "" = none
+        num_workers=0,          # grain worker processes (0 = in the main process)
+        prefetch=2,             # batches prepared ahead (per worker, and by the read threads)
+        read_threads=1,         # threads preparing batches in each process (grain's default 16
+                                # competes with the step for the cores)
+    ))
+
+    c.loss = ml_collections.ConfigDict(dict(
+        motion=1.0, feature=0.0, smooth=0.0, alpha=10.0, balance_feature=False,
+        nll="paper",            # 'paper': NLL summed over channels (Eq. nll); 'release': the authors'
+    ))                          # code, the mean over channels (halves the 2-channel motion term)
+
+    c.optim = ml_collections.ConfigDict(dict(
+        learning_rate=1e-5, b1=0.9, b2=0.99,   # the paper's Adam
+        decay_rate=0.8,         # x0.8 per epoch (paper)
+        steps_per_epoch=0,      # 0 = training-set size // batch_size
+        grad_clip=0.0,          # global-norm clipping; 0 = off
+        freeze=(),              # parameter-path prefixes kept fixed, e.g. ('features',) (the shallow
+                                # feature net), ('met/head_depth',); an unknown prefix is an error
+        auto_freeze=True,       # also freeze 'features' whenever loss.feature > 0 (trainable shallow
+                                # features can collapse to a constant under that loss)
+    ))
+
+    c.identity_init = True      # coefficient heads start at zero: the initial motion is identity
+                                # (False = the release's Kaiming init, whose flows start at 30-70 px)
+    c.init_from = ""            # checkpoint (inference dir or workdir) to start from
+    c.stop_after_seconds = 0.0  # stop (checkpointed, resumable) after this much training time;
+                                # 0 = no limit. For time-limited jobs: rerun to continue.
+    c.log_every = 50
+    c.eval_every = 500
+    c.checkpoint_every = 500
+    c.keep_checkpoints = 3
+    c.eval_baselines = ("identity", "sift_magsac")
+    return c

@@ -1,0 +1,30 @@
+"""GHOF refinement of CamFlow+ (36 bases), the paper's recipe (§ Implementation Details):
+"the same optimization setting" as its CAHomo pretraining -- Adam lr 1e-5, betas (0.9, 0.99),
+x0.8 after each epoch, 5 epochs, batch 16, 600x800 frames cropped to 320x576 (resized to
+360x640 first, as the release does) -- with loss weights 1 : 10 : 40 (motion : feature :
+smoothness). The shallow feature net is frozen while the feature loss is on
+(``optim.auto_freeze``). Start from a CamFlow checkpoint: its homography and stochastic
+groups are loaded, the depth group starts fresh.
+
+    python -m camflow_jax.train --config=configs/ghof.py --config.data.path=/data/GHOF/train \
+        --config.data.depth_pattern=depth{}.npy --config.init_from=ckpts/camflow_released \
+        --workdir=workdirs/ghof
+
+``configs/ghof_release.py`` is the authors' camera-ready variant (lr 1e-4, batch 8).
+"""
+
+from camflow_jax.configs import default
+
+
+def get_config():
+    c = default.get_config()
+    c.model.height, c.model.width = 320, 576
+    c.batch_size = 16
+    c.num_epochs = 5               # num_steps = 5 x (training pairs // 16)
+    c.data.name = "ghof"
+    c.data.resize_height, c.data.resize_width = 360, 640
+    c.data.num_workers = 4
+    c.loss.motion, c.loss.feature, c.loss.smooth = 1.0, 10.0, 40.0
+    c.optim.learning_rate = 1e-5
+    c.eval_baselines = ("identity",)
+    return c
