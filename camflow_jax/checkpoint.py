@@ -1,12 +1,17 @@
 """Inference checkpoints: one directory holding a model's config, variables and static bases.
 
-Layout written by :func:`save_model`::
+Layouts:
 
-    DIR/model.json        {"format": ..., "model_config": {...}}   (JSON, human readable)
+    DIR/model.json        {"format": ..., "model_config": {...}, "sha256": {...}}   (save_model)
     DIR/arrays/           Orbax checkpoint of {"params", "batch_stats"[, "bases"]}
 
-:func:`load_model` reads such a directory, or a training workdir (``model.json`` +
-``checkpoints/<step>/``: the latest step's parameters are used).
+    DIR/model.json        {"format": "camflow_jax.npz/1", ...}                    (save_compact)
+    DIR/weights.npz       16-bit arrays with a float32 scale each (the shipped weights' format)
+
+:func:`load_model` reads either, or a training workdir (``model.json`` +
+``checkpoints/<step>/``: the latest step's parameters are used). Arrays are checked against
+the SHA-256 sums recorded at save time; a damaged file is an error naming it.
+:func:`pretrained_path` is the model shipped inside the package (``Predictor.from_pretrained``).
 
 ``model_config`` is the network config of :func:`camflow_jax.models.resolve_config` plus
 ``height``/``width`` (the network input size) and a ``bases`` section describing the static
@@ -26,10 +31,27 @@ import jax
 import numpy as np
 
 FORMAT = "camflow_jax.inference/1"
+NPZ_FORMAT = "camflow_jax.npz/1"
+NPZ_FILE = "weights.npz"
 DEFAULT_BASES = {"num_homography": 12, "num_stochastic": 12, "seed": 0,
                  "orthogonal_to_homography": True, "depth_sigmas": None}
 
-__all__ = ["FORMAT", "save_model", "load_model", "read_model_config", "model_bases", "latest_step"]
+__all__ = ["FORMAT", "NPZ_FORMAT", "save_model", "save_compact", "load_model", "read_model_config", "model_bases",
+           "latest_step", "PRETRAINED", "pretrained_path"]
+
+
+#: The model shipped in the package (docs/model_card.md).
+PRETRAINED = "camflow_plus_synthetic"
+
+
+def pretrained_path(name: str = PRETRAINED) -> Path:
+    """Folder of a model shipped inside the package (``camflow_jax/weights/<name>``)."""
+    root = Path(__file__).resolve().parent / "weights"
+    path = root / name
+    if not (path / "model.json").is_file():
+        have = sorted(p.name for p in root.iterdir() if (p / "model.json").is_file()) if root.is_dir() else []
+        raise FileNotFoundError(f"no shipped model {name!r} in {root} (available: {have or 'none'})")
+    return path
 
 
 def _ocp():
@@ -70,9 +92,101 @@ def save_model(directory, model_config: Mapping[str, Any], variables: Mapping[st
     ocp = _ocp()
     with ocp.StandardCheckpointer() as ckptr:
         ckptr.save(directory / "arrays", tree, force=True)
-    meta = {"format": FORMAT, "model_config": cfg, "has_bases": bases is not None}
+    meta = {"format": FORMAT, "model_config": cfg, "has_bases": bases is not None,
+            "sha256": {k: _sha256(v) for k, v in _flat(tree).items()}}
     (directory / "model.json").write_text(json.dumps(meta, indent=2))
     return directory
+
+
+# ----------------------------------------------------------------------------------------------
+# Compact weights (one .npz, 16-bit): the format of the weights shipped inside the package
+# ----------------------------------------------------------------------------------------------
+
+def _flat(tree, prefix: str = "") -> dict[str, np.ndarray]:
+    out = {}
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(_flat(v, key + "/"))
+        else:
+            out[key] = np.asarray(v)
+    return out
+
+
+def _unflat(flat: Mapping[str, np.ndarray]) -> dict:
+    tree: dict = {}
+    for key, v in flat.items():
+        node = tree
+        parts = key.split("/")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = v
+    return tree
+
+
+def _sha256(a: np.ndarray) -> str:
+    import hashlib
+
+    a = np.ascontiguousarray(a)
+    return hashlib.sha256(str(a.dtype).encode() + str(a.shape).encode() + a.tobytes()).hexdigest()
+
+
+def _verify(flat: Mapping[str, np.ndarray], sums: Mapping[str, str], where) -> None:
+    """Every array's SHA-256 against the one recorded at save time (flipped bits, truncated or
+    swapped files are named instead of loading as wrong weights)."""
+    missing = sorted(set(sums) - set(flat))
+    if missing:
+        raise ValueError(f"{where}: arrays missing from the checkpoint: {missing[:5]}")
+    bad = [k for k, h in sums.items() if _sha256(flat[k]) != h]
+    if bad:
+        raise ValueError(f"{where}: checksum mismatch in {len(bad)} array(s) ({', '.join(bad[:3])}): "
+                         "the file is damaged or was modified after saving")
+
+
+def save_compact(directory, model_config: Mapping[str, Any], variables: Mapping[str, Any], bases=None,
+                 *, info: Mapping[str, Any] | None = None, overwrite: bool = False) -> Path:
+    """Writes ``DIR/model.json`` + ``DIR/weights.npz``: every array as float16 scaled by its
+    largest magnitude (a float32 scale per array: no float16 overflow, and small parameters
+    such as LayerScale factors keep full float16 precision), half the size of float32.
+    ``info`` (data, recipe, measured accuracy) is stored in model.json as is."""
+    from camflow_jax.models import resolve_config
+
+    directory = Path(directory).absolute()
+    if (directory / "model.json").exists() and not overwrite:
+        raise FileExistsError(f"{directory} already holds a checkpoint; pass overwrite=True to replace it")
+    cfg = resolve_config(model_config)
+    tree = {"params": variables["params"], "batch_stats": variables.get("batch_stats", {})}
+    if bases is not None:
+        tree["bases"] = np.asarray(bases, np.float32)
+    arrays = {}
+    for key, a in _flat(jax.tree.map(np.asarray, tree)).items():
+        a = np.asarray(a, np.float32)
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"save_compact: {key} has non-finite values")
+        scale = np.float32(np.max(np.abs(a))) if a.size else np.float32(0)
+        scale = scale if scale > 0 else np.float32(1)
+        arrays[key] = (a / scale).astype(np.float16)
+        arrays[key + "@scale"] = np.asarray(scale, np.float32)
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / (NPZ_FILE + ".tmp.npz")
+    np.savez_compressed(tmp, **arrays)
+    tmp.replace(directory / NPZ_FILE)
+    meta = {"format": NPZ_FORMAT, "model_config": cfg, "has_bases": bases is not None,
+            "sha256": {k: _sha256(v) for k, v in arrays.items()}, "info": dict(info or {})}
+    (directory / "model.json").write_text(json.dumps(meta, indent=2))
+    return directory
+
+
+def _load_compact(path: Path, meta: Mapping[str, Any]) -> tuple[dict, Any]:
+    try:
+        with np.load(path / NPZ_FILE, allow_pickle=False) as z:
+            raw = {k: z[k] for k in z.files}
+    except Exception as e:  # zipfile/numpy raise several types for damaged files
+        raise ValueError(f"could not read {path / NPZ_FILE}: {type(e).__name__}: {e}") from e
+    _verify(raw, meta.get("sha256") or {}, path / NPZ_FILE)
+    flat = {k: raw[k].astype(np.float32) * raw[k + "@scale"] for k in raw if not k.endswith("@scale")}
+    tree = _unflat(flat)
+    return tree, tree.get("bases")
 
 
 def latest_step(checkpoint_dir) -> int | None:
@@ -140,8 +254,14 @@ def load_model(path) -> tuple[Any, dict, np.ndarray, dict]:
             "`python -m camflow_jax.train --config=configs/synthetic.py --workdir=DIR`, or convert the "
             "released weights with `python tools/import_official_checkpoint.py ckpt.pth -o DIR`.")
     model_config = read_model_config(path)
-    if (path / "arrays").is_dir():
+    meta = json.loads(meta_file.read_text())
+    if meta.get("format") == NPZ_FORMAT:
+        tree, bases = _load_compact(path, meta)
+        params, batch_stats = tree["params"], tree.get("batch_stats", {})
+    elif (path / "arrays").is_dir():
         tree = _restore_raw(path / "arrays")
+        if meta.get("sha256"):
+            _verify({k: np.asarray(v) for k, v in _flat(tree).items()}, meta["sha256"], path / "arrays")
         params, batch_stats = tree["params"], tree.get("batch_stats", {})
         bases = tree.get("bases")
     else:

@@ -192,6 +192,14 @@ class Predictor:
         self._warned_no_depth = False
 
     @classmethod
+    def from_pretrained(cls, name: str | None = None, **kwargs) -> "Predictor":
+        """The model shipped inside the package (CamFlow+, 36 bases, 320x576; see
+        docs/model_card.md): no download, no checkpoint to find."""
+        from camflow_jax import checkpoint
+
+        return cls.from_checkpoint(checkpoint.pretrained_path(name or checkpoint.PRETRAINED), **kwargs)
+
+    @classmethod
     def from_checkpoint(cls, path, **kwargs) -> "Predictor":
         """Loads ``path`` (inference checkpoint or training workdir) via
         :func:`camflow_jax.checkpoint.load_model`."""
