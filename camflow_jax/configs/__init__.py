@@ -8,11 +8,12 @@ package: ``--config=$(python -m camflow_jax.configs NAME)`` prints this folder's
 - ``ghof``: CamFlow+ (36 bases) refinement on GHOF, the paper's recipe.
 - ``ghof_release``: the same with the authors' camera-ready settings (lr 1e-4, batch 8).
 - ``synthetic``: the embedded default run, sized for a 2-core CPU.
-- ``pretrained``: the shipped model's recipe (synthetic scenes at 320x576, one GPU).
+- ``pretrained``: the shipped model's recipe at 320x576, full width, for one GPU.
+- ``pretrained_cpu``: the same recipe narrowed to 128x256 for a CPU: the model shipped now.
 - ``smoke``: seconds-long installation check.
 """
 
-NAMES = ("default", "cahomo", "ghof", "ghof_release", "synthetic", "pretrained", "smoke")
+NAMES = ("default", "cahomo", "ghof", "ghof_release", "synthetic", "pretrained", "pretrained_cpu", "smoke")
 
 
 def load(path_or_name: str):
