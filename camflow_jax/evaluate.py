@@ -77,7 +77,7 @@ _PME_TITLES = {
 }
 _EPE_GHOF = "EPE (px, generic optical flow vs gt_flow, all pixels incl. moving objects)"
 
-#: Published identity (zero-flow) rows: CAHomo PME (DESIGN §9 / paper Table "CAHomo"), GHOF-Cam
+#: Published identity (zero-flow) rows: CAHomo PME (the paper's CAHomo table), GHOF-Cam
 #: EPE and GHOF PME (paper tables, row I_3x3). A full-benchmark run with ``identity`` is checked
 #: against them: they validate the data files and the protocol together.
 PUBLISHED_IDENTITY = {

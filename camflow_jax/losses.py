@@ -1,4 +1,4 @@
-"""Training losses (DESIGN §7): Laplace NLL, motion, feature consistency, depth-aware smoothness.
+"""Training losses (docs/design.md, "Losses"): Laplace NLL, motion, feature consistency, depth-aware smoothness.
 
 Laplace NLL with per-pixel log-variance s (confidence d = exp(-s)), for every element e:
     l_e = sqrt(2) * exp(-s/2) * |y_e - y_hat_e| + s/2,

@@ -5,7 +5,7 @@
     out["flow_f"]                                # [H0, W0, 2]: warp(img2, flow_f) ~ img1
     out["homography"]                            # [3, 3], image-1 pixels -> image-2 pixels
 
-Pipeline for one pair (DESIGN §6.1, §6.7):
+Pipeline for one pair (docs/design.md, "Inference"):
 
 1. Portrait input (H0 > W0): both images (and depths) are rotated 90° counter-clockwise
    (``np.rot90``) to landscape. A pixel (x, y) lands at (x', y') = (y, W0 - 1 - x), so the
