@@ -2,7 +2,7 @@
 structure narrowed (embed 16, 2 blocks per encoder stage), 128x256 input, on the embedded
 synthetic parallax scenes with camera motions x1.5 (a ~30 px mean flow at 576 wide, like real
 handheld and stereo pairs), motion loss on exact geometric flow, Adam (0.9, 0.99) x0.8 per
-epoch over 5 epochs at a from-scratch learning rate. Sized for a 2-core CPU in the background
+epoch (8 epochs of 1,280 scenes) at a from-scratch learning rate. Sized for a 2-core CPU in the background
 (``stop_after_seconds`` slices, resumable). ``configs/pretrained.py`` is the same recipe at
 the paper's 320x576 and full width for one GPU. docs/model_card.md records the run.
 
@@ -19,9 +19,9 @@ def get_config():
     c.model.depths = (2, 2, 2)
     c.model.num_heads = (2, 4, 8)
     c.batch_size = 4
-    c.num_epochs = 5
+    c.num_epochs = 8
     c.data.name = "synthetic"
-    c.data.num_train = 1280        # 320 steps per epoch at batch 4: 1,600 steps in all
+    c.data.num_train = 1280        # 320 steps per epoch at batch 4: 2,560 steps in all
     c.data.num_eval = 100
     c.data.motion_scale = 1.5
     c.loss.motion, c.loss.feature, c.loss.smooth = 1.0, 0.0, 0.0
