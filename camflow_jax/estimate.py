@@ -1,9 +1,10 @@
 r"""Camera motion of one image pair: ``python -m camflow_jax.estimate``.
 
-    python -m camflow_jax.estimate IMG1 IMG2 --checkpoint CKPT -o OUTDIR
+    python -m camflow_jax.estimate IMG1 IMG2 -o OUTDIR                    # the shipped model
     python -m camflow_jax.estimate IMG1 IMG2 --depth1 D1.npy --depth2 D2.npy \
-        --intrinsics fx,fy,cx,cy --checkpoint CKPT -o OUTDIR          # CamFlow+ with depth
-    python -m camflow_jax.estimate IMG1 IMG2 --method sift_magsac -o OUTDIR   # no checkpoint
+        --intrinsics fx,fy,cx,cy -o OUTDIR                                # CamFlow+ with depth
+    python -m camflow_jax.estimate IMG1 IMG2 --checkpoint CKPT -o OUTDIR  # your own model
+    python -m camflow_jax.estimate IMG1 IMG2 --method sift_magsac -o OUTDIR   # classical
 
 Images of any size and orientation (EXIF orientation is applied when reading; portrait pairs
 are handled by :class:`camflow_jax.predictor.Predictor`). Written to OUTDIR:
@@ -18,7 +19,7 @@ overlay_input.png        the same for the unaligned input pair
 error_heatmap.png        |img1 - warped img2| (mean over channels, 0..64 levels mapped to the
                          JET colour map; black outside the warp)
 flow_f_color.png         flow colour coding (direction = hue, magnitude = saturation)
-confidence_f.png         exp(-log-variance) of the model (only with a checkpoint)
+confidence_f.png         exp(-log-variance) of the model (camflow only)
 homography.json          3x3 homography image 1 -> image 2 (pixels) and a summary
 =======================  ===================================================================
 
@@ -38,17 +39,10 @@ import cv2
 import numpy as np
 
 from camflow_jax import baselines, flowio, viz
+from camflow_jax.data.depth import read_depth
 from camflow_jax.data.images import read_rgb
 
 __all__ = ["read_image", "read_depth", "estimate_pair", "write_outputs", "main"]
-
-NO_CHECKPOINT_HELP = (
-    "no --checkpoint given. To use the CamFlow model, either train one\n"
-    "    python -m camflow_jax.train --config=configs/synthetic.py --workdir=DIR\n"
-    "or convert the released CamFlow weights\n"
-    "    python tools/import_official_checkpoint.py ckpt.pth -o DIR\n"
-    "and pass --checkpoint DIR. Without a checkpoint, run a classical estimator with\n"
-    f"    --method {{{','.join(m for m in baselines.METHODS if m != 'identity')}}}")
 
 ERROR_RANGE = 64.0  # grey levels mapped to the top of the heat map's colour scale
 
@@ -56,30 +50,6 @@ ERROR_RANGE = 64.0  # grey levels mapped to the top of the heat map's colour sca
 def read_image(path: str) -> np.ndarray:
     """uint8 RGB ``[H, W, 3]`` (EXIF orientation applied by OpenCV)."""
     return read_rgb(path)
-
-
-def read_depth(path: str) -> np.ndarray:
-    """float32 depth ``[H, W]`` from .npy / .npz / an image file."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"depth file not found: {path}")
-    ext = os.path.splitext(path)[1].lower()
-    if ext == ".npy":
-        d = np.load(path, allow_pickle=False)
-    elif ext == ".npz":
-        with np.load(path, allow_pickle=False) as z:
-            if not z.files:
-                raise ValueError(f"{path}: empty .npz")
-            d = z["depth"] if "depth" in z.files else z[z.files[0]]
-    else:
-        d = cv2.imread(path, cv2.IMREAD_ANYDEPTH | cv2.IMREAD_GRAYSCALE)
-        if d is None:
-            raise ValueError(f"cannot decode depth image {path}")
-    d = np.asarray(d, np.float32)
-    if d.ndim == 3 and d.shape[-1] == 1:
-        d = d[..., 0]
-    if d.ndim != 2:
-        raise ValueError(f"{path}: depth must be [H, W], got shape {d.shape}")
-    return d
 
 
 def _homography_of_flow(flow: np.ndarray) -> np.ndarray:
@@ -102,7 +72,9 @@ def estimate_pair(img1, img2, *, method: str = "camflow", predictor=None, depth1
     h, w = img1.shape[:2]
     if method == "camflow":
         if predictor is None:
-            raise ValueError(NO_CHECKPOINT_HELP)
+            from camflow_jax.predictor import Predictor
+
+            predictor = Predictor.from_pretrained()
         out = dict(predictor(img1, img2, depth1=depth1, depth2=depth2, intrinsics=intrinsics))
         out["method"] = "camflow"
         return out
@@ -214,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--out", required=True, help="output folder")
     p.add_argument("--checkpoint", default=None, help="camflow_jax checkpoint (inference dir or workdir)")
     p.add_argument("--method", default=None,
-                   help="camflow (default with --checkpoint) or " + ", ".join(baselines.METHODS))
+                   help="camflow (default: --checkpoint, or the shipped model without it) or " + ", ".join(baselines.METHODS))
     p.add_argument("--depth1", default=None, help="depth of image 1 (CamFlow+)")
     p.add_argument("--depth2", default=None, help="depth of image 2 (CamFlow+)")
     p.add_argument("--intrinsics", type=_parse_intrinsics, default=None,
@@ -224,10 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    method = args.method or ("camflow" if args.checkpoint else None)
-    if method is None:
-        print(f"error: {NO_CHECKPOINT_HELP}", file=sys.stderr)
-        return 2
+    method = args.method or "camflow"
     try:
         img1, img2 = read_image(args.img1), read_image(args.img2)
         if (args.depth1 is None) != (args.depth2 is None):
@@ -236,11 +205,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         d2 = read_depth(args.depth2) if args.depth2 else None
         predictor = None
         if method == "camflow":
-            if not args.checkpoint:
-                raise ValueError(NO_CHECKPOINT_HELP)
             from camflow_jax.predictor import Predictor
 
-            predictor = Predictor.from_checkpoint(args.checkpoint)
+            predictor = Predictor.load(args.checkpoint)
+            print(f"model: {predictor.description}", file=sys.stderr)
+            if predictor.num_depth and d1 is None:
+                print("note: no --depth1/--depth2: the depth bases use a constant depth "
+                      "(CamFlow behaviour; give depth for CamFlow+)", file=sys.stderr)
         elif args.checkpoint:
             print(f"note: --method {method} ignores --checkpoint", file=sys.stderr)
         result = estimate_pair(img1, img2, method=method, predictor=predictor, depth1=d1, depth2=d2,

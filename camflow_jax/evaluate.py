@@ -228,7 +228,8 @@ def _oracle(name: str, dataset: str) -> _Method:
 def _camflow(name: str, path: str, channel_order: str) -> _Method:
     from camflow_jax.predictor import Predictor
 
-    pred = Predictor.from_checkpoint(path, channel_order=channel_order)
+    pred = Predictor.load(path, channel_order=channel_order)
+    print(f"{name}: {pred.description}", file=sys.stderr)
 
     def run(s, need_b):
         out = pred(s["img1"], s["img2"], depth1=s.get("depth1"), depth2=s.get("depth2"),
@@ -250,11 +251,10 @@ def _build_methods(names: Sequence[str], dataset: str, checkpoints, channel_orde
             out.append(_oracle(name, dataset))
         elif name == "camflow" or name.startswith("camflow:"):
             if not ckpts:
-                raise ValueError(
-                    "method 'camflow' needs --checkpoint=DIR: train one (python -m camflow_jax.train "
-                    "--config=configs/synthetic.py) or convert the released CamFlow weights "
-                    "(python tools/import_official_checkpoint.py ckpt.pth -o DIR); classical methods run "
-                    "without one")
+                if name != "camflow":
+                    raise ValueError(f"method {name!r} needs --checkpoint={name.split(':', 1)[1]}=DIR")
+                out.append(_camflow("camflow", None, channel_order))  # the shipped model
+                continue
             wanted = ckpts if name == "camflow" else [c for c in ckpts if c[0] == name.split(":", 1)[1]]
             if not wanted:
                 raise ValueError(f"no checkpoint labelled {name.split(':', 1)[1]!r} in {[c[0] for c in ckpts]}")

@@ -190,6 +190,7 @@ class Predictor:
         self.variables = jax.device_put(variables)
         self._forward = jax.jit(self._forward_impl)
         self._warned_no_depth = False
+        self.description = "CamFlow+" if self.num_depth else "CamFlow"  # set by the loaders
 
     @classmethod
     def from_pretrained(cls, name: str | None = None, **kwargs) -> "Predictor":
@@ -197,7 +198,16 @@ class Predictor:
         docs/model_card.md): no download, no checkpoint to find."""
         from camflow_jax import checkpoint
 
-        return cls.from_checkpoint(checkpoint.pretrained_path(name or checkpoint.PRETRAINED), **kwargs)
+        name = name or checkpoint.PRETRAINED
+        pred = cls.from_checkpoint(checkpoint.pretrained_path(name), **kwargs)
+        pred.description = f"the shipped model {name!r} ({pred.height}x{pred.width}; docs/model_card.md)"
+        return pred
+
+    @classmethod
+    def load(cls, checkpoint: str | None = None, **kwargs) -> "Predictor":
+        """``from_checkpoint(checkpoint)``, or :meth:`from_pretrained` when ``checkpoint`` is
+        None: what the command-line tools run. ``predictor.description`` says which."""
+        return cls.from_pretrained(**kwargs) if checkpoint is None else cls.from_checkpoint(checkpoint, **kwargs)
 
     @classmethod
     def from_checkpoint(cls, path, **kwargs) -> "Predictor":
@@ -212,7 +222,9 @@ class Predictor:
         from camflow_jax import checkpoint
 
         model, variables, static_bases, model_config = checkpoint.load_model(path)
-        return cls(model, variables, static_bases, model_config, **kwargs)
+        pred = cls(model, variables, static_bases, model_config, **kwargs)
+        pred.description = f"{pred.description} from {path} ({pred.height}x{pred.width})"
+        return pred
 
     # --------------------------------------------------------------------------- jitted core
     def _forward_impl(self, variables, static_bases, img1, img2, depth1, depth2, K1, K2):

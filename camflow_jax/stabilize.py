@@ -21,6 +21,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+import numpy as np
+
 __all__ = ["main", "build_parser"]
 
 
@@ -35,7 +37,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="output video (.mp4/.m4v/.mov/.avi/.mkv) or a folder for PNG frames")
     p.add_argument("--estimator", default="sift", choices=ESTIMATORS,
                    help="camera-motion estimator (default: sift)")
-    p.add_argument("--checkpoint", help="CamFlow checkpoint or training workdir (camflow only)")
+    p.add_argument("--checkpoint", help="CamFlow checkpoint or training workdir (camflow only; default: "
+                                        "the shipped model)")
+    p.add_argument("--depth", metavar="DIR", help="camflow: a folder with one depth map per frame (.npy or "
+                                                  "16-bit PNG, any global scale) for CamFlow+'s depth bases")
+    p.add_argument("--intrinsics", metavar="fx,fy,cx,cy", help="camflow with --depth: camera intrinsics in "
+                                                              "pixels of the input frames")
+    p.add_argument("--fov", type=float, metavar="DEG", help="camflow with --depth: horizontal field of view "
+                                                            "instead of --intrinsics (default 60)")
     p.add_argument("--smoothing", type=int, default=30, metavar="N",
                    help="largest temporal window radius in frames (default: 30)")
     p.add_argument("--strength", type=float, default=5.0, help="smoothing lambda (default: 5)")
@@ -58,6 +67,36 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _estimator(args, estimators):
+    if args.estimator != "camflow":
+        if args.depth or args.intrinsics or args.fov is not None:
+            raise ValueError("--depth, --intrinsics and --fov are for --estimator=camflow")
+        return estimators.make_estimator(args.estimator, args.checkpoint)
+    kwargs = {}
+    if args.depth:
+        from camflow_jax.data.depth import depth_files
+        from camflow_jax.stabilization import video_io
+
+        kwargs["depth_files"] = depth_files(args.depth)
+        kwargs["fov_deg"] = args.fov
+        if args.intrinsics:
+            K = [float(v) for v in args.intrinsics.split(",")]
+            if len(K) != 4 or not all(np.isfinite(K)) or K[0] <= 0 or K[1] <= 0:
+                raise ValueError(f"--intrinsics must be fx,fy,cx,cy with fx, fy > 0, got {args.intrinsics!r}")
+            kwargs["intrinsics"] = K
+            src = video_io.FrameSource(args.input)
+            kwargs["frame_size"] = (src.height, src.width)
+    elif args.intrinsics or args.fov is not None:
+        raise ValueError("--intrinsics and --fov need --depth")
+    est = estimators.make_estimator("camflow", args.checkpoint, **kwargs)
+    if not args.quiet:
+        print(f"model: {est.predictor.description}", file=sys.stderr)
+        if not args.depth and getattr(est.predictor, "num_depth", 0):
+            print("note: no --depth: the depth bases use a constant depth (CamFlow behaviour; give "
+                  "--depth for CamFlow+)", file=sys.stderr)
+    return est
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     from camflow_jax.stabilization import estimators, pipeline, profiles, runner
@@ -73,8 +112,7 @@ def main(argv=None) -> int:
                                                               paths["tracks_plot"]])
         runner.check_outputs(args.input, args.output, wanted + [args.save_motion],
                              args.overwrite)
-        est = None if args.load_motion else estimators.make_estimator(args.estimator,
-                                                                      args.checkpoint)
+        est = None if args.load_motion else _estimator(args, estimators)
         result = runner.stabilize_video(
             args.input, args.output, est, config, overwrite=args.overwrite, fps=args.fps,
             with_metrics=not args.no_metrics, with_plots=not args.no_plots, report=args.report,

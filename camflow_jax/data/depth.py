@@ -15,7 +15,52 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-__all__ = ["check_depth_aspect", "resize_depth"]
+__all__ = ["check_depth_aspect", "resize_depth", "read_depth", "depth_files", "DEPTH_EXTENSIONS"]
+
+#: Depth files we read: numpy arrays, or single-channel (e.g. 16-bit) images.
+DEPTH_EXTENSIONS = (".npy", ".npz", ".png", ".tif", ".tiff", ".exr", ".pfm")
+
+
+def read_depth(path: str) -> np.ndarray:
+    """float32 depth ``[H, W]`` from .npy / .npz / a single-channel image (any global scale)."""
+    import os
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"depth file not found: {path}")
+    ext = os.path.splitext(path)[1].lower()
+    try:
+        if ext == ".npy":
+            d = np.load(path, allow_pickle=False)
+        elif ext == ".npz":
+            with np.load(path, allow_pickle=False) as z:
+                if not z.files:
+                    raise ValueError(f"{path}: empty .npz")
+                d = z["depth"] if "depth" in z.files else z[z.files[0]]
+        else:
+            d = cv2.imread(path, cv2.IMREAD_ANYDEPTH | cv2.IMREAD_GRAYSCALE)
+            if d is None:
+                raise ValueError(f"cannot decode depth image {path}")
+    except (OSError, EOFError) as e:
+        raise ValueError(f"cannot read depth file {path}: {e}") from e
+    d = np.asarray(d, np.float32)
+    if d.ndim == 3 and d.shape[-1] == 1:
+        d = d[..., 0]
+    if d.ndim != 2:
+        raise ValueError(f"{path}: depth must be [H, W], got shape {d.shape}")
+    return d
+
+
+def depth_files(folder) -> list[str]:
+    """The depth files of a folder, one per video frame, in name order."""
+    import os
+
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"depth folder not found: {folder}")
+    files = sorted(os.path.join(folder, f) for f in os.listdir(folder)
+                   if os.path.splitext(f)[1].lower() in DEPTH_EXTENSIONS)
+    if not files:
+        raise ValueError(f"{folder} holds no depth files ({', '.join(DEPTH_EXTENSIONS)})")
+    return files
 
 
 def check_depth_aspect(depth_hw, image_hw, what: str) -> None:

@@ -144,23 +144,65 @@ class CamFlowEstimator(Estimator):
 
     name = "camflow"
 
-    def __init__(self, predictor):
+    def __init__(self, predictor, depth_files=None, intrinsics=None, fov_deg: float | None = None,
+                 frame_size: tuple[int, int] | None = None):
+        """``depth_files``: one depth map per video frame (any resolution of the frame's aspect,
+        any global scale), for CamFlow+'s depth bases; ``intrinsics`` (fx, fy, cx, cy) in pixels
+        of the original ``frame_size`` (H, W), or ``fov_deg`` (horizontal field of view) with
+        the principal point at the centre. The pipeline asks for pairs (t, t+1) in order, so the
+        t-th call uses depth maps t and t+1."""
         super().__init__()
         if not callable(predictor):
             raise ValueError("CamFlowEstimator needs a callable predictor(img1, img2) -> dict")
+        if intrinsics is not None and fov_deg is not None:
+            raise ValueError("give intrinsics or a field of view, not both")
+        if fov_deg is not None and not (np.isfinite(fov_deg) and 1.0 <= fov_deg <= 170.0):
+            raise ValueError(f"field of view must be between 1 and 170 degrees, got {fov_deg}")
+        if intrinsics is not None and frame_size is None:
+            raise ValueError("intrinsics need the frame size they are given in")
         self.predictor = predictor
+        self.depth_files = list(depth_files) if depth_files is not None else None
+        self.intrinsics = None if intrinsics is None else np.asarray(intrinsics, np.float64).reshape(4)
+        self.fov_deg = fov_deg
+        self.frame_size = frame_size
 
     @classmethod
-    def from_checkpoint(cls, path: str, **kwargs) -> "CamFlowEstimator":
-        try:
-            from camflow_jax.predictor import Predictor
-        except ImportError as e:  # pragma: no cover - depends on the installed tree
-            raise ImportError("the camflow estimator needs camflow_jax.predictor.Predictor "
-                              f"({e})") from e
-        return cls(Predictor.from_checkpoint(path, **kwargs))
+    def from_checkpoint(cls, path: str | None, **kwargs) -> "CamFlowEstimator":
+        """The model at ``path``, or the shipped one when ``path`` is None."""
+        from camflow_jax.predictor import Predictor
+
+        return cls(Predictor.load(path), **kwargs)
+
+    def _camera(self, t: int, h: int, w: int):
+        """(depth_t, depth_t+1, K) at the estimation size h x w, or Nones without depth."""
+        if self.depth_files is None:
+            return None, None, None
+        from camflow_jax import geometry
+        from camflow_jax.data import depth as depth_lib
+
+        if t + 1 >= len(self.depth_files):
+            raise ValueError(f"the depth folder has {len(self.depth_files)} files, but the video has "
+                             f"at least {t + 2} frames")
+        maps = []
+        for f in self.depth_files[t:t + 2]:
+            d = depth_lib.read_depth(f)
+            depth_lib.check_depth_aspect(d.shape, (h, w), f)
+            d = depth_lib.resize_depth(d, h, w)
+            ok = np.isfinite(d) & (d > 0)
+            if not ok.any():
+                raise ValueError(f"{f}: no finite positive depth")
+            maps.append(np.where(ok, d, np.median(d[ok])).astype(np.float32))
+        if self.intrinsics is not None:
+            K = np.asarray(geometry.resize_intrinsics(self.intrinsics, self.frame_size, (h, w)), np.float32)
+        else:
+            fov = 60.0 if self.fov_deg is None else self.fov_deg
+            fx = 0.5 * w / np.tan(np.deg2rad(fov) / 2)
+            K = np.array([fx, fx, (w - 1) / 2, (h - 1) / 2], np.float32)
+        return maps[0], maps[1], K
 
     def _estimate(self, a, b):
-        out = self.predictor(a, b)
+        d1, d2, K = self._camera(self.calls, a.shape[0], a.shape[1])
+        out = self.predictor(a, b) if d1 is None else self.predictor(a, b, depth1=d1, depth2=d2, intrinsics=K)
         if not isinstance(out, dict) or "flow_f" not in out:
             raise ValueError("camflow predictor must return a dict with 'flow_f'")
         flow = np.asarray(out["flow_f"], np.float32)
@@ -178,7 +220,9 @@ def make_estimator(name: str, checkpoint: str | None = None, **kwargs) -> Estima
     """Builds an estimator by name (:data:`ESTIMATORS`).
 
     sift / orb: ratio test 0.7 and RANSAC (``method=`` may select 'magsac'); dis: DIS 'medium';
-    camflow: needs ``checkpoint`` (an inference checkpoint or a training workdir).
+    camflow: ``checkpoint`` (an inference checkpoint or a training workdir), or the shipped
+    model when it is None; ``depth_files``/``intrinsics``/``fov_deg``/``frame_size`` as
+    :class:`CamFlowEstimator` takes them.
     """
     if name in ("sift", "orb"):
         return HomographyEstimator(name, **kwargs)
@@ -187,8 +231,5 @@ def make_estimator(name: str, checkpoint: str | None = None, **kwargs) -> Estima
     if name == "identity":
         return IdentityEstimator()
     if name == "camflow":
-        if not checkpoint:
-            raise ValueError("--estimator=camflow needs --checkpoint (a checkpoint directory "
-                             "or a training workdir)")
-        return CamFlowEstimator.from_checkpoint(checkpoint, **kwargs)
+        return CamFlowEstimator.from_checkpoint(checkpoint or None, **kwargs)
     raise ValueError(f"unknown estimator {name!r}; choose from {', '.join(ESTIMATORS)}")
