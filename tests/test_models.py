@@ -1,13 +1,13 @@
 """CamFlow network: parameter counts, call contract, batching, preprocessing, Swin internals.
 
-Oracles: the released model's parameter count (DESIGN §6) and its stored buffers
-(relative-position index, shifted-window masks) from the parity files; numpy einsums and a
-numpy convolution; OpenCV's resize for preprocessing; the symmetry of the two directions.
+Oracles: the released model's parameter count (docs/design.md, "Network") and its stored
+buffers (relative-position index, shifted-window masks) from the in-repo parity fixture
+(tests/fixtures/parity); numpy einsums and a numpy convolution; OpenCV's resize for
+preprocessing; the symmetry of the two directions.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import cv2
@@ -19,8 +19,8 @@ import pytest
 from camflow_jax.models import build_model, count_params, init_variables, preprocess
 from camflow_jax.models import swin
 
-PARITY_DIR = Path(os.environ.get("CAMFLOW_PARITY_DIR", Path(__file__).resolve().parents[2] / "shared" / "parity"))
-PARITY_128 = PARITY_DIR / "camflow_official_128x256.npz"
+# A released-format state dict at 128x256 (see tests/fixtures/parity/README.md).
+PARITY_128 = Path(__file__).resolve().parent / "fixtures" / "parity" / "camflow_released_128x256.npz"
 
 # Small but complete architecture for fast tests (same structure, fewer blocks per stage).
 SMALL = {"depths": [2, 2, 2]}
@@ -36,7 +36,6 @@ def test_param_count_matches_release():
     assert count_params(_shapes(model, 64, 64, 24)["params"]) == 2_594_689
 
 
-@pytest.mark.skipif(not PARITY_128.exists(), reason=f"parity files not found in {PARITY_DIR}")
 def test_camflow_plus_count_is_release_plus_one_stochastic_group():
     # The depth group mirrors the stochastic one: count that group's parameters in the
     # released state dict (tokens, 3 class-attention blocks without the unused info_flatten,
@@ -206,7 +205,6 @@ def test_window_partition_round_trip_and_order():
     np.testing.assert_array_equal(swin.window_merge(w, 8, 16, 24), x)
 
 
-@pytest.mark.skipif(not PARITY_128.exists(), reason=f"parity files not found in {PARITY_DIR}")
 def test_static_attention_tables_match_released_buffers():
     d = np.load(PARITY_128)
     np.testing.assert_array_equal(
