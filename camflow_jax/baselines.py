@@ -2,7 +2,7 @@
 
 All take two images ``[H, W, 3]`` or ``[H, W]`` (uint8 or float in [0, 255]) and return either a
 homography mapping image-1 pixels to image-2 pixels, or a dense forward flow ``[H, W, 2]`` on
-image 1's grid (``warp(img2, flow) ≈ img1``), following DESIGN §1.
+image 1's grid (``warp(img2, flow) ≈ img1``), following docs/design.md, "Conventions".
 """
 
 from __future__ import annotations

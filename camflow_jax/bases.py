@@ -1,4 +1,4 @@
-"""Motion bases of CamFlow / CamFlow+ (DESIGN §4, paper §3.1).
+"""Motion bases of CamFlow / CamFlow+ (docs/design.md, "Motion bases"; paper §3.1).
 
 A basis is a pixel-displacement field ``[h, w, 2]`` (u, v) on the network grid; a basis set is
 ``[N, h, w, 2]``; a motion is a linear combination ``m = sum_k w_k b_k`` (:func:`combine`).

@@ -1,8 +1,9 @@
 """Pixel grids, homographies, dense-flow warping and composition.
 
-Conventions (DESIGN §1): channel-last arrays, flow ``[..., H, W, 2]`` holds (u, v) = (dx, dy)
-in pixels; x is the column, y the row, pixel centres at integers. A homography maps image-1
-pixel coordinates to image-2 pixel coordinates and its flow is ``H(p) - p``.
+Conventions (docs/design.md, "Conventions"): channel-last arrays, flow ``[..., H, W, 2]``
+holds (u, v) = (dx, dy) in pixels; x is the column, y the row, pixel centres at integers. A
+homography maps image-1 pixel coordinates to image-2 pixel coordinates and its flow is
+``H(p) - p``.
 
 Every function is pure ``jax.numpy``: jit-, vmap- and grad-friendly. Functions documented as
 taking "an optional leading batch dimension" accept both ``[H, W, C]`` and ``[B, H, W, C]``.

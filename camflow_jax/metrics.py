@@ -1,10 +1,11 @@
 """Camera-motion metrics (numpy): EPE, PME, PSNR/SSIM within masks, per-category tables.
 
 All functions take plain arrays (numpy or anything ``np.asarray`` accepts) and return Python
-floats. Flows are ``[H, W, 2]`` = (u, v) in pixels on image 1's grid (DESIGN §1).
+floats. Flows are ``[H, W, 2]`` = (u, v) in pixels on image 1's grid (docs/design.md,
+"Conventions").
 
-Definitions (DESIGN §9; the published protocols are reproduced, and the cleaner variants are
-labelled as such):
+Definitions (docs/design.md, "Benchmarks and metrics"; the published protocols are reproduced,
+and the cleaner variants are labelled as such):
 
 * ``epe_all_pixels`` — the published GHOF-Cam EPE: ``mean over all H*W pixels of
   |(flow - gt) * mask|``. The denominator is H*W, not the number of valid pixels, so a sample with

@@ -2,9 +2,10 @@
 
 Every reader is a random-access source (``len(r)``, ``r[i]`` -> dict of numpy arrays) with
 ``r.categories`` (table columns, in order) and ``r.name``. Images are returned as uint8 RGB
-``[H, W, 3]``; flows as float32 ``[H, W, 2]`` (u, v) on image 1's grid (DESIGN §1).
+``[H, W, 3]``; flows as float32 ``[H, W, 2]`` (u, v) on image 1's grid (docs/design.md,
+"Conventions").
 
-Formats (DESIGN §9):
+Formats (docs/design.md, "Benchmarks and metrics"):
 
 * GHOF-Cam — ``GHOF-Cam.npy``: a pickled object array of dicts with ``img1``, ``img2``
   (600x800x3 uint8), ``split`` in {RE, Fog, Dark, Rain, SNOW}, ``mask`` (valid static pixels),

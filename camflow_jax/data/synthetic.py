@@ -1,4 +1,6 @@
-"""Procedural synthetic parallax scenes: the embedded default dataset (DESIGN §5).
+"""Procedural synthetic parallax scenes: the embedded default dataset.
+
+See docs/design.md, "Synthetic data".
 
 Each sample is a pair of views of a random 3D scene of textured planes (far background, ground
 plane, occluding finite layers, a side wall now and then, 1–2 independently moving objects),

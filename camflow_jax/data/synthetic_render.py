@@ -1,6 +1,6 @@
 """Ray casting of textured planar scenes and the camera-induced flow between two views.
 
-Conventions (DESIGN §1 plus the ones fixed here):
+Conventions (docs/design.md, "Conventions", plus the ones fixed here):
 
 - Intrinsics ``K = (fx, fy, cx, cy)`` in pixels; pixel centres at integer coordinates. The ray of
   pixel (x, y) is ``d = ((x - cx) / fx, (y - cy) / fy, 1)`` in camera coordinates (x right,

@@ -1,4 +1,4 @@
-"""CamFlow / CamFlow+ network in Flax linen (DESIGN §6).
+"""CamFlow / CamFlow+ network in Flax linen (docs/design.md, "Network").
 
 ``build_model(config)`` -> :class:`CamFlow`; ``preprocess(images, h, w)`` -> network input;
 ``official.load_released(path)`` converts the released PyTorch CamFlow weights.

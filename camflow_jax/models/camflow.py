@@ -1,4 +1,4 @@
-"""CamFlow / CamFlow+ network (DESIGN §6): both directions in one batched pass.
+"""CamFlow / CamFlow+ network (docs/design.md, "Network"): both directions in one batched pass.
 
     F_1, F_2        = ShallowFeatures(I_1), ShallowFeatures(I_2)            (one call, batch 2B)
     w_ab, w_ba      = MET([F_1; F_2] -> [F_2; F_1], bases)                   (batch 2B)
@@ -257,13 +257,13 @@ def init_variables(model: CamFlow, key: jax.Array, height: int | None = None, wi
                    batch: int = 1, identity_motion: bool = False) -> dict[str, Any]:
     """``{'params', 'batch_stats'}`` for ``model``, drawn with the release's initialization.
 
-    Same distributions as ``model.init`` (DESIGN §6.8: Kaiming-normal fan-in weights, zero
-    linear biases, PyTorch-default uniform conv biases, unit norms, LayerScale 1e-6 (1e-5 for
-    dims <= 24), N(0, 0.02) query tokens and position-bias tables; BatchNorm running mean 0,
-    var 1), but sampled with numpy from a Generator seeded by ``key``'s data: no XLA compile
-    (flax's ``init`` compiles one threefry kernel per parameter, which takes tens of seconds
-    on CPU). The parameter shapes do not depend on the input size; ``height``/``width`` are
-    only checked. Deterministic for a given key.
+    Same distributions as ``model.init`` (docs/design.md, "Initialization": Kaiming-normal
+    fan-in weights, zero linear biases, PyTorch-default uniform conv biases, unit norms,
+    LayerScale 1e-6 (1e-5 for dims <= 24), N(0, 0.02) query tokens and position-bias tables;
+    BatchNorm running mean 0, var 1), but sampled with numpy from a Generator seeded by
+    ``key``'s data: no XLA compile (flax's ``init`` compiles one threefry kernel per
+    parameter, a long compile on CPU). The parameter shapes do not depend on the input size;
+    ``height``/``width`` are only checked. Deterministic for a given key.
 
     ``identity_motion=True`` zeroes the output layer of every coefficient head, so the initial
     motion is exactly zero (identity warps at every level). With the release's initialization
@@ -319,7 +319,9 @@ def count_params(params: Any) -> int:
 
 
 def preprocess(images: Any, height: int, width: int, channel_order: str = "rgb") -> jax.Array:
-    """Network input from images (DESIGN §6.1): normalize per channel, average to gray, resize.
+    """Network input from images: normalize per channel, average to gray, resize.
+
+    See docs/design.md, "Input".
 
     Args:
       images: ``[B, H0, W0, 3]`` (or ``[H0, W0, 3]``) uint8 or float in 0..255.

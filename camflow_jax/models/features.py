@@ -1,4 +1,4 @@
-"""Shallow per-image features and the feature pyramid (DESIGN §6.2, §6.3)."""
+"""Shallow per-image features and the feature pyramid (docs/design.md, "Features and pyramid")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Small building blocks shared by the CamFlow modules, with the release's numerics.
 
-Initialization follows DESIGN §6.8 (the released ``init_mode="resnet"``):
+Initialization follows docs/design.md, "Initialization" (the released ``init_mode="resnet"``):
 - conv and linear weights: Kaiming normal, fan-in, gain sqrt(2): std = sqrt(2 / fan_in)
   (PyTorch ``kaiming_normal_`` draws an untruncated normal);
 - linear biases: 0; conv biases keep PyTorch's default U(-1/sqrt(fan_in), 1/sqrt(fan_in));
@@ -35,8 +35,8 @@ def gelu(x: jax.Array) -> jax.Array:
 
     Written with ``lax.erf`` rather than ``nn.gelu(approximate=False)``, which evaluates
     ``erfc`` through two branches (a polynomial and an exp-rational) on every element: the
-    erf form makes the whole CamFlow forward ~5% faster on CPU (320x576) and agrees with it
-    to float32 rounding (at most 1e-6 apart on [-10, 10]).
+    erf form is cheaper on CPU and agrees with it to float32 rounding (at most 1e-6 apart on
+    [-10, 10]).
     """
     return 0.5 * x * (1.0 + jax.lax.erf(x * 0.7071067811865476))
 
@@ -56,7 +56,7 @@ class Conv3x3(nn.Module):
 
     Parameters are those of ``nn.Conv`` (``kernel`` HWIO ``[3, 3, in, out]``, ``bias``) with
     the release's initialization. Thin convolutions get a cheaper exact formulation, because
-    XLA's CPU convolution is slow for them (measured 3-20x):
+    XLA's CPU convolution is slow for them:
       - one input channel: y = sum over the 9 taps of shifted(x) * k_tap (elementwise);
       - one output channel (stride 1): t = x @ K with K ``[in, 9]`` (one column per tap), then
         y = sum over taps of shifted(t_tap).

@@ -1,4 +1,4 @@
-"""Confidence (mask) network (DESIGN §6.6).
+"""Confidence (mask) network (docs/design.md, "Mask network").
 
 Input concat[F_a, warp(F_b, m_ab)] ``[B, H, W, 2]``. Dense stack: each conv3x3 (+bias) ->
 LeakyReLU(0.1) output is concatenated in front of its input (2 -> 10 -> 26 -> 58 -> 74 -> 82
@@ -22,9 +22,8 @@ class MaskNet(nn.Module):
 
     An even batch (the model's [forward; backward] layout) runs as two independent chains of
     B/2 samples with the same weights: XLA:CPU executes independent ops concurrently, and two
-    chains of full-resolution thin convolutions keep 2 cores busier than one chain whose ops
-    each split over the cores (measured at 320x576, both directions of one pair: 295 -> 263 ms
-    for the mask net, ~3% of the whole forward). Samples never mix, so the result is the same.
+    chains of full-resolution thin convolutions keep a few cores busier than one chain whose
+    ops each split over the cores. Samples never mix, so the result is the same.
     """
 
     channels: Sequence[int] = (8, 16, 32, 16, 8)

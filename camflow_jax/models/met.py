@@ -1,4 +1,6 @@
-"""Motion Estimation Transformer (DESIGN §6.4): basis coefficients from a feature pair.
+"""Motion Estimation Transformer: basis coefficients from a feature pair.
+
+See docs/design.md, "Motion Estimation Transformer".
 
 For levels l = 0..L-1 (coarse to fine, the level-l maps are at 1/2^(L-l) resolution):
   1. l > 0: m = sum_k w_k b_k (coefficients accumulated so far), resized to the level
