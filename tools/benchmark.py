@@ -39,8 +39,8 @@ One JSON line is printed per measurement; ``--out FILE.json`` writes all of them
 info (platform, device kind, CPU count, Python/jax/jaxlib/flax/optax versions, UTC date, load
 average before/after the whole run).
 
-Reproduce the README's Performance table (about 15 minutes on 2 CPU cores; check first that
-nothing else runs, e.g. ``pgrep -f camflow_jax.train``):
+Reproduce the Performance page's numbers (docs/performance.md) on an otherwise idle machine
+(check first that nothing else runs, e.g. ``pgrep -f camflow_jax.train``):
 
     python tools/benchmark.py --mode all --height 320 --width 576 --batch 8 --train-batch 2 \\
         --repeats 3 --warmup 1 --out docs/benchmarks/cpu_2core.json
@@ -48,11 +48,11 @@ nothing else runs, e.g. ``pgrep -f camflow_jax.train``):
         --out docs/benchmarks/cpu_2core_infer_b1.json
 
 (the second is the batch-1 inference latency with more repeats; the train step at 320x576 and
-batch 8 needs ~29 GiB, more than the 23 GiB of the 2-core machine, hence ``--train-batch 2``).
+batch 8 needs ~29 GiB, hence ``--train-batch 2`` on machines with less memory).
 Tiny sizes for a quick check: ``--arch config --config configs/smoke.py --height 64 --width 128
 --batch 2 --repeats 2``. Glibc maps each call's large XLA scratch buffers afresh (one page fault
 per 4 KiB: ~56k per 320x576 forward); ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` before the
-command backs them with transparent huge pages (see the README for its effect).
+command backs them with transparent huge pages (see docs/performance.md for its effect).
 """
 
 from __future__ import annotations
@@ -110,8 +110,8 @@ def parse_args(argv=None):
                    help="train_data: read threads (default: the config's data.read_threads; grain's own "
                         "default is 16)")
     p.add_argument("--fast-compile", action="store_true",
-                   help="compile with XLA's backend optimization level 0 (about 40%% less compile time on "
-                        "CPU, slower code, same FLOP counts): for tests, not for timings")
+                   help="compile with XLA's backend optimization level 0 (less compile time, slower "
+                        "code, same FLOP counts): for tests, not for timings")
     p.add_argument("--out", default=None, help="JSON file for all results and machine info")
     return p.parse_args(argv)
 

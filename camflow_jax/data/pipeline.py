@@ -129,8 +129,9 @@ def train_dataset(source, *, seed: int, global_batch: int, process_index: int, p
     """Shuffled, repeated, randomly cropped batches of this process's rows of the global batch.
 
     ``read_threads`` threads prepare batches ahead, at most ``prefetch`` of them. grain's defaults
-    (16 threads, 500 batches) compete with the train step for the cores (1.6-1.7x slower steps on
-    2 CPU cores) and buffer hundreds of batches (~35 GiB at 320x576, batch 8).
+    (16 threads, 500 batches) compete with the train step for the cores on small CPU machines
+    and buffer hundreds of batches (500 batches of 8 pairs at 320x576 with their labels and
+    depth are tens of GiB).
     """
     if global_batch % process_count:
         raise ValueError(f"batch_size {global_batch} must be divisible by the {process_count} processes")
