@@ -220,14 +220,24 @@ def _quantile_nonneg(x: jax.Array, q: float, valid: jax.Array | None = None) -> 
     return lo + (pos - i) * (hi - lo)
 
 
+#: Depth relative to its median is clamped above here (1/D stays a normal float32).
+_MAX_DEPTH_RATIO = 1e30
+
+
 def _clean_depth(depth: jax.Array, min_depth_ratio: float) -> jax.Array:
-    """Replaces non-finite / non-positive depth by the median of the valid depth and clamps
-    from below at ``min_depth_ratio * median`` (so near outliers cannot explode 1/D)."""
+    """Depth relative to the median of the valid depth: non-finite / non-positive depth
+    becomes 1 (the median), and the ratio is clamped to ``[min_depth_ratio, 1e30]`` (so near
+    outliers cannot explode 1/D). The bases are scale-free (each is normalized by a percentile),
+    so dividing by the median changes nothing but keeps 1/D representable for depth in any
+    unit: at 1e38 the raw 1/D underflows float32 and the bases silently became zero."""
     valid = jnp.isfinite(depth) & (depth > 0)
     med = _quantile_nonneg(depth, 0.5, valid)
-    med = jnp.where(jnp.any(valid), med, 1.0)  # no valid depth at all: constant depth
-    d = jnp.where(valid, depth, med)
-    return jnp.maximum(d, min_depth_ratio * med)
+    med = jnp.where(jnp.any(valid) & (med > 0), med, 1.0)  # no valid depth at all: constant depth
+    # Two multiplications by 1/sqrt(med): 1/med itself is subnormal (flushed to 0 by XLA) for
+    # med > ~1e38, and XLA rewrites chained divisions into one.
+    inv_sqrt = 1.0 / jnp.sqrt(med)
+    d = jnp.where(valid, (depth * inv_sqrt) * inv_sqrt, 1.0)
+    return jnp.clip(d, min_depth_ratio, _MAX_DEPTH_RATIO)
 
 
 def depth_translational_bases(depth, K, sigmas: Sequence[float] | None = None, *,
@@ -242,7 +252,8 @@ def depth_translational_bases(depth, K, sigmas: Sequence[float] | None = None, *
     percentile of its magnitude is 1 px (robust to a few very near pixels).
 
     Invalid depth (NaN, inf, <= 0) is replaced by the median valid depth and depth is clamped
-    below at ``min_depth_ratio`` x median, so the output is always finite. With constant depth
+    below at ``min_depth_ratio`` x median, so the output is always finite. Depth is divided by
+    its median first, so any global scale (1e-30 .. 1e38) gives the same bases. With constant depth
     the bases are a translation and a radial (affine) field: inside the homography span.
 
     Args:

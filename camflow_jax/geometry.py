@@ -105,18 +105,28 @@ def _fit_homography_single(flow: jax.Array, weight: jax.Array) -> jax.Array:
     hvec = jnp.linalg.solve(ata, atb)
     Hn = jnp.concatenate([hvec, jnp.ones((1,), hvec.dtype)]).reshape(3, 3)
     H = jnp.linalg.inv(T) @ Hn @ T
-    return H / H[2, 2]
+    H = H / H[2, 2]
+    # Usable: >= 4 weighted finite correspondences, a finite result and a non-singular affine
+    # part. Otherwise the ridge's answer (every pixel sent to the image centre) is not a fit:
+    # NaN says so instead of passing as one.
+    valid = (jnp.sum(wgt > 0) >= 4) & jnp.all(jnp.isfinite(H)) & (jnp.abs(jnp.linalg.det(Hn[:2, :2])) > 1e-6)
+    return jnp.where(valid, H, jnp.nan), valid
 
 
-def fit_homography(flow: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+def fit_homography(flow: jax.Array, mask: jax.Array | None = None, *,
+                   return_valid: bool = False):
     """Least-squares (algebraic DLT) homography explaining a dense flow.
 
     Args:
       flow: ``[H, W, 2]`` or ``[B, H, W, 2]``; correspondences p -> p + flow(p).
       mask: optional weights ``[H, W]`` / ``[H, W, 1]`` (or batched); 0 excludes a pixel.
         Non-finite flow values are always excluded.
+      return_valid: also return a bool (``[B]`` when batched) saying whether the fit is usable.
     Returns:
       ``[3, 3]`` (or ``[B, 3, 3]``) with H[2, 2] = 1. Exact for a noise-free homography flow.
+      When there is no usable data (fewer than 4 finite, non-zero-weight pixels) or the fit is
+      singular, the matrix is all NaN (never a silent degenerate matrix); with
+      ``return_valid`` the result is ``(H, valid)``. Works under ``jit`` (no exception).
     """
     flow = jnp.asarray(flow)
     if mask is None:
@@ -125,8 +135,10 @@ def fit_homography(flow: jax.Array, mask: jax.Array | None = None) -> jax.Array:
     if mask.ndim == flow.ndim:  # trailing channel of size 1
         mask = mask[..., 0]
     if flow.ndim == 4:
-        return jax.vmap(_fit_homography_single)(flow, mask)
-    return _fit_homography_single(flow, mask)
+        H, valid = jax.vmap(_fit_homography_single)(flow, mask)
+    else:
+        H, valid = _fit_homography_single(flow, mask)
+    return (H, valid) if return_valid else H
 
 
 def sample_bilinear(image: jax.Array, x: jax.Array, y: jax.Array, mode: str = "zero") -> jax.Array:

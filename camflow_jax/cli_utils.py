@@ -1,0 +1,401 @@
+"""Input checks and safe output writing shared by the command-line tools (and the Predictor).
+
+One policy for every tool (``estimate``, ``evaluate``, ``stabilize``,
+``tools/import_official_checkpoint.py``; see docs/what_the_tools_refuse.md):
+
+* bad input or arguments: a one-line ``error: ...`` naming the cause and exit code
+  :data:`EXIT_BAD_INPUT` (2), before any output is touched where it can be known up front;
+* an existing output file is never replaced without ``-y/--overwrite``; files a tool did not
+  write are never deleted, even with ``-y``;
+* an output is never the input: identity is decided by the file system (``os.path.samefile``:
+  symlinks and hard links included), not by comparing path strings;
+* outputs are written to a hidden temporary file or folder next to their destination and moved
+  into place (``os.replace``) only when complete, so an interrupted or failed run never leaves
+  half a result and never damages the previous one;
+* results are checked before they are written: finite flows, a non-degenerate homography,
+  strict JSON (no ``NaN`` tokens).
+
+Numeric checks (:func:`check_intrinsics`, :func:`check_depth`, :func:`flow_problem`,
+:func:`homography_problem`) are plain numpy and raise ``ValueError`` with the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+
+import numpy as np
+
+__all__ = ["EXIT_BAD_INPUT", "finite_float", "check_number", "intrinsics_problem", "check_intrinsics",
+           "check_depth", "flow_problem", "check_flow", "homography_problem", "check_homography",
+           "strict_json", "same_file", "check_not_inputs", "existing_outputs", "check_output_dir",
+           "check_output_file", "atomic_file", "atomic_dir"]
+
+#: Exit code of every CLI for bad input, bad arguments or a refused output.
+EXIT_BAD_INPUT = 2
+
+#: Focal lengths accepted, as multiples of the image's longer side (fisheye ~0.2, long tele ~30).
+FOCAL_RANGE = (0.05, 100.0)
+#: The principal point may lie at most this many image sizes outside the image (crops move it).
+PRINCIPAL_POINT_MARGIN = 1.0
+#: Pixels of a depth map that must be valid (finite, > 0).
+MIN_VALID_DEPTH_FRACTION = 0.01
+#: |det| of a homography's affine part in normalized coordinates: area change allowed (each way).
+MAX_AREA_CHANGE = 1e3
+#: The projective denominator at the image corners (normalized coordinates, H[2,2] = 1) must
+#: stay above this: below it the image corners approach the horizon (the image folds).
+MIN_CORNER_DENOMINATOR = 0.05
+
+
+# ----------------------------------------------------------------------------- numbers
+def finite_float(text: str) -> float:
+    """argparse ``type=``: a finite float (``nan``/``inf`` refused with the flag's usage error)."""
+    import argparse
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return v
+
+
+def check_number(name: str, value, lo: float | None = None, hi: float | None = None,
+                 lo_open: bool = False) -> float:
+    """``value`` as a finite float within ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``)."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    bad = (not math.isfinite(v) or (lo is not None and (v <= lo if lo_open else v < lo))
+           or (hi is not None and v > hi))
+    if bad:
+        lo_s = "-inf" if lo is None else f"{lo:g}"
+        hi_s = "inf" if hi is None else f"{hi:g}"
+        raise ValueError(f"{name} must be a finite number in {'(' if lo_open else '['}{lo_s}, {hi_s}], "
+                         f"got {value!r}")
+    return v
+
+
+# ----------------------------------------------------------------------------- camera inputs
+def intrinsics_problem(K, height: int | None = None, width: int | None = None) -> str | None:
+    """Why ``K = (fx, fy, cx, cy)`` (pixels of an ``height x width`` image) is unusable, or None.
+
+    Always: four finite numbers with fx, fy > 0. With the image size: fx, fy within
+    :data:`FOCAL_RANGE` x the longer side and the principal point at most
+    :data:`PRINCIPAL_POINT_MARGIN` image sizes outside the image.
+    """
+    try:
+        k = np.asarray(K, np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        return f"intrinsics must be 4 numbers fx,fy,cx,cy, got {K!r}"
+    if k.shape != (4,):
+        return f"intrinsics must be 4 numbers fx,fy,cx,cy, got {k.size}"
+    if not np.all(np.isfinite(k)):
+        return f"intrinsics must be finite, got {tuple(float(v) for v in k)}"
+    fx, fy, cx, cy = (float(v) for v in k)
+    if fx <= 0 or fy <= 0:
+        return f"focal lengths must be > 0, got fx={fx:g}, fy={fy:g}"
+    if height is None or width is None:
+        return None
+    side = float(max(height, width))
+    lo, hi = FOCAL_RANGE[0] * side, FOCAL_RANGE[1] * side
+    for name, f in (("fx", fx), ("fy", fy)):
+        if not lo <= f <= hi:
+            return (f"{name}={f:g} px is implausible for a {width}x{height} image (expected "
+                    f"{lo:g}..{hi:g} px); intrinsics are in pixels of the input image")
+    m = PRINCIPAL_POINT_MARGIN
+    if not (-m * width <= cx <= (1 + m) * width and -m * height <= cy <= (1 + m) * height):
+        return (f"principal point ({cx:g}, {cy:g}) lies far outside the {width}x{height} image; "
+                "intrinsics are in pixels of the input image")
+    return None
+
+
+def check_intrinsics(K, height: int | None = None, width: int | None = None) -> np.ndarray:
+    """float32 ``[4]`` intrinsics, or ValueError with :func:`intrinsics_problem`'s reason."""
+    why = intrinsics_problem(K, height, width)
+    if why:
+        raise ValueError(why)
+    return np.asarray(K, np.float32).reshape(4)
+
+
+def check_depth(depth, name: str = "depth", hw: tuple[int, int] | None = None,
+                min_valid_fraction: float = MIN_VALID_DEPTH_FRACTION) -> np.ndarray:
+    """float32 ``[H, W]`` depth with at least ``min_valid_fraction`` valid (finite, > 0) pixels.
+
+    ``hw``: the image size the depth must match. Invalid pixels are kept (the Predictor and the
+    bases fill them); huge finite values are fine (the depth bases normalize by the median).
+    """
+    d = np.asarray(depth)
+    if d.dtype.kind not in "uif":
+        raise ValueError(f"{name} must be numeric, got dtype {d.dtype}")
+    d = d.astype(np.float32)
+    if d.ndim == 3 and d.shape[-1] == 1:
+        d = d[..., 0]
+    if d.ndim != 2 or d.size == 0:
+        raise ValueError(f"{name} must be a non-empty [H, W] map, got shape {np.shape(depth)}")
+    if hw is not None and d.shape != tuple(hw):
+        raise ValueError(f"{name} is {d.shape[1]}x{d.shape[0]} but its image is {hw[1]}x{hw[0]}; "
+                         "depth must be aligned with its image")
+    ok = np.isfinite(d) & (d > 0)
+    frac = float(ok.mean())
+    if frac < min_valid_fraction:
+        raise ValueError(f"{name}: only {100 * frac:.2f}% of the pixels hold a finite positive depth "
+                         f"(at least {100 * min_valid_fraction:g}% needed)")
+    return d
+
+
+# ----------------------------------------------------------------------------- results
+def flow_problem(flow, name: str = "flow") -> str | None:
+    """Why a flow ``[H, W, 2]`` must not be written (non-finite values), or None."""
+    f = np.asarray(flow)
+    if f.ndim != 3 or f.shape[-1] != 2:
+        return f"{name} has shape {f.shape}, expected [H, W, 2]"
+    bad = ~np.isfinite(f)
+    if bad.any():
+        return f"{name} has {int(bad.sum())} non-finite values (NaN/inf) out of {f.size}"
+    return None
+
+
+def check_flow(flow, name: str = "flow", hint: str = "") -> None:
+    why = flow_problem(flow, name)
+    if why:
+        raise ValueError(why + (f"; {hint}" if hint else ""))
+
+
+def homography_problem(H, height: int, width: int) -> str | None:
+    """Why a 3x3 homography (image-1 pixels -> image-2 pixels) is degenerate, or None.
+
+    In normalized coordinates (image centre 0, corners +-1), scaled so H[2,2] = 1, a camera
+    motion homography must be finite, change areas by at most :data:`MAX_AREA_CHANGE` either
+    way (|det| of the 2x2 part) and keep every image corner in front of the horizon (projective
+    denominator > :data:`MIN_CORNER_DENOMINATOR`). The fit of an empty or all-NaN flow, which
+    sends every pixel to the image centre, fails the area test.
+    """
+    H = np.asarray(H, np.float64)
+    if H.shape != (3, 3):
+        return f"homography has shape {H.shape}, expected (3, 3)"
+    if not np.all(np.isfinite(H)):
+        return "homography has non-finite entries"
+    sx, sy = 2.0 / max(width - 1, 1), 2.0 / max(height - 1, 1)
+    T = np.array([[sx, 0.0, -1.0], [0.0, sy, -1.0], [0.0, 0.0, 1.0]])
+    Hn = T @ H @ np.linalg.inv(T)
+    if not abs(Hn[2, 2]) > 1e-9 * np.abs(Hn).max(initial=0.0):
+        return "homography sends the image centre to infinity"
+    Hn = Hn / Hn[2, 2]
+    det = float(np.linalg.det(Hn[:2, :2]))
+    if not 1.0 / MAX_AREA_CHANGE <= abs(det) <= MAX_AREA_CHANGE:
+        return (f"homography is degenerate (area change |det| = {abs(det):.3g} in normalized "
+                "coordinates: it collapses or blows up the image)")
+    corners = np.array([[-1, -1, 1], [1, -1, 1], [-1, 1, 1], [1, 1, 1]], np.float64)
+    den = corners @ Hn[2]
+    if den.min() <= MIN_CORNER_DENOMINATOR:
+        return "homography folds the image (a corner maps through the horizon)"
+    return None
+
+
+def check_homography(H, height: int, width: int, hint: str = "") -> np.ndarray:
+    why = homography_problem(H, height, width)
+    if why:
+        raise ValueError(why + (f"; {hint}" if hint else ""))
+    H = np.asarray(H, np.float64)
+    return H / H[2, 2]
+
+
+def strict_json(obj, **kwargs) -> str:
+    """``json.dumps`` that refuses NaN / inf instead of writing invalid JSON tokens."""
+    try:
+        return json.dumps(obj, allow_nan=False, **kwargs)
+    except ValueError as e:
+        raise ValueError(f"refusing to write invalid JSON (a value is NaN or infinite): {e}") from None
+
+
+# ----------------------------------------------------------------------------- identity
+def same_file(a, b) -> bool:
+    """True when ``a`` and ``b`` exist and are the same file or folder (symlinks followed,
+    hard links detected by inode)."""
+    if a is None or b is None:
+        return False
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # either does not exist (or cannot be inspected)
+        return False
+
+
+def _inside(path, folder) -> bool:
+    """True when ``path``'s parent folder is ``folder`` (by identity)."""
+    parent = os.path.dirname(os.path.abspath(os.fspath(path))) or "."
+    return same_file(parent, folder)
+
+
+def check_not_inputs(outputs: Iterable, inputs: Iterable,
+                     input_folder_exts: tuple[str, ...] = ()) -> None:
+    """ValueError if an output path is (by file identity) one of the inputs, or, for input
+    folders, would add a file with one of ``input_folder_exts`` to them."""
+    inputs = [os.fspath(p) for p in inputs if p]
+    for out in (os.fspath(p) for p in outputs if p):
+        for inp in inputs:
+            if same_file(out, inp):
+                how = "" if os.path.abspath(out) == os.path.abspath(inp) else " (a link to it)"
+                raise ValueError(f"output {out} is the input {inp}{how}; choose another output")
+            if (input_folder_exts and os.path.isdir(inp) and _inside(out, inp)
+                    and os.path.splitext(out)[1].lower() in input_folder_exts):
+                raise ValueError(f"output {out} would be written into the input folder {inp} "
+                                 "and become one of its frames; choose another output")
+
+
+# ----------------------------------------------------------------------------- overwrite policy
+def existing_outputs(path, owned: Callable[[str], bool] | Iterable[str] | None = None) -> list[str]:
+    """Existing files a run writing ``path`` would replace.
+
+    A file (or link) path: ``[path]`` if it exists. A folder: the entries inside it that the tool
+    writes (``owned``: a predicate on names or a collection of names; None = every entry).
+    """
+    path = os.fspath(path)
+    if not os.path.lexists(path):
+        return []
+    if not os.path.isdir(path):
+        return [path]
+    pred = _owned(owned)
+    return sorted(os.path.join(path, n) for n in os.listdir(path) if pred(n))
+
+
+def _owned(owned) -> Callable[[str], bool]:
+    if owned is None:
+        return lambda n: True
+    if callable(owned):
+        return owned
+    names = frozenset(owned)
+    return names.__contains__
+
+
+def _refuse_existing(existing: list[str], overwrite: bool) -> None:
+    if existing and not overwrite:
+        shown = ", ".join(existing[:3]) + (f" and {len(existing) - 3} more" if len(existing) > 3 else "")
+        raise FileExistsError(f"refusing to overwrite {shown} (pass -y/--overwrite to replace)")
+
+
+def _probe_writable(folder: str) -> None:
+    """Creates ``folder`` (and parents) if needed and checks a file can be created in it."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=folder)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        raise OSError(f"cannot write to {folder}: {e.strerror or e}") from None
+
+
+def check_output_dir(path, owned, overwrite: bool, inputs: Iterable = ()) -> None:
+    """Refuses (FileExistsError / ValueError / OSError) an output folder before any work:
+    not a folder, one of the inputs, holding files the tool would replace without
+    ``overwrite``, or not writable (it and its parent are probed)."""
+    path = os.fspath(path)
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise FileExistsError(f"output {path} exists and is not a folder")
+    check_not_inputs([path], inputs)
+    owned_pred = _owned(owned)
+    if os.path.isdir(path):
+        check_not_inputs([os.path.join(path, n) for n in os.listdir(path) if owned_pred(n)], inputs)
+    _refuse_existing(existing_outputs(path, owned), overwrite)
+    _probe_writable(os.path.dirname(os.path.abspath(path)))
+    if os.path.isdir(path):
+        _probe_writable(path)
+
+
+def check_output_file(path, overwrite: bool, inputs: Iterable = ()) -> None:
+    """Like :func:`check_output_dir` for a single output file."""
+    if not path:
+        return
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise FileExistsError(f"output {path} is a folder")
+    check_not_inputs([path], inputs)
+    _refuse_existing(existing_outputs(path), overwrite)
+    _probe_writable(os.path.dirname(os.path.abspath(path)))
+
+
+# ----------------------------------------------------------------------------- atomic writing
+def _temp_name(path: str) -> tuple[str, str]:
+    folder = os.path.dirname(os.path.abspath(path))
+    stem = os.path.basename(os.path.normpath(path))
+    return folder, f".{stem}.partial-"
+
+
+@contextlib.contextmanager
+def atomic_file(path, suffix: str | None = None) -> Iterator[str]:
+    """Yields a temporary path next to ``path`` (same extension, so writers that pick a format
+    by extension still work); moved onto ``path`` with ``os.replace`` when the block succeeds,
+    removed when it fails. A symlink at ``path`` is replaced, never its target."""
+    path = os.fspath(path)
+    folder, prefix = _temp_name(path)
+    os.makedirs(folder, exist_ok=True)
+    ext = os.path.splitext(path)[1] if suffix is None else suffix
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=ext, dir=folder)
+    os.close(fd)
+    try:
+        yield tmp
+        if not os.path.exists(tmp):
+            raise OSError(f"nothing was written for {path}")
+        os.replace(tmp, path)
+    finally:
+        if os.path.lexists(tmp):
+            os.remove(tmp)
+
+
+def write_text_atomic(path, text: str) -> None:
+    with atomic_file(path) as tmp:
+        with open(tmp, "w") as fh:
+            fh.write(text)
+
+
+@contextlib.contextmanager
+def atomic_dir(path, owned=None) -> Iterator[str]:
+    """Yields a temporary folder next to ``path``; when the block succeeds its files become
+    ``path``'s, otherwise it is deleted and ``path`` is untouched.
+
+    ``path`` missing or empty: the folder is renamed into place (all or nothing). ``path``
+    holding files: each new file replaces its namesake with ``os.replace`` and files the tool
+    wrote before (``owned``, see :func:`existing_outputs`) that the new run did not write are
+    removed; other files are left alone. Overwrite permission is the caller's check
+    (:func:`check_output_dir`).
+    """
+    path = os.fspath(path)
+    folder, prefix = _temp_name(path)
+    os.makedirs(folder, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=prefix, dir=folder)
+    try:
+        yield tmp
+        _commit_dir(tmp, path, _owned(owned))
+    finally:
+        if os.path.lexists(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _commit_dir(tmp: str, path: str, owned: Callable[[str], bool]) -> None:
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise FileExistsError(f"output {path} exists and is not a folder")
+    if not os.path.lexists(path) or (not os.path.islink(path) and not os.listdir(path)):
+        os.chmod(tmp, 0o777 & ~_umask())
+        os.replace(tmp, path)  # rename(2) replaces a missing or empty folder atomically
+        return
+    new = os.listdir(tmp)
+    for name in new:
+        os.replace(os.path.join(tmp, name), os.path.join(path, name))
+    stale = set(n for n in os.listdir(path) if owned(n)) - set(new)
+    for name in stale:
+        target = os.path.join(path, name)
+        if os.path.isfile(target) or os.path.islink(target):
+            os.remove(target)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
