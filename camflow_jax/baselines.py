@@ -12,6 +12,9 @@ import numpy as np
 
 __all__ = ["METHODS", "to_gray_u8", "feature_homography", "homography_flow_np", "dis_flow", "estimate_flow"]
 
+#: Smallest image side :func:`dis_flow` accepts (OpenCV's DIS fails or crashes below it).
+DIS_MIN_SIDE = 32
+
 #: Names accepted by :func:`estimate_flow`.
 METHODS = ("identity", "sift_ransac", "sift_magsac", "orb_ransac", "orb_magsac", "dis")
 
@@ -81,6 +84,12 @@ def dis_flow(img1, img2, preset: str = "medium") -> np.ndarray:
                "medium": cv2.DISOPTICAL_FLOW_PRESET_MEDIUM}
     if preset not in presets:
         raise ValueError(f"preset must be one of {sorted(presets)}, got {preset!r}")
+    h, w = np.asarray(img1).shape[:2]
+    if min(h, w) < DIS_MIN_SIDE:
+        # OpenCV's DIS raises below 12 px and crashes the process (segfault) on some short, wide
+        # images under 32 rows: refuse them before calling it.
+        raise ValueError(f"DIS optical flow needs images of at least {DIS_MIN_SIDE}x{DIS_MIN_SIDE} "
+                         f"pixels, got {w}x{h}")
     dis = cv2.DISOpticalFlow_create(presets[preset])
     return dis.calc(to_gray_u8(img1), to_gray_u8(img2), None).astype(np.float32)
 

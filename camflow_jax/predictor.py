@@ -119,11 +119,25 @@ def _check_depth(depth, hw, name: str) -> np.ndarray:
     return np.where(ok, d, np.median(d[ok])).astype(np.float32)
 
 
-def _check_intrinsics(K) -> np.ndarray:
-    k = np.asarray(K, np.float32).reshape(-1)
-    if k.shape != (4,) or not np.all(np.isfinite(k)) or k[0] <= 0 or k[1] <= 0:
-        raise ValueError(f"intrinsics must be (fx, fy, cx, cy) with fx, fy > 0, got {K!r}")
-    return k
+def _check_intrinsics(K, hw=None) -> np.ndarray:
+    """Finite (fx, fy, cx, cy), fx, fy > 0 and, given the image size ``hw``, plausible for it
+    (:func:`camflow_jax.cli_utils.intrinsics_problem`)."""
+    from camflow_jax.cli_utils import intrinsics_problem
+
+    why = intrinsics_problem(K, *(hw if hw is not None else (None, None)))
+    if why:
+        raise ValueError(f"intrinsics (fx, fy, cx, cy) {K!r}: {why}")
+    return np.asarray(K, np.float32).reshape(-1)
+
+
+def _check_finite_tree(tree, what: str) -> None:
+    """ValueError naming the first array of ``tree`` holding NaN / inf (damaged weights)."""
+    for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+        a = np.asarray(leaf)
+        if a.dtype.kind in "fc" and not np.all(np.isfinite(a)):
+            bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
+            raise ValueError(f"{what}{jax.tree_util.keystr(path)} holds {bad} NaN/inf values out of "
+                             f"{a.size}: the checkpoint is damaged")
 
 
 def _static_bases_from_config(cfg: Mapping[str, Any], h: int, w: int):
@@ -177,6 +191,11 @@ class Predictor:
         if static_bases.shape != (num_static, self.height, self.width, 2):
             raise ValueError(f"static bases have shape {static_bases.shape}; the model needs "
                              f"{(num_static, self.height, self.width, 2)}")
+        if not bool(jnp.all(jnp.isfinite(static_bases))):
+            bad = int(static_bases.size - jnp.count_nonzero(jnp.isfinite(static_bases)))
+            raise ValueError(f"static bases hold {bad} NaN/inf values out of {static_bases.size}: the "
+                             "checkpoint's bases are damaged")
+        _check_finite_tree(variables, "model weights ")
         self.static_bases = static_bases
         sigmas = cfg.get("depth_sigmas") or dict(cfg.get("bases") or {}).get("depth_sigmas")
         if self.num_depth:
@@ -304,7 +323,7 @@ class Predictor:
             d1 = _check_depth(depth1, (H0, W0), "depth1")
             d2 = _check_depth(depth2, (H0, W0), "depth2")
         if intrinsics is not None:
-            K = _check_intrinsics(intrinsics)
+            K = _check_intrinsics(intrinsics, (H0, W0))
         if self.num_depth and d1 is None and not self._warned_no_depth:
             warnings.warn("model has depth-translational bases but no depth was given: using a "
                           "constant depth (the model then behaves like CamFlow)", stacklevel=2)
