@@ -23,6 +23,12 @@ confidence_f.png         exp(-log-variance) of the model (camflow only)
 homography.json          3x3 homography image 1 -> image 2 (pixels) and a summary
 =======================  ===================================================================
 
+Nothing is written unless the result is usable: non-finite flows or a degenerate homography
+(e.g. from a damaged checkpoint or absurd intrinsics) are an error (exit 2). OUTDIR is filled
+atomically (a hidden temporary folder moved into place), an existing result in it is replaced
+only with ``-y/--overwrite``, and other files in it are left alone
+(docs/what_the_tools_refuse.md).
+
 Depth files: ``.npy`` / ``.npz`` (first array, or the one named ``depth``) or 16-bit / float
 images (PNG, TIFF, EXR) read with OpenCV; aligned with their image.
 """
@@ -30,7 +36,6 @@ images (PNG, TIFF, EXR) read with OpenCV; aligned with their image.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Sequence
@@ -38,13 +43,18 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
-from camflow_jax import baselines, flowio, viz
+from camflow_jax import baselines, cli_utils, flowio, viz
 from camflow_jax.data.depth import read_depth
 from camflow_jax.data.images import read_rgb
 
 __all__ = ["read_image", "read_depth", "estimate_pair", "write_outputs", "main"]
 
 ERROR_RANGE = 64.0  # grey levels mapped to the top of the heat map's colour scale
+
+#: Files this tool writes into OUTDIR (an existing one is replaced only with -y).
+OUTPUT_FILES = ("flow_f.npy", "flow_f.flo", "flow_b.npy", "flow_b.flo", "img2_warped.png",
+                "img1_warped.png", "overlay.png", "overlay_input.png", "error_heatmap.png",
+                "flow_f_color.png", "confidence_f.png", "homography.json")
 
 
 def read_image(path: str) -> np.ndarray:
@@ -55,8 +65,21 @@ def read_image(path: str) -> np.ndarray:
 def _homography_of_flow(flow: np.ndarray) -> np.ndarray:
     from camflow_jax import geometry
 
-    H = np.asarray(geometry.fit_homography(flow), np.float64)
+    H, valid = geometry.fit_homography(flow, return_valid=True)
+    if not bool(valid):
+        raise ValueError("no homography can be fitted to the flow (fewer than 4 finite flow values)")
+    H = np.asarray(H, np.float64)
     return H / H[2, 2]
+
+
+def check_result(result: dict, height: int, width: int) -> None:
+    """ValueError (naming the cause) unless the flows are finite and the homography is not
+    degenerate: such a result is never written."""
+    hint = ("the model's weights or bases may be damaged, or the depth / intrinsics are wrong"
+            if result.get("method") == "camflow" else "")
+    for key, name in (("flow_f", "the forward flow"), ("flow_b", "the backward flow")):
+        cli_utils.check_flow(result[key], name, hint)
+    cli_utils.check_homography(result["homography"], height, width, hint)
 
 
 def estimate_pair(img1, img2, *, method: str = "camflow", predictor=None, depth1=None, depth2=None,
@@ -159,8 +182,9 @@ def write_outputs(out_dir: str, img1: np.ndarray, img2: np.ndarray, result: dict
         summary["fallback"] = "feature matching failed; identity used"
     if "rotated" in result:
         summary["portrait_rotated"] = bool(result["rotated"])
+    text = cli_utils.strict_json(summary, indent=2)
     with open(os.path.join(out_dir, "homography.json"), "w") as fh:
-        json.dump(summary, fh, indent=2)
+        fh.write(text)
     return summary
 
 
@@ -173,8 +197,8 @@ def _parse_intrinsics(text: str) -> tuple[float, ...]:
         vals = tuple(float(v) for v in text.split(","))
     except ValueError:
         vals = ()
-    if len(vals) != 4:
-        raise argparse.ArgumentTypeError(f"--intrinsics must be fx,fy,cx,cy; got {text!r}")
+    if len(vals) != 4 or not all(np.isfinite(vals)):
+        raise argparse.ArgumentTypeError(f"--intrinsics must be 4 finite numbers fx,fy,cx,cy; got {text!r}")
     return vals
 
 
@@ -184,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("img1")
     p.add_argument("img2")
     p.add_argument("-o", "--out", required=True, help="output folder")
+    p.add_argument("-y", "--overwrite", action="store_true",
+                   help="replace an existing result in the output folder")
     p.add_argument("--checkpoint", default=None, help="camflow_jax checkpoint (inference dir or workdir)")
     p.add_argument("--method", default=None,
                    help="camflow (default: --checkpoint, or the shipped model without it) or " + ", ".join(baselines.METHODS))
@@ -199,10 +225,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     method = args.method or "camflow"
     try:
         img1, img2 = read_image(args.img1), read_image(args.img2)
+        h, w = img1.shape[:2]
         if (args.depth1 is None) != (args.depth2 is None):
             raise ValueError("give both --depth1 and --depth2, or neither")
-        d1 = read_depth(args.depth1) if args.depth1 else None
-        d2 = read_depth(args.depth2) if args.depth2 else None
+        d1 = cli_utils.check_depth(read_depth(args.depth1), args.depth1, (h, w)) if args.depth1 else None
+        d2 = cli_utils.check_depth(read_depth(args.depth2), args.depth2, img2.shape[:2]) if args.depth2 else None
+        if args.intrinsics is not None:
+            cli_utils.check_intrinsics(args.intrinsics, h, w)
+        cli_utils.check_output_dir(args.out, OUTPUT_FILES, args.overwrite,
+                                   inputs=[args.img1, args.img2, args.depth1, args.depth2, args.checkpoint])
         predictor = None
         if method == "camflow":
             from camflow_jax.predictor import Predictor
@@ -216,10 +247,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"note: --method {method} ignores --checkpoint", file=sys.stderr)
         result = estimate_pair(img1, img2, method=method, predictor=predictor, depth1=d1, depth2=d2,
                                intrinsics=args.intrinsics)
-        summary = write_outputs(args.out, img1, img2, result)
+        check_result(result, h, w)
+        with cli_utils.atomic_dir(args.out, OUTPUT_FILES) as tmp:
+            summary = write_outputs(tmp, img1, img2, result)
     except (ValueError, FileNotFoundError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return cli_utils.EXIT_BAD_INPUT
     H = np.asarray(summary["homography"])
     print(f"{method}: {img1.shape[1]}x{img1.shape[0]} pair, mean |flow| "
           f"{summary['mean_flow_magnitude_px']:.2f} px, mean |img1 - warped img2| "
