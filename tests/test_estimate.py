@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from camflow_jax import baselines, estimate, flowio
+from camflow_jax import baselines, checkpoint, estimate, flowio
 from camflow_jax.predictor import Predictor
 
 try:
@@ -146,7 +146,6 @@ def _random_variables(model, h, w, n_bases, seed=0):
 @pytest.fixture(scope="module")
 def camflow_plus(tmp_path_factory):
     """A random-weight CamFlow+ (36 bases, reduced width) saved and reloaded as a checkpoint."""
-    checkpoint = pytest.importorskip("camflow_jax.checkpoint")
     from camflow_jax.models import build_model
 
     cfg = {"group_sizes": [12, 12, 12], "height": 64, "width": 128, "embed_dim": 8,

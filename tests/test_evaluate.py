@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from camflow_jax import evaluate as ev
+from camflow_jax.data import synthetic
 
 try:
     from tests import fixtures_benchmarks as fx
@@ -79,7 +80,6 @@ def test_ghof_cam_metrics_agree_with_numpy(tmp_path):
 
 
 def test_synthetic_benchmark_end_to_end(tmp_path):
-    synthetic = pytest.importorskip("camflow_jax.data.synthetic")
     out = ev.evaluate("synthetic", "identity,gt_homography,dis", num=5, seed=1000, size=(64, 128),
                       out_dir=tmp_path / "syn", progress=False, verbose=False)
     res = out["results"]

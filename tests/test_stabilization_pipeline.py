@@ -6,6 +6,7 @@ known smooth camera path for the end-to-end jitter reduction.
 """
 
 import cv2
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -59,8 +60,6 @@ def test_homography_estimator_recovers_known_motion(planar):
 
 
 def test_camflow_adapter_with_fake_predictor():
-    jnp = pytest.importorskip("jax.numpy")
-
     def predictor(img1, img2):  # network-size output [1, h, w, 2] as a jax array
         f = np.zeros((1, 24, 40, 2), np.float32)
         f[..., 0], f[..., 1] = 2.0, -1.0
