@@ -1,7 +1,8 @@
 """Cropping / distortion / stability (camflow_jax.stabilization.metrics).
 
 Oracles: homographies built in closed form (zoom, rotation, anisotropic scale, absolute camera
-poses), hand-computed spectra, and the DESIGN §10 sanity values on real frames matched by SIFT.
+poses), hand-computed spectra, and the sanity values of docs/design.md, "Stabilization"
+(identity, a 1.25x zoom, an anisotropic warp) on real frames matched by SIFT.
 """
 
 import cv2
@@ -134,7 +135,7 @@ def _textured(h=120, w=160, seed=0):
 def test_design_sanity_values_on_real_frames():
     h, w = 120, 160
     img = _textured(h, w)
-    c = ((w - 1) / 2, (h - 1) / 2)
+    c = np.array([(w - 1) / 2, (h - 1) / 2])
 
     def warp(A):
         H = _about_centre(A, h, w)
@@ -148,9 +149,12 @@ def test_design_sanity_values_on_real_frames():
     assert r["output"]["distortion"] == pytest.approx(1.0, abs=1e-3)
     assert r["output"]["stability"] == pytest.approx(1.0, abs=1e-3)
     assert sum(r["failures"].values()) == 0
-    assert c  # centre used by _about_centre
 
     zoomed = M.frame_homography(img, warp(1.25 * np.eye(2)))
+    # The matched homography is the zoom about the centre: c stays, p goes to c + 1.25 (p - c).
+    for p in (c, np.array([20.0, 15.0]), np.array([140.0, 100.0]), np.array([30.0, 95.0])):
+        q = zoomed @ np.r_[p, 1.0]
+        np.testing.assert_allclose(q[:2] / q[2], c + 1.25 * (p - c), atol=0.3)
     assert M.cropping_distortion(zoomed[None])["cropping"] == pytest.approx(0.8, abs=0.01)
     aniso = M.frame_homography(img, warp(np.diag([1.1, 0.9])))
     assert M.cropping_distortion(aniso[None])["distortion"] == pytest.approx(0.818, abs=0.01)
