@@ -1,0 +1,242 @@
+"""tools/eval_real.py against independent oracles on synthetic data built here (CI has no
+opencv-doc): the basis-span and homography oracles, the disparity -> flow sign (cv2.remap), the
+disparity resize / fill / forward projection, the shake's ground truth, the CamFlow call
+(a stub predictor), a tiny end-to-end run, and the missing-data exit."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from camflow_jax import bases
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tool():
+    spec = importlib.util.spec_from_file_location("camflow_eval_real_tool", ROOT / "tools" / "eval_real.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _texture(h, w, seed=0):
+    rng = np.random.default_rng(seed)
+    img = cv2.resize(rng.uniform(0, 255, (h // 4 + 1, w // 4 + 1, 3)).astype(np.float32), (w, h),
+                     interpolation=cv2.INTER_CUBIC)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def _homography_flow(H, h, w):
+    ys, xs = np.mgrid[0:h, 0:w].astype(np.float64)
+    den = H[2, 0] * xs + H[2, 1] * ys + H[2, 2]
+    u = (H[0, 0] * xs + H[0, 1] * ys + H[0, 2]) / den - xs
+    v = (H[1, 0] * xs + H[1, 1] * ys + H[1, 2]) / den - ys
+    return np.stack([u, v], -1)
+
+
+def _stereo_pair(h=60, w=96, d_bg=4.0, d_fg=9.0):
+    """Left texture, a right view rendered from it exactly (integer disparities: left pixel x
+    lands on right pixel x - d) and the left disparity: a background plane and a nearer square."""
+    big = _texture(h, w + 40, seed=1).astype(np.float32)
+    disp = np.full((h, w), d_bg, np.float32)
+    disp[20:40, 40:60] = d_fg
+    left = big[:, 20:20 + w]
+    # right pixel x_r shows the left point x with x - d(x) = x_r; render by forward splatting
+    # points of the left view (nearer wins), sampled from the wider texture.
+    right = np.zeros_like(left)
+    zbuf = np.full((h, w), -np.inf)
+    for y in range(h):
+        for x in range(w):
+            xr = int(x - disp[y, x])
+            if 0 <= xr < w and disp[y, x] > zbuf[y, xr]:
+                zbuf[y, xr] = disp[y, x]
+                right[y, xr] = left[y, x]
+    holes = ~np.isfinite(zbuf)
+    right[holes] = big[:, 20:20 + w][holes]
+    valid = np.ones((h, w), bool)
+    valid[:, :12] = False  # points that leave the right image
+    valid[0, 0] = False
+    return left.astype(np.uint8), right.astype(np.uint8), disp.astype(np.float32), valid
+
+
+# ----------------------------------------------------------------------------- oracles
+def test_h12_oracle_reproduces_flows_in_its_span(tool):
+    h, w = 40, 64
+    B = np.asarray(bases.homography_bases(h, w), np.float64)
+    coeffs = np.random.default_rng(0).normal(0, 3, 12)
+    flow = np.tensordot(coeffs, B, axes=1)
+    mask = np.random.default_rng(1).uniform(size=(h, w)) > 0.3
+    garbage = np.where(mask[..., None], flow, 1e3)  # invalid pixels must not matter
+    fit = tool.fit_span(garbage, mask, tool.homography12_bases(h, w))
+    assert tool.epe(fit, flow, np.ones((h, w), bool)) < 1e-3
+    # An affine flow (x, y monomials) is in the span too, written independently of the bases.
+    ys, xs = np.mgrid[0:h, 0:w].astype(np.float64)
+    aff = np.stack([0.5 + 0.01 * xs - 0.02 * ys, -1.0 + 0.03 * xs + 0.005 * ys], -1)
+    assert tool.epe(tool.fit_span(aff, mask, tool.homography12_bases(h, w)), aff, mask) < 1e-3
+
+
+def test_homography_oracles_on_a_pure_homography_flow(tool):
+    h, w = 48, 80
+    H = np.array([[1.02, 0.01, 2.0], [-0.015, 0.99, -1.5], [1e-4, -5e-5, 1.0]])
+    flow = _homography_flow(H, h, w)
+    mask = np.ones((h, w), bool)
+    mask[:10] = False
+    fit, Hfit = tool.fit_single_homography(np.where(mask[..., None], flow, 50.0), mask)
+    assert tool.epe(fit, flow, np.ones((h, w), bool)) < 5e-3
+    np.testing.assert_allclose(Hfit, H, atol=1e-3)
+    # The 12 second-order bases approximate it (not exactly: perspective is not quadratic) far
+    # better than identity does.
+    e12 = tool.epe(tool.fit_span(flow, mask, tool.homography12_bases(h, w)), flow, mask)
+    assert e12 < 0.05 * tool.epe(np.zeros_like(flow), flow, mask)
+
+
+# ----------------------------------------------------------------------------- stereo pieces
+def test_disparity_flow_sign_warps_right_onto_left(tool):
+    left, right, disp, valid = _stereo_pair()
+    flow = tool.disparity_to_flow(disp, valid)
+    assert np.all(flow[valid][:, 0] < 0) and np.all(flow[..., 1] == 0) and np.all(flow[~valid] == 0)
+    # independent warp: sample the right image at x - d with cv2.remap
+    h, w = disp.shape
+    ys, xs = np.mgrid[0:h, 0:w].astype(np.float32)
+    m = valid.copy()
+    m[20:40, 30:62] = False  # occlusion around the square: not photo-consistent
+    warped = cv2.remap(right.astype(np.float32), xs - disp, ys, cv2.INTER_LINEAR)
+    err_ok = np.abs(warped - left)[m].mean()
+    warped_bad = cv2.remap(right.astype(np.float32), xs + disp, ys, cv2.INTER_LINEAR)
+    assert err_ok < 4.0 and np.abs(warped_bad - left)[m].mean() > 4 * err_ok
+    assert tool.photometric_error(left, right, flow, m) == pytest.approx(err_ok, rel=0.1, abs=0.5)
+    scan = tool.disparity_scale_scan(left, right, disp, m)
+    assert scan["best"]["scale"] == 1.0 and scan["best"]["sign"] == "-d"
+    assert abs(scan["best"]["offset"]) <= 0.25
+
+
+def test_resize_pair_scales_the_flow_with_the_x_axis(tool):
+    H, W = 90, 160
+    img = _texture(H, W)
+    disp = np.full((H, W), 8.0, np.float32)
+    valid = np.ones((H, W), bool)
+    valid[40:50, 60:80] = False
+    L, R, d, v, (sx, sy) = tool.resize_pair(img, img, disp, valid, 80)
+    assert L.shape == (45, 80, 3) and d.shape == (45, 80)
+    assert sx == pytest.approx(0.5) and sy == pytest.approx(0.5)
+    np.testing.assert_allclose(d[v], 4.0, atol=1e-5)
+    # a working pixel touching an invalid full-size pixel is invalid; far ones are valid
+    assert not v[20:25, 30:40].any() and v[:15].all()
+
+
+def test_fill_rows_takes_the_farther_neighbour_and_projection_moves_layers(tool):
+    d = np.array([[10, 0, 0, 4, 4], [0, 6, 0, 0, 0], [0, 0, 0, 0, 0]], np.float32)
+    f = tool.fill_rows(d, d > 0)
+    np.testing.assert_array_equal(f[0], [10, 4, 4, 4, 4])
+    np.testing.assert_array_equal(f[1], [6, 6, 6, 6, 6])
+    np.testing.assert_array_equal(f[2], np.median([10, 4, 4, 6]))
+    # background disparity 2, a near block (5) at x = 10..14: in the right view the block sits at
+    # x = 5..9 and covers the background that lands there.
+    disp = np.full((3, 30), 2.0, np.float32)
+    disp[:, 10:15] = 5.0
+    dr, ok = tool.forward_project_disparity(disp, np.ones_like(disp, bool))
+    np.testing.assert_array_equal(dr[0, 5:10], 5.0)
+    np.testing.assert_array_equal(dr[0, 15:28], 2.0)
+    assert not ok[0, 28:].any()  # nothing lands right of x = W - 1 - 2
+
+
+def test_camflow_rows_pass_depth_and_intrinsics(tool, tmp_path):
+    """A stub predictor records its inputs; the tool's rows follow what it returns."""
+    left, right, disp, valid = _stereo_pair()
+    data = tmp_path / "data"
+    data.mkdir()
+    cv2.imwrite(str(data / "aloeL.jpg"), cv2.cvtColor(left, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 98])
+    cv2.imwrite(str(data / "aloeR.jpg"), cv2.cvtColor(right, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 98])
+    gt = np.where(valid, np.rint(disp), 0).astype(np.uint8)
+    cv2.imwrite(str(data / "aloeGT.png"), gt)
+    calls = []
+
+    class Stub:
+        num_depth = 12
+
+        def __call__(self, a, b, depth1=None, depth2=None, intrinsics=None):
+            calls.append((a.shape, depth1, depth2, intrinsics))
+            d = np.zeros(a.shape[:2], np.float32) if depth1 is None else 1.0 / depth1
+            return {"flow_f": np.stack([-d, np.zeros_like(d)], -1)}
+
+    res = tool.stereo_experiment(data, 48, ["camflow", "camflow_depth"], Stub(), "stub", (0.5,), log=lambda *a: None)
+    rows = {r["method"]: r for r in res["rows"]}
+    assert set(rows) == {"camflow", "camflow_depth", "camflow_depth_fx0.5"}
+    h, w = 30, 48
+    assert calls[0] == ((h, w, 3), None, None, None)
+    _, d1, d2, K = calls[1]
+    np.testing.assert_allclose(K, [w, w, (w - 1) / 2, (h - 1) / 2])
+    np.testing.assert_allclose(calls[2][3][:2], [w / 2, w / 2])
+    assert np.all(np.isfinite(d1)) and np.all(d1 > 0) and np.all(np.isfinite(d2))
+    # the stub returns (-1/depth1, 0) = the GT flow on valid pixels: EPE ~ 0
+    assert rows["camflow_depth"]["epe"] < 1e-4
+    assert rows["camflow"]["epe"] == pytest.approx(res["info"]["gt_magnitude_mean"], rel=1e-4)
+
+
+# ----------------------------------------------------------------------------- video pieces
+def test_shake_ground_truth_matches_the_rendered_frames(tool):
+    H, W, m = 120, 160, 20
+    frame = np.zeros((H, W, 3), np.uint8)
+    frame[58:63, 78:83] = 255  # a dot at (80, 60) full pixels = (60, 40) crop pixels
+    shaken, J = tool.shake_frames([frame] * 6, seed=3, jitter=0.02, jitter_deg=1.0, margin=m)
+    assert shaken[0].shape == (H - 2 * m, W - 2 * m, 3) and J.shape == (6, 3, 3)
+    for img, Jt in zip(shaken, J):
+        g = img[..., 0].astype(np.float64)
+        ys, xs = np.mgrid[0:g.shape[0], 0:g.shape[1]]
+        c = np.array([(g * xs).sum(), (g * ys).sum()]) / g.sum()
+        p = Jt @ np.array([60.0, 40.0, 1.0])
+        np.testing.assert_allclose(c, p[:2] / p[2], atol=0.2)
+    # flow on a coarse grid, in full pixels: a pure translation is constant
+    T = np.array([[1.0, 0, 3.0], [0, 1.0, -2.0], [0, 0, 1.0]])
+    np.testing.assert_allclose(tool.homography_flow_on_grid(T, (H, W), (30, 40)), np.broadcast_to([3.0, -2.0], (30, 40, 2)),
+                               atol=1e-9)
+
+
+def test_end_to_end_on_a_fake_data_folder(tool, tmp_path, capsys):
+    left, right, disp, valid = _stereo_pair()
+    data = tmp_path / "data"
+    data.mkdir()
+    for name, img in (("aloeL.jpg", left), ("aloeR.jpg", right)):
+        cv2.imwrite(str(data / name), cv2.cvtColor(img, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 98])
+    cv2.imwrite(str(data / "aloeGT.png"), np.where(valid, disp, 0).astype(np.uint8))
+    # a static "video": the same textured frame 30 times (>= fps / 1 Hz, so stability is defined) (lossless-ish MJPG at high quality)
+    frame = cv2.cvtColor(_texture(144, 192, seed=5), cv2.COLOR_RGB2BGR)
+    vw = cv2.VideoWriter(str(data / "vtest.avi"), cv2.VideoWriter_fourcc(*"MJPG"), 25, (192, 144))
+    assert vw.isOpened()
+    for _ in range(30):
+        vw.write(frame)
+    vw.release()
+    out = tmp_path / "out"
+    rc = tool.main(["--data", str(data), "--out", str(out), "--frames", "30", "--width", "96",
+                    "--methods", "identity,oracle_homography,oracle_h12", "--estimators", "dis",
+                    "--margin", "16", "--image-metrics"])
+    assert rc == 0
+    res = json.loads((out / "results.json").read_text())
+    rows = {r["method"]: r for r in res["stereo"]["rows"]}
+    assert rows["identity"]["epe"] == pytest.approx(res["stereo"]["info"]["gt_magnitude_mean"], rel=1e-5)
+    assert rows["oracle_h12"]["epe"] < rows["identity"]["epe"]
+    assert rows["oracle_homography"]["epe"] < rows["identity"]["epe"]
+    v = {(r["video"], r["estimator"]): r for r in res["video"]["rows"]}
+    static, shake = v[("static", "dis")], v[("shake", "dis")]
+    assert static["residual_mean_px"] < 0.2 and static["flow_mag_px"] < 0.2
+    assert shake["hf_in_px"] > 1.0 and shake["hf_out_px"] < shake["hf_in_px"]
+    assert 0 < shake["cropping"] <= 1 and 0 < shake["stability"] <= 1
+    assert "| static | dis |" in (out / "results.md").read_text()
+
+
+def test_missing_data_exits_2_with_one_line(tool, tmp_path, capsys):
+    assert tool.main(["--data", str(tmp_path / "nowhere"), "--out", ""]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(tool.MISSING_DATA)
+    assert tool.MISSING_DATA == "needs Debian's opencv-doc package: apt-get install opencv-doc"
+    # the default folder: the same line, exactly, when it is missing
+    if not Path(tool.DEFAULT_DATA, "aloeL.jpg").is_file():
+        assert tool.main(["--out", ""]) == 2
+        assert capsys.readouterr().err.strip() == tool.MISSING_DATA
+    assert tool.main(["--methods", "bogus"]) == 2
+    assert "unknown method" in capsys.readouterr().err
