@@ -34,7 +34,7 @@ FORMAT = "camflow_jax.inference/1"
 NPZ_FORMAT = "camflow_jax.npz/1"
 NPZ_FILE = "weights.npz"
 DEFAULT_BASES = {"num_homography": 12, "num_stochastic": 12, "seed": 0,
-                 "orthogonal_to_homography": True, "depth_sigmas": None}
+                 "orthogonal_to_homography": True}
 
 __all__ = ["FORMAT", "NPZ_FORMAT", "save_model", "save_compact", "load_model", "read_model_config", "model_bases",
            "latest_step", "PRETRAINED", "pretrained_path"]

@@ -448,28 +448,34 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
                                  options=ocp.CheckpointManagerOptions(max_to_keep=config.keep_checkpoints, create=True))
     start = 0
     abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=repl), state)
+    failed = []
     for step in sorted(mngr.all_steps(), reverse=True):
-        # The newest intact checkpoint wins: a damaged one (a run killed while writing, a disk
-        # error) is moved aside, never deleted, and the previous step is used.
+        # The newest intact checkpoint wins. Unreadable newer ones (a run killed while writing,
+        # a disk error) are moved aside, never deleted, once an older one has restored; if none
+        # restores, nothing is moved (the code or config likely changed) and the run stops.
         train_iter = iter(train_ds)
         try:
             restored = mngr.restore(step, args=ocp.args.Composite(
                 state=ocp.args.StandardRestore(abstract), data=grain.checkpoint.CheckpointRestore(train_iter)))
         except Exception as e:  # orbax/tensorstore raise many types for damaged folders
-            aside = workdir / "checkpoints" / f"damaged_{step}_{int(time.time())}"
-            _log(f"checkpoint step {step} is unreadable ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
-                 f"moved to {aside.name}, trying the previous one")
-            if is_main:
-                (workdir / "checkpoints" / str(step)).rename(aside)
-            mngr.reload()
+            failed.append((step, f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"))
             continue
         state, start = restored["state"], step
+        for bad, why in failed:
+            aside = workdir / "checkpoints" / f"damaged_{bad}_{int(time.time())}"
+            _log(f"checkpoint step {bad} is unreadable ({why}); moved to {aside.name}")
+            if is_main:
+                (workdir / "checkpoints" / str(bad)).rename(aside)
+        if failed:
+            mngr.reload()
         _log(f"resumed from {workdir / 'checkpoints' / str(start)} at step {start}")
         break
     else:
         train_iter = iter(train_ds)
-        if mngr.all_steps():
-            raise ValueError(f"no readable checkpoint in {workdir / 'checkpoints'}")
+        if failed:
+            raise ValueError(f"no checkpoint in {workdir / 'checkpoints'} could be restored (step {failed[0][0]}: "
+                             f"{failed[0][1]}); nothing was moved. If they were written by another version "
+                             "of the code or config, resume with that version, or train into a new workdir")
     if is_main and (workdir / "metrics.jsonl").is_file():
         # Steps after the restored checkpoint are run again: drop their old lines.
         lines = (workdir / "metrics.jsonl").read_text().splitlines(keepends=True)

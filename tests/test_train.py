@@ -186,6 +186,20 @@ def test_damaged_latest_checkpoint_falls_back_and_is_kept(tmp_path, cache, four_
         np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
 
+def test_no_readable_checkpoint_moves_nothing_and_stops(tmp_path, cache, four_steps_one_device):
+    import shutil
+
+    wd = tmp_path / "w"
+    shutil.copytree(four_steps_one_device, wd)
+    for f in (wd / "checkpoints").rglob("state/*"):
+        if f.is_file():
+            f.write_bytes(b"\0" * 7)
+    before = sorted(p.name for p in (wd / "checkpoints").iterdir())
+    proc = _train(wd, "--config.num_steps=4", cache=cache, check=False)
+    _one_line_error(proc, "could be restored", "nothing was moved")
+    assert sorted(p.name for p in (wd / "checkpoints").iterdir()) == before
+
+
 def test_a_second_trainer_on_the_same_workdir_is_refused(tmp_path, cache):
     import fcntl
 

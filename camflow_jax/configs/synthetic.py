@@ -12,8 +12,8 @@ def get_config():
     c.model.height, c.model.width = 64, 128
     # The released structure (3 levels, Swin encoders, class-attention token stacks, mask net),
     # narrowed: embed 16 instead of 24 and 2 blocks per encoder stage instead of (2, 4, 6).
-    # On 2 CPU cores a step takes ~1.0 s instead of ~2.2 s, and in a fixed CPU budget more
-    # steps beat more width (measured; see README "Training").
+    # A narrower step is less than half the cost, and in a fixed CPU budget more steps beat
+    # more width (docs/training.md, "The embedded default run").
     c.model.embed_dim = 16
     c.model.depths = (2, 2, 2)
     c.model.num_heads = (2, 4, 8)
@@ -25,6 +25,6 @@ def get_config():
     c.optim.learning_rate = 5e-4
     c.optim.steps_per_epoch = 250
     c.log_every = 50
-    c.eval_every = 0             # held-out evaluation at the end only (it costs ~40 s)
+    c.eval_every = 0             # held-out evaluation at the end only (it renders and scores 50 pairs)
     c.checkpoint_every = 325
     return c

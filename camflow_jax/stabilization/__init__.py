@@ -1,4 +1,4 @@
-"""Video stabilization with swappable camera-motion estimators (SteadyFlow-style; DESIGN §10).
+"""Video stabilization with swappable camera-motion estimators (SteadyFlow-style; docs/design.md, "Stabilization").
 
 Modules: ``estimators`` (motion estimators behind one interface), ``profiles`` (motion
 profiles and their smoothing), ``render`` (inverse warping, crop/zoom), ``pipeline`` (the

@@ -7,8 +7,8 @@ frames, so almost all of its energy is above the stabilizer's pass band.
 
 * :func:`planar_clip` — a seamless procedural texture (``camflow_jax.data.synthetic_textures``)
   seen through a smooth similarity path S_t (pan + slow sway of rotation and zoom); frame t is
-  the texture warped by G_t = J_t S_t (exact ground truth, no parallax; ~1 s for the texture,
-  then ~1 ms per frame).
+  the texture warped by G_t = J_t S_t (exact ground truth, no parallax; the texture is built
+  once, then each frame is one warp).
   J_t = a rotation about the frame centre (``jitter_deg`` std) plus a translation
   (``jitter`` std, fraction of the width).
 * :func:`parallax_clip` — a random 3D scene of the synthetic renderer

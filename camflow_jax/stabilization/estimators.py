@@ -2,7 +2,7 @@
 
 An estimator is a callable ``estimator(frame_t, frame_t1) -> flow [H, W, 2]`` (float32 numpy)
 taking two RGB frames ``[H, W, 3]`` and returning the forward flow F_t on frame t's grid that
-maps frame t to frame t+1 (DESIGN §1: pixel p of frame t matches p + F_t(p) in frame t+1, so
+maps frame t to frame t+1 (docs/design.md, "Conventions": pixel p of frame t matches p + F_t(p) in frame t+1, so
 ``warp(frame_t1, F_t) ≈ frame_t``). Homography methods are sampled as per-pixel displacement
 fields, so the smoothing and rendering stages see the same representation for every method
 (paper §"Video Stabilization").

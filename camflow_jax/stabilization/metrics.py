@@ -1,4 +1,4 @@
-"""Stabilization metrics: cropping ratio, distortion value, stability score (DESIGN §10).
+"""Stabilization metrics: cropping ratio, distortion value, stability score (docs/design.md, "Stabilization").
 
 All three follow the Bundled-Camera-Paths lineage, with the bugs of the commonly copied script
 fixed:

@@ -1,4 +1,4 @@
-"""Pixel motion profiles and their smoothing (SteadyFlow; DESIGN §10).
+"""Pixel motion profiles and their smoothing (SteadyFlow; docs/design.md, "Stabilization").
 
 Given the per-frame forward flows F_t (frame t -> t+1, on frame t's grid, t = 0..T-2) at the
 working resolution, the *motion profile* at a FIXED pixel location x is
@@ -51,7 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["SmoothingParams", "accumulate_profiles", "subgrid", "adaptive_radii",
-           "window_weights", "smooth_profiles"]
+           "smooth_profiles"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,19 +129,6 @@ def adaptive_radii(profiles, max_radius: int, min_radius: int, threshold: float,
         radii[newly] = k - 1
         exceeded |= newly
     return np.clip(radii, min_radius, max_radius).astype(np.int32)
-
-
-def window_weights(radii, t_len: int | None = None) -> np.ndarray:
-    """Dense ``[T, T]`` weights w_tr of (2) (zero diagonal); for inspection and tests."""
-    radii = np.asarray(radii, np.float64)
-    t_len = radii.shape[0] if t_len is None else t_len
-    t = np.arange(t_len)[:, None]
-    r = np.arange(t_len)[None, :]
-    d = (r - t).astype(np.float64)
-    rad = radii[:, None]
-    sigma = np.maximum(rad, 1e-6) / 3.0
-    w = np.exp(-(d ** 2) / sigma ** 2)
-    return np.where((d != 0) & (np.abs(d) <= rad), w, 0.0)
 
 
 def _block_weights(radii, t_len, radius, block, n_blocks):

@@ -1,6 +1,6 @@
 """Rendering a stabilized frame from its update field, and the crop/zoom that hides borders.
 
-Update field (DESIGN §10): B_t = P_t - C_t on the working grid (h x w, working pixels). A scene
+Update field (docs/design.md, "Stabilization"): B_t = P_t - C_t on the working grid (h x w, working pixels). A scene
 point seen at x in input frame t is shown at y = x + B_t(x) in output frame t. Rendering is an
 inverse warp: output pixel y samples the input at the x solving x + B_t(x) = y, found with the
 fixed-point iteration x <- y - B_t(x) started at x = y (each step contracts the error by the
