@@ -21,9 +21,38 @@ from __future__ import annotations
 import argparse
 import sys
 
-import numpy as np
-
 __all__ = ["main", "build_parser"]
+
+
+def _number(lo: float, hi: float, what: str):
+    from camflow_jax.cli_utils import finite_float
+
+    def parse(text: str) -> float:
+        v = finite_float(text)
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"{what}, got {text!r}")
+        return v
+
+    return parse
+
+
+_nonnegative = _number(0.0, 1e6, "must be a finite number in [0, 1e6]")
+_zoom = _number(1.0, 100.0, "must be a finite zoom in [1, 100]")
+_fps = _number(1e-3, 1000.0, "must be a frame rate in (0, 1000]")
+
+
+def _radius(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of frames, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
+    return v
+
+
+def _fmt(v) -> str:
+    return "n/a" if v is None else f"{v:.3f}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,16 +74,17 @@ def build_parser() -> argparse.ArgumentParser:
                                                               "pixels of the input frames")
     p.add_argument("--fov", type=float, metavar="DEG", help="camflow with --depth: horizontal field of view "
                                                             "instead of --intrinsics (default 60)")
-    p.add_argument("--smoothing", type=int, default=30, metavar="N",
-                   help="largest temporal window radius in frames (default: 30)")
-    p.add_argument("--strength", type=float, default=5.0, help="smoothing lambda (default: 5)")
+    p.add_argument("--smoothing", type=_radius, default=30, metavar="N",
+                   help="largest temporal window radius in frames (default: 30; clamped to the "
+                        "clip length - 1)")
+    p.add_argument("--strength", type=_nonnegative, default=5.0, help="smoothing lambda (default: 5)")
     p.add_argument("--crop", default="auto", metavar="auto|none|RATIO",
                    help="auto: smallest centred zoom hiding borders (<= --max-zoom); none: no "
                         "zoom; RATIO in (0, 1]: keep that fraction of width and height")
-    p.add_argument("--max-zoom", type=float, default=1.5, help="cap for --crop=auto (1.5)")
+    p.add_argument("--max-zoom", type=_zoom, default=1.5, help="cap for --crop=auto (1.5)")
     p.add_argument("--border", default="black", choices=("black", "replicate", "reflect"),
                    help="fill for pixels with no source (default: black)")
-    p.add_argument("--fps", type=float, help="frame rate for frame folders (default 30) or to "
+    p.add_argument("--fps", type=_fps, help="frame rate for frame folders (default 30) or to "
                                              "override the container's")
     p.add_argument("--save-motion", metavar="NPZ", help="save the estimated motion")
     p.add_argument("--load-motion", metavar="NPZ", help="reuse a saved motion (skip estimation)")
@@ -80,11 +110,17 @@ def _estimator(args, estimators):
         kwargs["depth_files"] = depth_files(args.depth)
         kwargs["fov_deg"] = args.fov
         if args.intrinsics:
-            K = [float(v) for v in args.intrinsics.split(",")]
-            if len(K) != 4 or not all(np.isfinite(K)) or K[0] <= 0 or K[1] <= 0:
-                raise ValueError(f"--intrinsics must be fx,fy,cx,cy with fx, fy > 0, got {args.intrinsics!r}")
-            kwargs["intrinsics"] = K
+            from camflow_jax import cli_utils
+
+            try:
+                K = [float(v) for v in args.intrinsics.split(",")]
+            except ValueError:
+                raise ValueError(f"--intrinsics must be fx,fy,cx,cy, got {args.intrinsics!r}") from None
             src = video_io.FrameSource(args.input)
+            why = cli_utils.intrinsics_problem(K, src.height, src.width)
+            if why:
+                raise ValueError(f"--intrinsics {args.intrinsics}: {why}")
+            kwargs["intrinsics"] = K
             kwargs["frame_size"] = (src.height, src.width)
     elif args.intrinsics or args.fov is not None:
         raise ValueError("--intrinsics and --fov need --depth")
@@ -111,22 +147,24 @@ def main(argv=None) -> int:
         wanted = [paths["json"]] + ([] if args.no_plots else [paths["path_plot"],
                                                               paths["tracks_plot"]])
         runner.check_outputs(args.input, args.output, wanted + [args.save_motion],
-                             args.overwrite)
+                             args.overwrite, inputs=[args.load_motion, args.depth, args.checkpoint])
         est = None if args.load_motion else _estimator(args, estimators)
         result = runner.stabilize_video(
             args.input, args.output, est, config, overwrite=args.overwrite, fps=args.fps,
             with_metrics=not args.no_metrics, with_plots=not args.no_plots, report=args.report,
             save_motion=args.save_motion, load_motion=args.load_motion,
             progress=not args.quiet, checked=True)
-    except (FileNotFoundError, FileExistsError, ValueError, ImportError) as e:
+    except (OSError, ValueError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    for w in result.get("warnings", []):
+        print(f"warning: {w}", file=sys.stderr)
     if not args.quiet:
         m = result.get("metrics", {}).get("output", {})
         line = f"wrote {result['frames']} frames to {args.output} (zoom {result['zoom']:.3f})"
         if m:
-            line += (f"; stability {m['stability']:.3f}, cropping {m['cropping']:.3f}, "
-                     f"distortion {m['distortion']:.3f}")
+            line += (f"; stability {_fmt(m['stability'])}, cropping {_fmt(m['cropping'])}, "
+                     f"distortion {_fmt(m['distortion'])}")
         print(line + f"; report {result['report']}")
     return 0
 

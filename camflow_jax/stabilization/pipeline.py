@@ -41,7 +41,7 @@ from camflow_jax.stabilization import profiles as profiles_lib
 from camflow_jax.stabilization import render as render_lib
 from camflow_jax.stabilization.estimators import resize_flow_np
 
-__all__ = ["StabilizerConfig", "Motion", "Plan", "working_size", "estimation_size",
+__all__ = ["StabilizerConfig", "Motion", "Plan", "working_size", "estimation_size", "smoothing_for_clip",
            "complete_discontinuities", "estimate_motion", "update_fields", "plan_stabilization",
            "render", "stabilize", "zoom_from_crop"]
 
@@ -72,8 +72,8 @@ class StabilizerConfig:
             raise ValueError(f"work_scale must be in (0, 1], got {self.work_scale}")
         if self.max_work_side < 8 or self.estimate_max_side < 8:
             raise ValueError("max_work_side and estimate_max_side must be >= 8")
-        if self.max_zoom < 1:
-            raise ValueError(f"max_zoom must be >= 1, got {self.max_zoom}")
+        if not (np.isfinite(self.max_zoom) and self.max_zoom >= 1):
+            raise ValueError(f"max_zoom must be a finite number >= 1, got {self.max_zoom}")
         if self.border not in render_lib.BORDERS:
             raise ValueError(f"border must be one of {sorted(render_lib.BORDERS)}, got "
                              f"{self.border!r}")
@@ -315,13 +315,24 @@ def update_fields(flows, params: profiles_lib.SmoothingParams, threshold: float,
     return out, radii
 
 
+def smoothing_for_clip(params: profiles_lib.SmoothingParams,
+                       num_frames: int) -> profiles_lib.SmoothingParams:
+    """``params`` with the window radius clamped to what a ``num_frames`` clip allows
+    (``num_frames - 1``: a larger window sees no more frames). Unclamped, a huge radius costs
+    time and memory in proportion to it (the end extensions are 3 radii long)."""
+    limit = max(1, int(num_frames) - 1)
+    if params.max_radius <= limit:
+        return params
+    return dataclasses.replace(params, max_radius=limit, min_radius=min(params.min_radius, limit))
+
+
 def plan_stabilization(motion: Motion, config: StabilizerConfig,
                        spill_dir: str | None = None) -> Plan:
     """Between the two streams: profiles, smoothing, update fields, zoom.
 
     ``spill_dir``: the update fields are written to a memmap there instead of RAM.
     """
-    sp = config.smoothing
+    sp = smoothing_for_clip(config.smoothing, motion.num_frames)
     h, w = motion.flows.shape[1:3]
     threshold = sp.motion_threshold * float(np.hypot(h, w))  # fraction of the diagonal
     out = None

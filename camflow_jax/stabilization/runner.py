@@ -8,21 +8,30 @@ memmaps in a temporary folder (removed at the end), so RAM does not grow with th
 Outputs next to OUTPUT (or under ``report``): ``<stem>.json`` (metrics, settings, timings),
 ``<stem>_path.png`` (camera path before/after), ``<stem>_tracks.png`` (tracked-point
 trajectories). Nothing existing is replaced unless ``overwrite``.
+
+Safety (docs/what_the_tools_refuse.md): an output that is the input by file identity (the same
+path, a symlink or a hard link to it, or a file that would land in the input frame folder) is
+refused even with ``overwrite``; every output is written to a hidden temporary file or folder
+next to it and moved into place only after the whole run succeeded, so a failure leaves the
+input and any previous output untouched; a run whose estimator failed on every frame pair is an
+error, not an unstabilized "result".
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import json
 import os
+import re
 import tempfile
 import time
 
 import numpy as np
 
+from camflow_jax import cli_utils
 from camflow_jax.stabilization import metrics as metrics_lib
 from camflow_jax.stabilization import pipeline, plots, render
-from camflow_jax.stabilization.video_io import FrameSink, FrameSource
+from camflow_jax.stabilization.video_io import IMAGE_EXTENSIONS, FrameSink, FrameSource, is_video_path
 
 __all__ = ["report_paths", "check_outputs", "stabilize_video"]
 
@@ -34,13 +43,29 @@ def report_paths(output: str, report: str | None = None) -> dict:
             "tracks_plot": base + "_tracks.png"}
 
 
-def check_outputs(input_path: str, output: str, paths: list[str], overwrite: bool) -> None:
-    """Refuses (FileExistsError / ValueError) before any work is done."""
-    if os.path.abspath(input_path) == os.path.abspath(output):
-        raise ValueError("OUTPUT must differ from INPUT")
-    existing = [p for p in [output] + paths if p and os.path.exists(p)]
-    if existing and not overwrite:
-        raise FileExistsError("refusing to overwrite " + ", ".join(existing) + " (pass -y)")
+#: Files a frame-folder output holds (replaced with -y; other files in the folder are kept).
+FRAME_NAME = re.compile(r"frame_\d{6}\.png")
+
+
+def _is_frame(name: str) -> bool:
+    return FRAME_NAME.fullmatch(name) is not None
+
+
+def check_outputs(input_path: str, output: str, paths: list[str], overwrite: bool,
+                  inputs=()) -> None:
+    """Refuses (FileExistsError / ValueError / OSError) before any work is done: an output that
+    is the input (or one of ``inputs``) by file identity, even with ``overwrite``; existing
+    outputs without ``overwrite``; unwritable output folders."""
+    all_inputs = [input_path] + [p for p in inputs if p]
+    outs = [output] + [p for p in paths if p]
+    cli_utils.check_not_inputs(outs, all_inputs, input_folder_exts=IMAGE_EXTENSIONS)
+    if is_video_path(output):
+        cli_utils.check_output_file(output, overwrite, all_inputs)
+    else:
+        cli_utils.check_output_dir(output, _is_frame, overwrite, all_inputs)
+    for p in paths:
+        if p:
+            cli_utils.check_output_file(p, overwrite, all_inputs)
 
 
 def _jsonable(x):
@@ -90,10 +115,16 @@ def stabilize_video(input_path: str, output_path: str, estimator,
                     with_plots, save_motion, load_motion, low_hz, scratch, bar)
 
 
+def _estimator_failures(stats: dict) -> tuple[int, int]:
+    stats = stats or {}
+    return int(stats.get("failures", 0) or 0), int(stats.get("calls", 0) or 0)
+
+
 def _run(source, output_path, estimator, config, paths, overwrite, with_metrics, with_plots,
          save_motion, load_motion, low_hz, scratch, bar) -> dict:
     input_path = source.path
     timings = {}
+    warnings: list[str] = []
     t0 = time.perf_counter()
     if load_motion:
         motion = pipeline.Motion.load(load_motion)
@@ -106,9 +137,26 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
         motion = pipeline.estimate_motion(source, estimator, config, source.fps,
                                           bar(f"motion ({name})", source.count_hint),
                                           spill_dir=scratch)
-        if save_motion:
-            motion.save(save_motion)
+    failures, calls = _estimator_failures(motion.stats)
+    if calls and failures >= calls:
+        raise ValueError(f"the {motion.estimator or 'motion'} estimator failed on all {calls} frame "
+                         "pairs (e.g. too few feature matches): there is no motion to stabilize. "
+                         "Try another --estimator (dis, camflow)")
+    if failures:
+        warnings.append(f"the {motion.estimator} estimator failed on {failures} of {calls} frame "
+                        "pairs; the identity motion was used there")
+    decoded = getattr(source, "decoded_count", None)
+    if source.count_hint and decoded is not None and decoded < source.count_hint:
+        warnings.append(f"the container announces {source.count_hint} frames but only {decoded} "
+                        "decode (the end of the video may be damaged)")
+    if not load_motion and save_motion:
+        with cli_utils.atomic_file(save_motion, suffix=".npz") as tmp:
+            motion.save(tmp)
     n = motion.num_frames
+    used = pipeline.smoothing_for_clip(config.smoothing, n).max_radius
+    if used < config.smoothing.max_radius:
+        warnings.append(f"smoothing radius {config.smoothing.max_radius} exceeds what a {n}-frame "
+                        f"clip allows; {used} was used")
     timings["estimate_ms_per_frame"] = 1000 * (time.perf_counter() - t0) / n
     t0 = time.perf_counter()
     plan = pipeline.plan_stabilization(motion, config, spill_dir=scratch)
@@ -118,63 +166,78 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
     track_in = track_out = None
     borders = []
     t_render = t_metrics = 0.0
-    with FrameSink(output_path, source.fps, overwrite=overwrite) as sink:
-        t1 = time.perf_counter()
-        for t, (frame, out, border) in enumerate(pipeline.render(source, plan,
-                                                                 bar("render", n))):
-            sink.write(out)
-            borders.append(border)
-            t2 = time.perf_counter()
-            t_render += t2 - t1
-            if acc is not None:
-                acc.update(frame, out)
-            if with_plots:
-                if track_in is None:
-                    track_in = plots.PointTracker(3)
-                    track_in.update(frame)
-                    start = render.forward_points(track_in.rows[0], plan.updates[0],
-                                                  source.height, source.width, plan.zoom)
-                    track_out = plots.PointTracker(start=start)
-                    track_out.update(out)
-                else:
-                    track_in.update(frame)
-                    track_out.update(out)
+    # Every output goes to a temporary file / folder next to it; all are moved into place when
+    # the stack closes without an exception (and removed when it closes with one).
+    with contextlib.ExitStack() as outputs:
+        if is_video_path(output_path):
+            target = outputs.enter_context(cli_utils.atomic_file(output_path))
+        else:
+            target = outputs.enter_context(cli_utils.atomic_dir(output_path, _is_frame))
+        with FrameSink(target, source.fps, overwrite=True) as sink:
             t1 = time.perf_counter()
-            t_metrics += t1 - t2
-    timings["render_ms_per_frame"] = 1000 * t_render / n
-    timings["metrics_and_tracking_ms_per_frame"] = 1000 * t_metrics / n
+            for t, (frame, out, border) in enumerate(pipeline.render(source, plan,
+                                                                     bar("render", n))):
+                sink.write(out)
+                borders.append(border)
+                t2 = time.perf_counter()
+                t_render += t2 - t1
+                if acc is not None:
+                    acc.update(frame, out)
+                if with_plots:
+                    if track_in is None:
+                        track_in = plots.PointTracker(3)
+                        track_in.update(frame)
+                        start = render.forward_points(track_in.rows[0], plan.updates[0],
+                                                      source.height, source.width, plan.zoom)
+                        track_out = plots.PointTracker(start=start)
+                        track_out.update(out)
+                    else:
+                        track_in.update(frame)
+                        track_out.update(out)
+                t1 = time.perf_counter()
+                t_metrics += t1 - t2
+        timings["render_ms_per_frame"] = 1000 * t_render / n
+        timings["metrics_and_tracking_ms_per_frame"] = 1000 * t_metrics / n
 
-    result = {
-        "input": os.path.abspath(input_path), "output": os.path.abspath(output_path),
-        "estimator": motion.estimator, "estimator_stats": motion.stats,
-        "frames": n, "fps": source.fps, "seconds": n / source.fps,
-        "frame_size": [source.height, source.width],
-        "working_size": list(motion.flows.shape[1:3]),
-        "zoom": plan.zoom,
-        "zoom_needed": None if plan.frame_zooms is None else float(plan.frame_zooms.max()),
-        "border_fraction_max": float(np.max(borders)),
-        "border_fraction_mean": float(np.mean(borders)),
-        "window_radius": {"min": int(plan.radii.min()), "mean": float(plan.radii.mean()),
-                          "max": int(plan.radii.max())},
-        "masked_fraction_mean": (None if motion.masked_fraction is None
-                                 else float(np.mean(motion.masked_fraction))),
-        "config": dataclasses.asdict(config), "timings": timings,
-        "audio": "not copied (OpenCV writes video only)",
-    }
-    if acc is not None:
-        m = acc.finalize()
-        result["metrics"] = {"input": m["input"], "output": m["output"],
-                             "homography_failures": m["failures"]}
-        if with_plots:
-            plots.plot_camera_path(m["path_input"], m["path_output"], source.fps,
-                                   paths["path_plot"], f"camera path ({motion.estimator})")
-    if with_plots and track_in is not None:
-        plots.plot_trajectories(track_in.tracks, track_out.tracks, source.fps,
-                                paths["tracks_plot"], f"tracked points ({motion.estimator})")
-        result["plots"] = {k: os.path.abspath(v) for k, v in paths.items() if k != "json"
-                           and os.path.exists(v)}
-    with open(paths["json"], "w") as f:
-        json.dump(_jsonable(result), f, indent=2)
-    result["report"] = os.path.abspath(paths["json"])
+        result = {
+            "input": os.path.abspath(input_path), "output": os.path.abspath(output_path),
+            "estimator": motion.estimator, "estimator_stats": motion.stats,
+            "frames": n, "fps": source.fps, "seconds": n / source.fps,
+            "frame_size": [source.height, source.width],
+            "working_size": list(motion.flows.shape[1:3]),
+            "zoom": plan.zoom,
+            "zoom_needed": None if plan.frame_zooms is None else float(plan.frame_zooms.max()),
+            "border_fraction_max": float(np.max(borders)),
+            "border_fraction_mean": float(np.mean(borders)),
+            "window_radius": {"min": int(plan.radii.min()), "mean": float(plan.radii.mean()),
+                              "max": int(plan.radii.max())},
+            "masked_fraction_mean": (None if motion.masked_fraction is None
+                                     else float(np.mean(motion.masked_fraction))),
+            "config": dataclasses.asdict(config), "timings": timings,
+            "audio": "not copied (OpenCV writes video only)",
+            "warnings": warnings,
+        }
+        written = {}
+        if acc is not None:
+            m = acc.finalize()
+            result["metrics"] = {"input": m["input"], "output": m["output"],
+                                 "homography_failures": m["failures"]}
+            if with_plots:
+                tmp = outputs.enter_context(cli_utils.atomic_file(paths["path_plot"]))
+                plots.plot_camera_path(m["path_input"], m["path_output"], source.fps,
+                                       tmp, f"camera path ({motion.estimator})")
+                written["path_plot"] = paths["path_plot"]
+        if with_plots and track_in is not None:
+            tmp = outputs.enter_context(cli_utils.atomic_file(paths["tracks_plot"]))
+            plots.plot_trajectories(track_in.tracks, track_out.tracks, source.fps,
+                                    tmp, f"tracked points ({motion.estimator})")
+            written["tracks_plot"] = paths["tracks_plot"]
+        if written:
+            result["plots"] = {k: os.path.abspath(v) for k, v in written.items()}
+        result["report"] = os.path.abspath(paths["json"])
+        report = {k: v for k, v in result.items() if k != "report"}
+        tmp = outputs.enter_context(cli_utils.atomic_file(paths["json"]))
+        with open(tmp, "w") as f:
+            f.write(cli_utils.strict_json(_jsonable(report), indent=2))
     del plan, motion  # release the memmaps before the scratch folder goes
     return result

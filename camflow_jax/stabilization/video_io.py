@@ -4,7 +4,13 @@ A *source* is either a video file (anything ``cv2.VideoCapture`` decodes) or a f
 images (png, jpg, jpeg, bmp, tif, tiff; sorted in natural order, so ``f2.png`` < ``f10.png``).
 Frames are read lazily and can be read any number of times, so a clip never has to fit in
 memory. Video containers often lie about their frame count: we read until decoding fails and
-never trust ``CAP_PROP_FRAME_COUNT`` except as a hint for progress bars.
+never trust ``CAP_PROP_FRAME_COUNT`` except as a hint for progress bars and for this check: when
+a frame fails to decode, a few more reads are tried, and if a later frame decodes the video is
+damaged in the middle, which is an error naming the frame (a silently shortened clip would pass
+as a result). Damaged frames at the very end cannot be told from the end of the stream; the
+CLI warns when fewer frames decode than the container announces. In frame folders, an image
+that does not decode (or is truncated, see :func:`camflow_jax.data.images.read_rgb`) is an
+error naming its frame index.
 
 A *sink* is a video file (by extension, see :data:`VIDEO_EXTENSIONS`) or, for any other path, a
 folder of ``frame_000000.png`` files. Audio is not carried over (OpenCV has no audio support).
@@ -19,6 +25,8 @@ from typing import Iterator
 import cv2
 import numpy as np
 
+from camflow_jax.data.images import read_rgb
+
 __all__ = ["IMAGE_EXTENSIONS", "VIDEO_EXTENSIONS", "FrameSource", "FrameSink", "is_video_path",
            "write_frames"]
 
@@ -26,6 +34,10 @@ IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
 #: Output extensions written as a video (codec by extension); anything else is a frame folder.
 VIDEO_EXTENSIONS = {".mp4": "mp4v", ".m4v": "mp4v", ".mov": "mp4v", ".avi": "MJPG",
                     ".mkv": "XVID"}
+
+
+#: Reads tried after a frame fails to decode, beyond the container's announced frame count.
+RETRIES_AFTER_FAILURE = 8
 
 
 def _natural_key(name: str):
@@ -90,12 +102,13 @@ class FrameSource:
                              f"the first frame's {size[1]}x{size[0]}")
 
     def _iter_folder(self) -> Iterator[np.ndarray]:
-        for f in self._files:
-            img = cv2.imread(f, cv2.IMREAD_COLOR)
-            if img is None:
-                raise ValueError(f"cannot decode image {f}")
+        for index, f in enumerate(self._files):
+            try:
+                img = read_rgb(f)
+            except (ValueError, FileNotFoundError) as e:
+                raise ValueError(f"frame {index} of {self.path}: {e}") from None
             self._check_size(img, f)
-            yield cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+            yield img
 
     def _iter_video(self) -> Iterator[np.ndarray]:
         cap = cv2.VideoCapture(self.path)
@@ -104,12 +117,26 @@ class FrameSource:
             while True:  # until decoding fails: container frame counts are not trusted
                 ok, img = cap.read()
                 if not ok or img is None:
+                    self._check_stream_end(cap, index)
                     break
                 self._check_size(img, f"{self.path} frame {index}")
                 index += 1
                 yield cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+            self.decoded_count = index
         finally:
             cap.release()
+
+    def _check_stream_end(self, cap, index: int) -> None:
+        """Frame ``index`` did not decode: an error if a later frame does (module doc)."""
+        hint = getattr(self, "count_hint", None) or 0
+        tries = min(max(hint - index, 0), 1000) + RETRIES_AFTER_FAILURE
+        for k in range(1, tries + 1):
+            ok, _ = cap.read()
+            if ok:
+                raise ValueError(
+                    f"{self.path}: frame {index} cannot be decoded but frame {index + k} can: the "
+                    "video is damaged in the middle. Re-encode it (e.g. ffmpeg -i IN -c:v libx264 "
+                    "OUT.mp4) or extract its frames to a folder, then run again")
 
 
 class FrameSink:
