@@ -34,7 +34,7 @@ import numpy as np
 __all__ = ["EXIT_BAD_INPUT", "finite_float", "check_number", "intrinsics_problem", "check_intrinsics",
            "check_depth", "flow_problem", "check_flow", "homography_problem", "check_homography",
            "strict_json", "same_file", "check_not_inputs", "existing_outputs", "check_output_dir",
-           "check_output_file", "atomic_file", "atomic_dir"]
+           "check_output_file", "check_writable", "atomic_file", "atomic_dir", "write_text_atomic"]
 
 #: Exit code of every CLI for bad input, bad arguments or a refused output.
 EXIT_BAD_INPUT = 2
@@ -43,6 +43,10 @@ EXIT_BAD_INPUT = 2
 FOCAL_RANGE = (0.05, 100.0)
 #: The principal point may lie at most this many image sizes outside the image (crops move it).
 PRINCIPAL_POINT_MARGIN = 1.0
+#: Loose bounds (the Predictor: intrinsics from datasets, possibly of another resolution than
+#: test images): only numerically absurd values are refused.
+LOOSE_FOCAL_RANGE = (1e-3, 1e4)
+LOOSE_PRINCIPAL_POINT_MARGIN = 100.0
 #: Pixels of a depth map that must be valid (finite, > 0).
 MIN_VALID_DEPTH_FRACTION = 0.01
 #: |det| of a homography's affine part in normalized coordinates: area change allowed (each way).
@@ -84,12 +88,14 @@ def check_number(name: str, value, lo: float | None = None, hi: float | None = N
 
 
 # ----------------------------------------------------------------------------- camera inputs
-def intrinsics_problem(K, height: int | None = None, width: int | None = None) -> str | None:
+def intrinsics_problem(K, height: int | None = None, width: int | None = None, *,
+                       loose: bool = False) -> str | None:
     """Why ``K = (fx, fy, cx, cy)`` (pixels of an ``height x width`` image) is unusable, or None.
 
     Always: four finite numbers with fx, fy > 0. With the image size: fx, fy within
     :data:`FOCAL_RANGE` x the longer side and the principal point at most
-    :data:`PRINCIPAL_POINT_MARGIN` image sizes outside the image.
+    :data:`PRINCIPAL_POINT_MARGIN` image sizes outside the image (``loose``: the
+    ``LOOSE_*`` bounds, which only refuse numerically absurd values such as 1e30).
     """
     try:
         k = np.asarray(K, np.float64).reshape(-1)
@@ -105,12 +111,13 @@ def intrinsics_problem(K, height: int | None = None, width: int | None = None) -
     if height is None or width is None:
         return None
     side = float(max(height, width))
-    lo, hi = FOCAL_RANGE[0] * side, FOCAL_RANGE[1] * side
+    focal_range = LOOSE_FOCAL_RANGE if loose else FOCAL_RANGE
+    lo, hi = focal_range[0] * side, focal_range[1] * side
     for name, f in (("fx", fx), ("fy", fy)):
         if not lo <= f <= hi:
             return (f"{name}={f:g} px is implausible for a {width}x{height} image (expected "
                     f"{lo:g}..{hi:g} px); intrinsics are in pixels of the input image")
-    m = PRINCIPAL_POINT_MARGIN
+    m = LOOSE_PRINCIPAL_POINT_MARGIN if loose else PRINCIPAL_POINT_MARGIN
     if not (-m * width <= cx <= (1 + m) * width and -m * height <= cy <= (1 + m) * height):
         return (f"principal point ({cx:g}, {cy:g}) lies far outside the {width}x{height} image; "
                 "intrinsics are in pixels of the input image")
@@ -281,7 +288,7 @@ def _refuse_existing(existing: list[str], overwrite: bool) -> None:
         raise FileExistsError(f"refusing to overwrite {shown} (pass -y/--overwrite to replace)")
 
 
-def _probe_writable(folder: str) -> None:
+def check_writable(folder: str) -> None:
     """Creates ``folder`` (and parents) if needed and checks a file can be created in it."""
     try:
         os.makedirs(folder, exist_ok=True)
@@ -304,9 +311,9 @@ def check_output_dir(path, owned, overwrite: bool, inputs: Iterable = ()) -> Non
     if os.path.isdir(path):
         check_not_inputs([os.path.join(path, n) for n in os.listdir(path) if owned_pred(n)], inputs)
     _refuse_existing(existing_outputs(path, owned), overwrite)
-    _probe_writable(os.path.dirname(os.path.abspath(path)))
+    check_writable(os.path.dirname(os.path.abspath(path)))
     if os.path.isdir(path):
-        _probe_writable(path)
+        check_writable(path)
 
 
 def check_output_file(path, overwrite: bool, inputs: Iterable = ()) -> None:
@@ -318,7 +325,7 @@ def check_output_file(path, overwrite: bool, inputs: Iterable = ()) -> None:
         raise FileExistsError(f"output {path} is a folder")
     check_not_inputs([path], inputs)
     _refuse_existing(existing_outputs(path), overwrite)
-    _probe_writable(os.path.dirname(os.path.abspath(path)))
+    check_writable(os.path.dirname(os.path.abspath(path)))
 
 
 # ----------------------------------------------------------------------------- atomic writing
@@ -386,13 +393,25 @@ def _commit_dir(tmp: str, path: str, owned: Callable[[str], bool]) -> None:
         os.replace(tmp, path)  # rename(2) replaces a missing or empty folder atomically
         return
     new = os.listdir(tmp)
-    for name in new:
-        os.replace(os.path.join(tmp, name), os.path.join(path, name))
+    trash = None
+    try:
+        for name in new:
+            target = os.path.join(path, name)
+            if os.path.isdir(target) and not os.path.islink(target):
+                # rename(2) cannot replace a non-empty folder: move the old one aside first.
+                trash = trash or tempfile.mkdtemp(prefix=".replaced-", dir=path)
+                os.rename(target, os.path.join(trash, name))
+            os.replace(os.path.join(tmp, name), target)
+    finally:
+        if trash:
+            shutil.rmtree(trash, ignore_errors=True)
     stale = set(n for n in os.listdir(path) if owned(n)) - set(new)
     for name in stale:
         target = os.path.join(path, name)
         if os.path.isfile(target) or os.path.islink(target):
             os.remove(target)
+        elif os.path.isdir(target):
+            shutil.rmtree(target)
 
 
 def _umask() -> int:

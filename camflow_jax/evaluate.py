@@ -29,14 +29,17 @@ few matches) fall back to identity; the fallbacks are counted in ``meta.json``.
 Outputs in ``--out``: ``results.json`` = ``{method: {category: {metric: value}}}`` with the
 dataset's categories plus ``AVG`` (= mean of the category means), ``results.csv`` (long form
 with sample counts), ``results.md`` (one paper-style table per metric), ``per_sample.csv`` and
-``meta.json`` (dataset, sample counts, seconds per pair, fallbacks).
+``meta.json`` (dataset, sample counts, seconds per pair, fallbacks). The CLI refuses an
+``--out`` that already holds these files unless ``-y/--overwrite`` is given, and an unwritable
+one before the evaluation starts; the files are written to a temporary folder and moved in
+when complete (docs/what_the_tools_refuse.md). Flags are spelled with hyphens
+(``--no-progress``); the older underscore spellings still work.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
 import os
 import sys
@@ -370,12 +373,26 @@ def _json_safe(x):
     return x
 
 
-def _write_outputs(out_dir, dataset, results, counts, categories, metric_names, per_sample, meta):
-    os.makedirs(out_dir, exist_ok=True)
+#: Files written into ``--out`` (an existing one is replaced only with -y; others are kept).
+OUTPUT_FILES = ("results.json", "meta.json", "results.csv", "per_sample.csv", "results.md")
+
+
+def _write_outputs(out_dir, *args):
+    """Writes :data:`OUTPUT_FILES` into a temporary folder next to ``out_dir`` and moves them
+    in when all are complete (an interrupted run leaves no half-written result)."""
+    from camflow_jax import cli_utils
+
+    with cli_utils.atomic_dir(out_dir, OUTPUT_FILES) as tmp:
+        _write_files(tmp, *args)
+
+
+def _write_files(out_dir, dataset, results, counts, categories, metric_names, per_sample, meta):
+    from camflow_jax.cli_utils import strict_json
+
     with open(os.path.join(out_dir, "results.json"), "w") as fh:
-        json.dump(_json_safe(results), fh, indent=2)
+        fh.write(strict_json(_json_safe(results), indent=2))
     with open(os.path.join(out_dir, "meta.json"), "w") as fh:
-        json.dump(_json_safe(meta), fh, indent=2)
+        fh.write(strict_json(_json_safe(meta), indent=2))
     with open(os.path.join(out_dir, "results.csv"), "w", newline="") as fh:
         wr = csv.writer(fh)
         wr.writerow(["method", "category", "metric", "value", "num_samples"])
@@ -435,6 +452,12 @@ def evaluate(dataset: str, methods: Sequence[str] | str, *, data=None, checkpoin
         raise ValueError("no methods given")
     if iqa_form not in ("masked", "zeroed"):
         raise ValueError(f"iqa_form must be 'masked' or 'zeroed', got {iqa_form!r}")
+    if out_dir is not None:  # an unwritable out_dir is reported before the evaluation runs
+        from camflow_jax.cli_utils import check_writable
+
+        check_writable(os.path.dirname(os.path.abspath(os.fspath(out_dir))))
+        if os.path.isdir(out_dir):
+            check_writable(os.fspath(out_dir))
     if source is None:
         source = load_dataset(dataset, data, num=num, seed=seed, size=size, depth_dir=depth_dir,
                               intrinsics=intrinsics, list_file=list_file)
@@ -545,32 +568,44 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated: " + ",".join(baselines.METHODS + ORACLES + ("camflow",)))
     p.add_argument("--checkpoint", default=None,
                    help="checkpoint dir for 'camflow'; several as label=DIR,label2=DIR2")
-    p.add_argument("--out", default=None, help="output folder for results.json/.csv/.md")
+    p.add_argument("-o", "--out", default=None, help="output folder for results.json/.csv/.md")
+    p.add_argument("-y", "--overwrite", action="store_true",
+                   help="replace an existing result in the output folder")
     p.add_argument("--num", type=int, default=None,
                    help="synthetic: number of held-out samples (default 100); others: first N only")
     p.add_argument("--seed", type=int, default=1000, help="synthetic held-out seed")
     p.add_argument("--size", type=_parse_size, default=(320, 576), help="synthetic image size HxW")
-    p.add_argument("--depth_dir", default=None, help="per-sample depth files (see data/benchmarks.py)")
+    # Flags are spelled with hyphens like the other tools; the underscore forms still work.
+    p.add_argument("--depth-dir", "--depth_dir", dest="depth_dir", default=None,
+                   help="per-sample depth files (see data/benchmarks.py)")
     p.add_argument("--intrinsics", type=_parse_intrinsics, default=None, help="fx,fy,cx,cy override")
-    p.add_argument("--list_file", default=None, help="CAHomo pair list (default test.txt)")
-    p.add_argument("--iqa_form", default="masked", choices=("masked", "zeroed"))
-    p.add_argument("--channel_order", default="rgb", choices=("rgb", "bgr"),
-                   help="colour order of the images as fed to the network")
-    p.add_argument("--no_progress", action="store_true")
+    p.add_argument("--list-file", "--list_file", dest="list_file", default=None,
+                   help="CAHomo pair list (default test.txt)")
+    p.add_argument("--iqa-form", "--iqa_form", dest="iqa_form", default="masked",
+                   choices=("masked", "zeroed"))
+    p.add_argument("--channel-order", "--channel_order", dest="channel_order", default="rgb",
+                   choices=("rgb", "bgr"), help="colour order of the images as fed to the network")
+    p.add_argument("--no-progress", "--no_progress", dest="no_progress", action="store_true")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from camflow_jax import cli_utils
+
     try:
+        if args.out is not None:  # refused or unwritable: said before the evaluation runs
+            ckpts = [path for _, path in parse_checkpoints(args.checkpoint)]
+            cli_utils.check_output_dir(args.out, OUTPUT_FILES, args.overwrite,
+                                       inputs=[args.data, args.depth_dir, args.list_file] + ckpts)
         evaluate(args.dataset, args.methods, data=args.data, checkpoints=args.checkpoint,
                  num=args.num, seed=args.seed, size=args.size, depth_dir=args.depth_dir,
                  intrinsics=args.intrinsics, list_file=args.list_file, out_dir=args.out,
                  iqa_form=args.iqa_form, channel_order=args.channel_order,
                  progress=not args.no_progress)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return cli_utils.EXIT_BAD_INPUT
     return 0
 
 

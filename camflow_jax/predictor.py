@@ -120,11 +120,12 @@ def _check_depth(depth, hw, name: str) -> np.ndarray:
 
 
 def _check_intrinsics(K, hw=None) -> np.ndarray:
-    """Finite (fx, fy, cx, cy), fx, fy > 0 and, given the image size ``hw``, plausible for it
-    (:func:`camflow_jax.cli_utils.intrinsics_problem`)."""
+    """Finite (fx, fy, cx, cy), fx, fy > 0 and, given the image size ``hw``, not absurd for it
+    (:func:`camflow_jax.cli_utils.intrinsics_problem` with its loose bounds: datasets may pass
+    intrinsics of another resolution; the CLIs check their users' intrinsics strictly)."""
     from camflow_jax.cli_utils import intrinsics_problem
 
-    why = intrinsics_problem(K, *(hw if hw is not None else (None, None)))
+    why = intrinsics_problem(K, *(hw if hw is not None else (None, None)), loose=True)
     if why:
         raise ValueError(f"intrinsics (fx, fy, cx, cy) {K!r}: {why}")
     return np.asarray(K, np.float32).reshape(-1)
