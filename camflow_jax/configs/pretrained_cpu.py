@@ -9,25 +9,21 @@ the paper's 320x576 and full width for one GPU. docs/model_card.md records the r
     python -m camflow_jax.train --config=configs/pretrained_cpu.py --workdir=workdirs/pretrained_cpu
 """
 
-from camflow_jax.configs import default
+from camflow_jax.configs import pretrained
 
 
 def get_config():
-    c = default.get_config()
+    c = pretrained.get_config()
     c.model.height, c.model.width = 128, 256
     c.model.embed_dim = 16
     c.model.depths = (2, 2, 2)
     c.model.num_heads = (2, 4, 8)
     c.batch_size = 4
     c.num_epochs = 8
-    c.data.name = "synthetic"
     c.data.num_train = 1280        # 320 steps per epoch at batch 4: 2,560 steps in all
-    c.data.num_eval = 100
-    c.data.motion_scale = 1.5
-    c.loss.motion, c.loss.feature, c.loss.smooth = 1.0, 0.0, 0.0
+    c.data.num_workers = 0         # two cores: render in the training process
+    c.data.prefetch = 2
     c.optim.learning_rate = 3e-4
     c.log_every = 25
-    c.eval_every = 0
     c.checkpoint_every = 50
-    c.keep_checkpoints = 2
     return c
