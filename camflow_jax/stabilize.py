@@ -52,7 +52,9 @@ def _radius(text: str) -> int:
 
 
 def _fmt(v) -> str:
-    return "n/a" if v is None else f"{v:.3f}"
+    """A metric for the summary line; n/a when undefined (e.g. stability of a clip shorter than
+    one period of its band)."""
+    return "n/a" if v is None or v != v else f"{v:.3f}"
 
 
 def build_parser() -> argparse.ArgumentParser:
