@@ -154,7 +154,8 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
             motion.save(tmp)
     n = motion.num_frames
     used = pipeline.smoothing_for_clip(config.smoothing, n).max_radius
-    if used < config.smoothing.max_radius:
+    default = type(config.smoothing)().max_radius  # short clips clamp the default silently
+    if used < config.smoothing.max_radius and config.smoothing.max_radius > default:
         warnings.append(f"smoothing radius {config.smoothing.max_radius} exceeds what a {n}-frame "
                         f"clip allows; {used} was used")
     timings["estimate_ms_per_frame"] = 1000 * (time.perf_counter() - t0) / n
