@@ -232,7 +232,7 @@ def _camflow(name: str, path: str, channel_order: str) -> _Method:
     from camflow_jax.predictor import Predictor
 
     pred = Predictor.load(path, channel_order=channel_order)
-    print(f"{name}: {pred.description}", file=sys.stderr)
+    print(f"{name}: {getattr(pred, 'description', path)}", file=sys.stderr)
 
     def run(s, need_b):
         out = pred(s["img1"], s["img2"], depth1=s.get("depth1"), depth2=s.get("depth2"),

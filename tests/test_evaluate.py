@@ -105,8 +105,8 @@ def test_cli_errors_are_clear(tmp_path, capsys):
     assert ev.main(["--dataset=cahomo", f"--data={tmp_path / 'missing'}", "--no_progress"]) == 2
     assert "CAHomo folder not found" in capsys.readouterr().err
     fx.make_cahomo(str(tmp_path / "c"), pairs_per_video=1)
-    assert ev.main(["--dataset=cahomo", f"--data={tmp_path / 'c'}", "--methods=camflow", "--no_progress"]) == 2
-    assert "--checkpoint" in capsys.readouterr().err
+    assert ev.main(["--dataset=cahomo", f"--data={tmp_path / 'c'}", "--methods=camflow:b8", "--no_progress"]) == 2
+    assert "--checkpoint=b8=DIR" in capsys.readouterr().err
     assert ev.main(["--dataset=cahomo", f"--data={tmp_path / 'c'}", "--methods=bogus", "--no_progress"]) == 2
     assert "unknown method" in capsys.readouterr().err
     with pytest.raises(ValueError, match="distinct"):

@@ -138,9 +138,9 @@ def test_import_tool_writes_loadable_checkpoint(fixture_path, tmp_path, capsys):
     ref_vars = official.load_released(fixture_path)[1]
     for a, b in zip(jax.tree.leaves(ref_vars), jax.tree.leaves(variables)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    assert tool.main([str(tmp_path / "missing.pth"), "-o", str(tmp_path / "x")]) == 1
+    assert tool.main([str(tmp_path / "missing.pth"), "-o", str(tmp_path / "x")]) == 2
     assert "not found" in capsys.readouterr().err
-    assert tool.main([str(fixture_path), "-o", str(out)]) == 1  # exists, no --overwrite
+    assert tool.main([str(fixture_path), "-o", str(out)]) == 2  # exists, no --overwrite
     assert "already" in capsys.readouterr().err
 
 

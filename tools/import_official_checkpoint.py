@@ -73,7 +73,7 @@ def main(argv=None) -> int:
         out, n, shape = convert(args.input, args.output, size, args.overwrite)
     except (OSError, ValueError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 1  # this tool's documented code (tests/test_parity.py); the camflow CLIs use 2
+        return 2  # bad input, as for every camflow_jax tool
     print(f"wrote {out}: {n:,} parameters, bases {tuple(shape)}")
     return 0
 
