@@ -35,7 +35,9 @@ def test_readme_commands_parse_their_flags():
     for m in modules:
         proc = subprocess.run([sys.executable, "-m", m, "--help"], cwd=ROOT, capture_output=True, text=True,
                               timeout=300)
-        assert proc.returncode == 0, (m, proc.stderr[-1000:])
+        # absl's --help (the trainer) exits with 1 after printing; argparse tools with 0.
+        assert proc.returncode in ((0, 1) if m == "camflow_jax.train" else (0,)), (m, proc.stderr[-1000:])
+        assert "--" in proc.stdout + proc.stderr and "Traceback" not in proc.stderr, m
     est = subprocess.run([sys.executable, "-m", "camflow_jax.estimate", "--help"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300).stdout
     for flag in ("--depth1", "--depth2", "--intrinsics"):
