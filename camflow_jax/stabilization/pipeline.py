@@ -1,6 +1,6 @@
 """SteadyFlow-style stabilization pipeline: estimate -> profiles -> smooth -> render.
 
-Stages (DESIGN §10; paper §"Video Stabilization"), with only the estimator swappable:
+Stages (docs/design.md, "Stabilization"; paper §"Video Stabilization"), with only the estimator swappable:
 
 1. ``estimate_motion``: for each consecutive frame pair, the estimator's forward flow F_t on a
    frame shrunk to at most ``estimate_max_side`` pixels, resampled to the working grid
