@@ -37,7 +37,7 @@ DEFAULT_BASES = {"num_homography": 12, "num_stochastic": 12, "seed": 0,
                  "orthogonal_to_homography": True}
 
 __all__ = ["FORMAT", "NPZ_FORMAT", "save_model", "save_compact", "load_model", "read_model_config", "model_bases",
-           "latest_step", "PRETRAINED", "pretrained_path"]
+           "latest_step", "flatten", "PRETRAINED", "pretrained_path"]
 
 
 #: The model shipped in the package (docs/model_card.md).
@@ -93,7 +93,7 @@ def save_model(directory, model_config: Mapping[str, Any], variables: Mapping[st
     with ocp.StandardCheckpointer() as ckptr:
         ckptr.save(directory / "arrays", tree, force=True)
     meta = {"format": FORMAT, "model_config": cfg, "has_bases": bases is not None,
-            "sha256": {k: _sha256(v) for k, v in _flat(tree).items()}}
+            "sha256": {k: _sha256(v) for k, v in flatten(tree).items()}}
     (directory / "model.json").write_text(json.dumps(meta, indent=2))
     return directory
 
@@ -102,12 +102,13 @@ def save_model(directory, model_config: Mapping[str, Any], variables: Mapping[st
 # Compact weights (one .npz, 16-bit): the format of the weights shipped inside the package
 # ----------------------------------------------------------------------------------------------
 
-def _flat(tree, prefix: str = "") -> dict[str, np.ndarray]:
+def flatten(tree, prefix: str = "") -> dict[str, np.ndarray]:
+    """``{"a/b/c": array}`` of a nested dict of arrays (parameter paths as the trainer names them)."""
     out = {}
     for k, v in tree.items():
         key = f"{prefix}{k}"
         if isinstance(v, Mapping):
-            out.update(_flat(v, key + "/"))
+            out.update(flatten(v, key + "/"))
         else:
             out[key] = np.asarray(v)
     return out
@@ -159,7 +160,7 @@ def save_compact(directory, model_config: Mapping[str, Any], variables: Mapping[
     if bases is not None:
         tree["bases"] = np.asarray(bases, np.float32)
     arrays = {}
-    for key, a in _flat(jax.tree.map(np.asarray, tree)).items():
+    for key, a in flatten(jax.tree.map(np.asarray, tree)).items():
         a = np.asarray(a, np.float32)
         if not np.all(np.isfinite(a)):
             raise ValueError(f"save_compact: {key} has non-finite values")
@@ -261,7 +262,7 @@ def load_model(path) -> tuple[Any, dict, np.ndarray, dict]:
     elif (path / "arrays").is_dir():
         tree = _restore_raw(path / "arrays")
         if meta.get("sha256"):
-            _verify({k: np.asarray(v) for k, v in _flat(tree).items()}, meta["sha256"], path / "arrays")
+            _verify({k: np.asarray(v) for k, v in flatten(tree).items()}, meta["sha256"], path / "arrays")
         params, batch_stats = tree["params"], tree.get("batch_stats", {})
         bases = tree.get("bases")
     else:

@@ -70,6 +70,20 @@ def finite_float(text: str) -> float:
     return v
 
 
+def intrinsics_arg(text: str) -> tuple[float, ...]:
+    """argparse ``type=``: ``fx,fy,cx,cy``, four finite numbers (checked against the image size
+    later, by :func:`check_intrinsics`)."""
+    import argparse
+
+    try:
+        vals = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        vals = ()
+    if len(vals) != 4 or not all(math.isfinite(v) for v in vals):
+        raise argparse.ArgumentTypeError(f"must be 4 finite numbers fx,fy,cx,cy; got {text!r}")
+    return vals
+
+
 def check_number(name: str, value, lo: float | None = None, hi: float | None = None,
                  lo_open: bool = False) -> float:
     """``value`` as a finite float within ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``)."""

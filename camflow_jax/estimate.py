@@ -192,16 +192,6 @@ def _num(v) -> float:
     return float("nan") if v is None else float(v)
 
 
-def _parse_intrinsics(text: str) -> tuple[float, ...]:
-    try:
-        vals = tuple(float(v) for v in text.split(","))
-    except ValueError:
-        vals = ()
-    if len(vals) != 4 or not all(np.isfinite(vals)):
-        raise argparse.ArgumentTypeError(f"--intrinsics must be 4 finite numbers fx,fy,cx,cy; got {text!r}")
-    return vals
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m camflow_jax.estimate",
                                 description="Estimate the camera motion between two images.")
@@ -215,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="camflow (default: --checkpoint, or the shipped model without it) or " + ", ".join(baselines.METHODS))
     p.add_argument("--depth1", default=None, help="depth of image 1 (CamFlow+)")
     p.add_argument("--depth2", default=None, help="depth of image 2 (CamFlow+)")
-    p.add_argument("--intrinsics", type=_parse_intrinsics, default=None,
+    p.add_argument("--intrinsics", type=cli_utils.intrinsics_arg, default=None,
                    help="fx,fy,cx,cy of the input images in pixels")
     return p
 

@@ -105,17 +105,11 @@ def _check_image(img, name: str) -> np.ndarray:
 
 
 def _check_depth(depth, hw, name: str) -> np.ndarray:
-    d = np.asarray(depth, np.float32)
-    if d.ndim == 3 and d.shape[-1] == 1:
-        d = d[..., 0]
-    if d.ndim != 2:
-        raise ValueError(f"{name} must be [H, W], got shape {np.shape(depth)}")
-    if d.shape != tuple(hw):
-        raise ValueError(f"{name} is {d.shape} but the images are {tuple(hw)}; depth must be aligned "
-                         "with its image (resize it and its intrinsics first)")
+    """Depth aligned with its image, some of it valid; invalid pixels get the median."""
+    from camflow_jax.cli_utils import check_depth
+
+    d = check_depth(depth, name, hw, min_valid_fraction=1e-12)
     ok = np.isfinite(d) & (d > 0)
-    if not ok.any():
-        raise ValueError(f"{name} has no finite positive value")
     return np.where(ok, d, np.median(d[ok])).astype(np.float32)
 
 
@@ -192,10 +186,7 @@ class Predictor:
         if static_bases.shape != (num_static, self.height, self.width, 2):
             raise ValueError(f"static bases have shape {static_bases.shape}; the model needs "
                              f"{(num_static, self.height, self.width, 2)}")
-        if not bool(jnp.all(jnp.isfinite(static_bases))):
-            bad = int(static_bases.size - jnp.count_nonzero(jnp.isfinite(static_bases)))
-            raise ValueError(f"static bases hold {bad} NaN/inf values out of {static_bases.size}: the "
-                             "checkpoint's bases are damaged")
+        _check_finite_tree(static_bases, "static bases")
         _check_finite_tree(variables, "model weights ")
         self.static_bases = static_bases
         sigmas = cfg.get("depth_sigmas") or dict(cfg.get("bases") or {}).get("depth_sigmas")
@@ -214,8 +205,8 @@ class Predictor:
 
     @classmethod
     def from_pretrained(cls, name: str | None = None, **kwargs) -> "Predictor":
-        """The model shipped inside the package (CamFlow+, 36 bases, 320x576; see
-        docs/model_card.md): no download, no checkpoint to find."""
+        """The model shipped inside the package (CamFlow+, 36 bases; docs/model_card.md says
+        what it is and how well it does): no download, no checkpoint to find."""
         from camflow_jax import checkpoint
 
         name = name or checkpoint.PRETRAINED

@@ -21,14 +21,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from camflow_jax import cli_utils
+
 __all__ = ["main", "build_parser"]
 
 
 def _number(lo: float, hi: float, what: str):
-    from camflow_jax.cli_utils import finite_float
-
     def parse(text: str) -> float:
-        v = finite_float(text)
+        v = cli_utils.finite_float(text)
         if not lo <= v <= hi:
             raise argparse.ArgumentTypeError(f"{what}, got {text!r}")
         return v
@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "the shipped model)")
     p.add_argument("--depth", metavar="DIR", help="camflow: a folder with one depth map per frame (.npy or "
                                                   "16-bit PNG, any global scale) for CamFlow+'s depth bases")
-    p.add_argument("--intrinsics", metavar="fx,fy,cx,cy", help="camflow with --depth: camera intrinsics in "
+    p.add_argument("--intrinsics", type=cli_utils.intrinsics_arg, metavar="fx,fy,cx,cy", help="camflow with --depth: camera intrinsics in "
                                                               "pixels of the input frames")
     p.add_argument("--fov", type=float, metavar="DEG", help="camflow with --depth: horizontal field of view "
                                                             "instead of --intrinsics (default 60)")
@@ -112,17 +112,11 @@ def _estimator(args, estimators):
         kwargs["depth_files"] = depth_files(args.depth)
         kwargs["fov_deg"] = args.fov
         if args.intrinsics:
-            from camflow_jax import cli_utils
-
-            try:
-                K = [float(v) for v in args.intrinsics.split(",")]
-            except ValueError:
-                raise ValueError(f"--intrinsics must be fx,fy,cx,cy, got {args.intrinsics!r}") from None
             src = video_io.FrameSource(args.input)
-            why = cli_utils.intrinsics_problem(K, src.height, src.width)
+            why = cli_utils.intrinsics_problem(args.intrinsics, src.height, src.width)
             if why:
-                raise ValueError(f"--intrinsics {args.intrinsics}: {why}")
-            kwargs["intrinsics"] = K
+                raise ValueError(f"--intrinsics {','.join(f'{v:g}' for v in args.intrinsics)}: {why}")
+            kwargs["intrinsics"] = args.intrinsics
             kwargs["frame_size"] = (src.height, src.width)
     elif args.intrinsics or args.fov is not None:
         raise ValueError("--intrinsics and --fov need --depth")

@@ -140,10 +140,6 @@ def _group_of(path: str) -> str | None:
     return None
 
 
-def _flatten(tree) -> dict:
-    return {_path_str(p): x for p, x in jax.tree_util.tree_leaves_with_path(tree)}
-
-
 def init_from_checkpoint(fresh: dict, loaded: dict, new_groups) -> tuple[dict, dict]:
     """``fresh`` (``{'params', 'batch_stats'}``) with every array of ``loaded`` copied in by path.
 
@@ -156,7 +152,7 @@ def init_from_checkpoint(fresh: dict, loaded: dict, new_groups) -> tuple[dict, d
     out, loaded_n, fresh_n, loaded_p, fresh_p = {}, 0, 0, 0, 0
     problems = []
     for coll in ("params", "batch_stats"):
-        target, source = _flatten(fresh.get(coll, {})), _flatten(loaded.get(coll, {}))
+        target, source = checkpoint.flatten(fresh.get(coll, {})), checkpoint.flatten(loaded.get(coll, {}))
         for path, x in source.items():
             if path not in target:
                 problems.append(f"{coll}/{path} has no counterpart in the model")
@@ -392,12 +388,22 @@ def _lock_workdir(workdir: Path):
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
     """Trains (resuming from ``workdir`` if it holds checkpoints) and evaluates. Returns the
     final summary (also written to ``workdir/summary.json``)."""
-    t_start = time.time()
     validate_config(config)
     workdir = Path(workdir).absolute()
     workdir.mkdir(parents=True, exist_ok=True)
+    # Held for the whole run and released however it ends (a failed call in a notebook must
+    # not leave the workdir locked).
+    lock = _lock_workdir(workdir) if jax.process_index() == 0 else None
+    try:
+        return _train_and_evaluate(config, workdir)
+    finally:
+        if lock is not None:
+            lock.close()
+
+
+def _train_and_evaluate(config, workdir: Path) -> dict:
+    t_start = time.time()
     is_main = jax.process_index() == 0
-    lock = _lock_workdir(workdir) if is_main else None
     h, w = config.model.height, config.model.width
     model_config = model_config_from(config)
     check_resumable(workdir, model_config)
@@ -572,8 +578,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
         _log(f"done: step {final_step}, {summary['steps_run']} steps in {_fmt_time(train_time)} "
              f"(wall {_fmt_time(summary['wall_seconds'])}); workdir {workdir}")
     mngr.close()
-    if lock is not None:
-        lock.close()
     return summary
 
 

@@ -256,19 +256,14 @@ def fit_single_homography(gt, mask) -> tuple[np.ndarray, np.ndarray]:
 
 # ----------------------------------------------------------------------------- CamFlow model
 def load_predictor(checkpoint: str | None):
-    """(predictor or None, note)."""
+    """(predictor or None, note): the checkpoint, or the shipped model without one."""
     from camflow_jax.predictor import Predictor
 
     try:
-        if checkpoint:
-            pred = Predictor.from_checkpoint(checkpoint)
-            return pred, f"checkpoint {checkpoint}"
-        if not hasattr(Predictor, "from_pretrained"):
-            return None, "skipped: no --checkpoint and this Predictor has no from_pretrained"
-        pred = Predictor.from_pretrained()
-        return pred, getattr(pred, "description", "Predictor.from_pretrained()")
+        pred = Predictor.load(checkpoint)
     except FileNotFoundError as e:
         return None, f"skipped: {e}"
+    return pred, pred.description
 
 
 # ----------------------------------------------------------------------------- stereo experiment
@@ -347,16 +342,11 @@ def stereo_experiment(data: Path, width: int, methods, predictor, predictor_note
 
 # ----------------------------------------------------------------------------- video experiment
 def read_frames(path: Path, count: int) -> list[np.ndarray]:
-    cap = cv2.VideoCapture(str(path))
-    frames = []
-    try:
-        while len(frames) < count:
-            ok, f = cap.read()
-            if not ok:
-                break
-            frames.append(cv2.cvtColor(f, cv2.COLOR_BGR2RGB))
-    finally:
-        cap.release()
+    from itertools import islice
+
+    from camflow_jax.stabilization.video_io import FrameSource
+
+    frames = list(islice(FrameSource(str(path)), count))
     if len(frames) < 4:
         raise ValueError(f"{path}: read {len(frames)} frames, need at least 4")
     return frames
@@ -365,7 +355,7 @@ def read_frames(path: Path, count: int) -> list[np.ndarray]:
 def shake_frames(frames, seed: int = 0, jitter: float = 0.015, jitter_deg: float = 0.5,
                  margin: int = 48) -> tuple[list[np.ndarray], np.ndarray]:
     """Applies a seeded white shake J_t (rotation about the centre, ``jitter_deg`` std, plus a
-    translation, ``jitter`` x width std; ``clips._planar_jitter``) and crops ``margin`` px per
+    translation, ``jitter`` x width std; ``clips.planar_jitter``) and crops ``margin`` px per
     side. Returns (shaken frames, J_t in the cropped frame's pixels: smooth -> shaky)."""
     from camflow_jax.stabilization import clips
 
@@ -374,7 +364,7 @@ def shake_frames(frames, seed: int = 0, jitter: float = 0.015, jitter_deg: float
     if h < 16 or w < 16:
         raise ValueError(f"margin {margin} leaves no frame of {W}x{H}")
     rng = np.random.default_rng([seed, 617])
-    J = clips._planar_jitter(rng, len(frames), h, w, jitter, jitter_deg)
+    J = clips.planar_jitter(rng, len(frames), h, w, jitter, jitter_deg)
     T = np.array([[1.0, 0, margin], [0, 1.0, margin], [0, 0, 1.0]])  # crop -> full pixels
     out = []
     for f, Jt in zip(frames, J):

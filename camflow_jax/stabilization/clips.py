@@ -37,7 +37,7 @@ import numpy as np
 
 from camflow_jax.stabilization.render import forward_points
 
-__all__ = ["ShakyClip", "planar_clip", "parallax_clip", "residual_motion", "highfreq_rms",
+__all__ = ["ShakyClip", "planar_clip", "parallax_clip", "planar_jitter", "residual_motion", "highfreq_rms",
            "apply_homography_np"]
 
 
@@ -88,7 +88,9 @@ def _check_sizes(num_frames, height, width):
                          f"frames of {width}x{height}")
 
 
-def _planar_jitter(rng, num_frames, height, width, jitter, jitter_deg):
+def planar_jitter(rng, num_frames, height, width, jitter, jitter_deg):
+    """``[T, 3, 3]`` white shake J_t: a rotation about the frame centre (``jitter_deg`` std,
+    degrees) and a translation (``jitter`` std, fraction of the width), drawn from ``rng``."""
     c = ((width - 1) / 2.0, (height - 1) / 2.0)
     ang = np.deg2rad(rng.normal(0.0, jitter_deg, num_frames))
     tr = rng.normal(0.0, jitter * width, (num_frames, 2))
@@ -147,7 +149,7 @@ def planar_clip(num_frames: int = 60, height: int = 96, width: int = 160, seed: 
     scale = 1.0 + zoom_sway * np.sin(2 * np.pi * t / (6.0 * fps) + rng.uniform(0, 2 * np.pi))
     smooth = np.stack([_translate(*c) @ _similarity(rot[k], scale[k], 0, 0)
                        @ _translate(-centre[k, 0], -centre[k, 1]) for k in range(num_frames)])
-    jit = _planar_jitter(rng, num_frames, height, width, jitter, jitter_deg)
+    jit = planar_jitter(rng, num_frames, height, width, jitter, jitter_deg)
 
     def render(G):
         img = cv2.warpPerspective(texture, G, (width, height), flags=cv2.INTER_LINEAR,

@@ -187,11 +187,7 @@ class CamFlowEstimator(Estimator):
         for f in self.depth_files[t:t + 2]:
             d = depth_lib.read_depth(f)
             depth_lib.check_depth_aspect(d.shape, (h, w), f)
-            d = depth_lib.resize_depth(d, h, w)
-            ok = np.isfinite(d) & (d > 0)
-            if not ok.any():
-                raise ValueError(f"{f}: no finite positive depth")
-            maps.append(np.where(ok, d, np.median(d[ok])).astype(np.float32))
+            maps.append(depth_lib.resize_depth(d, h, w))  # the predictor checks and fills it
         if self.intrinsics is not None:
             K = np.asarray(geometry.resize_intrinsics(self.intrinsics, self.frame_size, (h, w)), np.float32)
         else:
