@@ -289,7 +289,7 @@ class Predictor:
         return {k: np.asarray(v) for k, v in out.items()}
 
     # --------------------------------------------------------------------------- public call
-    def __call__(self, img1, img2, depth1=None, depth2=None, intrinsics=None) -> dict:
+    def __call__(self, img1, img2, depth1=None, depth2=None, intrinsics=None, refine=None) -> dict:
         """Estimates the camera motion between two images.
 
         Args:
@@ -338,4 +338,5 @@ class Predictor:
         out["homography"] = out["homography"] / out["homography"][2, 2]
         out["coeffs"] = out["coeffs_f"]
         out["rotated"] = portrait
+        out["refined"] = False  # placeholder until the refinement lands (refine= is accepted)
         return out
