@@ -229,12 +229,41 @@ def check_homography(H, height: int, width: int, hint: str = "") -> np.ndarray:
     return H / H[2, 2]
 
 
-def strict_json(obj, **kwargs) -> str:
-    """``json.dumps`` that refuses NaN / inf instead of writing invalid JSON tokens."""
+def strict_json(obj, *, nonfinite: str = "refuse", **kwargs) -> str:
+    """The one JSON writer of the package: valid JSON text (no ``NaN``/``Infinity`` tokens).
+
+    numpy arrays and scalars become lists and Python numbers, tuples become lists and dict keys
+    strings. Non-finite floats, which JSON cannot hold, follow ``nonfinite``:
+
+    * ``"refuse"`` (default): ValueError (results that must be finite, e.g. a homography);
+    * ``"mark"``: NaN (undefined) -> ``null``, +-inf -> the strings ``"inf"`` / ``"-inf"``
+      (result tables, where an infinite PSNR of identical images is a value).
+    """
+    if nonfinite not in ("refuse", "mark"):
+        raise ValueError(f"nonfinite must be 'refuse' or 'mark', got {nonfinite!r}")
     try:
-        return json.dumps(obj, allow_nan=False, **kwargs)
+        return json.dumps(_json_value(obj, nonfinite == "mark"), allow_nan=False, **kwargs)
     except ValueError as e:
         raise ValueError(f"refusing to write invalid JSON (a value is NaN or infinite): {e}") from None
+
+
+def _json_value(x, mark: bool):
+    if isinstance(x, dict):
+        return {str(k): _json_value(v, mark) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_value(v, mark) for v in x]
+    if isinstance(x, np.ndarray):
+        return _json_value(x.tolist(), mark)
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        v = float(x)
+        if mark and not math.isfinite(v):
+            return None if math.isnan(v) else ("inf" if v > 0 else "-inf")
+        return v
+    return x
 
 
 # ----------------------------------------------------------------------------- identity
