@@ -13,10 +13,11 @@ Layouts:
 the SHA-256 sums recorded at save time; a damaged file is an error naming it.
 :func:`pretrained_path` is the model shipped inside the package (``Predictor.from_pretrained``).
 
-``model_config`` is the network config of :func:`camflow_jax.models.resolve_config` plus
-``height``/``width`` (the network input size) and a ``bases`` section describing the static
-bases (used when the checkpoint does not store them, e.g. for trained models whose stochastic
-bases are regenerated from their seed).
+``model_config`` holds the fields of :class:`camflow_jax.models.ModelConfig` (the
+architecture) plus ``height``/``width`` (the network input size) and a ``bases`` section
+describing the static bases (used when the checkpoint does not store them, e.g. for trained
+models whose stochastic bases are regenerated from their seed). :func:`write_model_json`
+writes it; :func:`read_model_config` reads it back (files of every earlier version load).
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ NPZ_FILE = "weights.npz"
 DEFAULT_BASES = {"num_homography": 12, "num_stochastic": 12, "seed": 0,
                  "orthogonal_to_homography": True}
 
-__all__ = ["FORMAT", "NPZ_FORMAT", "save_model", "save_compact", "load_model", "read_model_config", "model_bases",
-           "latest_step", "flatten", "PRETRAINED", "pretrained_path"]
+__all__ = ["FORMAT", "NPZ_FORMAT", "save_model", "save_compact", "load_model", "read_model_config",
+           "write_model_json", "model_bases", "latest_step", "flatten", "PRETRAINED", "pretrained_path"]
 
 
 #: The model shipped in the package (docs/model_card.md).
@@ -70,6 +71,17 @@ def model_bases(model_config: Mapping[str, Any]) -> np.ndarray:
         orthogonal_to_homography=spec["orthogonal_to_homography"]))
 
 
+def write_model_json(directory, model_config: Mapping[str, Any], fmt: str = FORMAT, **fields) -> dict:
+    """Writes ``directory/model.json``: ``{"format", "model_config", **fields}``, the model config
+    validated and completed through :class:`camflow_jax.models.ModelConfig` (its other keys,
+    ``height``, ``width``, ``bases``, kept). Returns the model config as written."""
+    from camflow_jax.models import resolve_config
+
+    cfg = resolve_config(model_config)
+    (Path(directory) / "model.json").write_text(json.dumps({"format": fmt, "model_config": cfg, **fields}, indent=2))
+    return cfg
+
+
 def save_model(directory, model_config: Mapping[str, Any], variables: Mapping[str, Any],
                bases=None, *, overwrite: bool = False) -> Path:
     """Writes an inference checkpoint (see module docstring). Returns the directory."""
@@ -92,9 +104,8 @@ def save_model(directory, model_config: Mapping[str, Any], variables: Mapping[st
     ocp = _ocp()
     with ocp.StandardCheckpointer() as ckptr:
         ckptr.save(directory / "arrays", tree, force=True)
-    meta = {"format": FORMAT, "model_config": cfg, "has_bases": bases is not None,
-            "sha256": {k: _sha256(v) for k, v in flatten(tree).items()}}
-    (directory / "model.json").write_text(json.dumps(meta, indent=2))
+    write_model_json(directory, cfg, FORMAT, has_bases=bases is not None,
+                     sha256={k: _sha256(v) for k, v in flatten(tree).items()})
     return directory
 
 
@@ -155,7 +166,7 @@ def save_compact(directory, model_config: Mapping[str, Any], variables: Mapping[
     directory = Path(directory).absolute()
     if (directory / "model.json").exists() and not overwrite:
         raise FileExistsError(f"{directory} already holds a checkpoint; pass overwrite=True to replace it")
-    cfg = resolve_config(model_config)
+    cfg = resolve_config(model_config)  # refused before anything is written
     tree = {"params": variables["params"], "batch_stats": variables.get("batch_stats", {})}
     if bases is not None:
         tree["bases"] = np.asarray(bases, np.float32)
@@ -172,9 +183,8 @@ def save_compact(directory, model_config: Mapping[str, Any], variables: Mapping[
     tmp = directory / (NPZ_FILE + ".tmp.npz")
     np.savez_compressed(tmp, **arrays)
     tmp.replace(directory / NPZ_FILE)
-    meta = {"format": NPZ_FORMAT, "model_config": cfg, "has_bases": bases is not None,
-            "sha256": {k: _sha256(v) for k, v in arrays.items()}, "info": dict(info or {})}
-    (directory / "model.json").write_text(json.dumps(meta, indent=2))
+    write_model_json(directory, cfg, NPZ_FORMAT, has_bases=bases is not None,
+                     sha256={k: _sha256(v) for k, v in arrays.items()}, info=dict(info or {}))
     return directory
 
 

@@ -177,6 +177,33 @@ def test_bad_inputs_raise_clear_errors():
         build_model({"group_sizes": [12], "layer_depth": [2, 2, 1]})
 
 
+def test_model_config_is_the_single_source_of_architecture_fields():
+    import dataclasses
+
+    from camflow_jax import checkpoint, configs
+    from camflow_jax.models import FIELDS, NETWORK_FIELDS, ModelConfig
+
+    # A training config's model section is the network fields plus the input size.
+    assert set(configs.load("default").model.keys()) == set(NETWORK_FIELDS) | {"height", "width"}
+    cfg = ModelConfig(group_sizes=(12, 12, 12), embed_dim=8, depths=(1, 1, 1), num_heads=(2, 4, 8))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.embed_dim = 16
+    model = build_model(cfg)
+    assert model.config == cfg and build_model(cfg.to_dict()).config == cfg and hash(cfg) == hash(model.config)
+    params = _shapes(model, 64, 64, 36)["params"]
+    assert params["met"]["tokens_depth"].shape == (12, 8 * 2 ** 2)  # embed_dim x 2^(levels - 1)
+    # depths (1, 1, 1): one block per stage; layer_depth (3, 2, 1): 3 stages at the finest level.
+    assert sorted(params["met"]["encoder_level_2"]) == ["stage_0_block_0", "stage_0_down", "stage_1_block_0",
+                                                        "stage_1_down", "stage_2_block_0"]
+    assert sorted(params["met"]["encoder_level_0"]) == ["stage_0_block_0"]
+    # model.json files: the shipped one and a minimal early one read back through ModelConfig.
+    shipped = checkpoint.read_model_config(checkpoint.pretrained_path())
+    assert ModelConfig.from_dict(shipped).to_dict() == {k: shipped[k] for k in FIELDS}
+    assert ModelConfig.from_dict({"group_sizes": [12, 12], "height": 320, "dtype": None}) == ModelConfig()
+    with pytest.raises(ValueError, match="group_names"):
+        ModelConfig(group_sizes=(12, 12), group_names=("stochastic", "homography"))
+
+
 def test_preprocess_matches_release_pipeline_with_opencv():
     rng = np.random.default_rng(6)
     rgb = rng.integers(0, 256, (2, 90, 160, 3), dtype=np.uint8)

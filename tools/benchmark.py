@@ -205,7 +205,11 @@ def _timing(times, cpu, batch, flops) -> dict:
             "flops_per_s": None if flops is None else flops / med}
 
 
-ARCH_KEYS = ("embed_dim", "depths", "layer_depth", "num_heads", "window_size", "mlp_ratio")
+def arch_keys() -> tuple[str, ...]:
+    """The network's structure fields (camflow_jax.models.ModelConfig), but dtype (--dtype sets it)."""
+    from camflow_jax.models import NETWORK_FIELDS  # lazily: jax must not start before the flags are read
+
+    return tuple(k for k in NETWORK_FIELDS if k != "dtype")
 
 
 def load_config(path, height: int, width: int, batch: int, dtype: str | None = None, arch: str = "config"):
@@ -218,11 +222,11 @@ def load_config(path, height: int, width: int, batch: int, dtype: str | None = N
     if dtype:
         config.model.dtype = dtype
     if arch == "release":
-        from camflow_jax.models import DEFAULT_CONFIG
+        from camflow_jax.models import ModelConfig
 
-        for k in ARCH_KEYS:
+        for k in arch_keys():
             if k in config.model:
-                config.model[k] = type(config.model[k])(DEFAULT_CONFIG[k])
+                config.model[k] = type(config.model[k])(getattr(ModelConfig(), k))
     elif arch != "config":
         raise ValueError(f"arch must be 'release' or 'config', got {arch!r}")
     return config
@@ -230,7 +234,7 @@ def load_config(path, height: int, width: int, batch: int, dtype: str | None = N
 
 def _arch(config) -> dict:
     m = config.model
-    return {k: (list(m[k]) if isinstance(m[k], (tuple, list)) else m[k]) for k in ARCH_KEYS if k in m}
+    return {k: (list(m[k]) if isinstance(m[k], (tuple, list)) else m[k]) for k in arch_keys() if k in m}
 
 
 def _parse_groups(groups) -> list[int] | None:

@@ -6,7 +6,7 @@ config: an unknown key is an error, not a silent new field.
 
 import ml_collections
 
-from camflow_jax.models.camflow import DEFAULT_CONFIG as ARCHITECTURE
+from camflow_jax.models.config import NETWORK_FIELDS, ModelConfig
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -17,10 +17,12 @@ def get_config() -> ml_collections.ConfigDict:
                                 # or training-set size // batch_size), as the paper states its recipe
     c.batch_size = 8            # global batch, split over devices and processes
 
-    # Network (camflow_jax.models.resolve_config keys) and its input size.
-    # Architecture keys default to the released CamFlow (embed 24, depths (2, 4, 6), heads (3, 12, 24)).
-    c.model = ml_collections.ConfigDict(dict(dtype="float32", height=320, width=576, **{
-        k: ARCHITECTURE[k] for k in ("embed_dim", "depths", "layer_depth", "num_heads", "window_size", "mlp_ratio")}))
+    # The network's input size and its ModelConfig fields (camflow_jax/models/config.py) but the
+    # basis groups, which follow from c.bases. Defaults: the released CamFlow (embed 24,
+    # depths (2, 4, 6), heads (3, 12, 24)).
+    released = ModelConfig()
+    c.model = ml_collections.ConfigDict(dict(height=320, width=576, **{
+        k: getattr(released, k) for k in NETWORK_FIELDS}))
 
     # Motion bases: [homography | stochastic | depth]. Group sizes follow from these.
     c.bases = ml_collections.ConfigDict(dict(

@@ -1,15 +1,11 @@
 """CamFlow / CamFlow+ network in Flax linen (docs/design.md, "Network").
 
-``build_model(config)`` -> :class:`CamFlow`; ``preprocess(images, h, w)`` -> network input;
-``official.load_released(path)`` converts the released PyTorch CamFlow weights.
+``build_model(ModelConfig(...))`` -> :class:`CamFlow`; ``preprocess(images, h, w)`` -> network
+input; ``official.load_released(path)`` converts the released PyTorch CamFlow weights.
+:class:`ModelConfig` (``models/config.py``) is the single source of the architecture fields.
 """
 
 from camflow_jax.models.camflow import (
-    DEFAULT_CONFIG,
-    DEPTH_GROUP,
-    GROUP_NAMES,
-    HOMOGRAPHY_GROUP,
-    STOCHASTIC_GROUP,
     CamFlow,
     build_model,
     count_params,
@@ -18,14 +14,25 @@ from camflow_jax.models.camflow import (
     preprocess,
     resolve_config,
 )
+from camflow_jax.models.config import (
+    DEPTH_GROUP,
+    FIELDS,
+    GROUP_NAMES,
+    HOMOGRAPHY_GROUP,
+    NETWORK_FIELDS,
+    STOCHASTIC_GROUP,
+    ModelConfig,
+)
 
 __all__ = [
-    "DEFAULT_CONFIG",
     "DEPTH_GROUP",
+    "FIELDS",
     "GROUP_NAMES",
     "HOMOGRAPHY_GROUP",
+    "NETWORK_FIELDS",
     "STOCHASTIC_GROUP",
     "CamFlow",
+    "ModelConfig",
     "build_model",
     "count_params",
     "group_layout",

@@ -14,7 +14,7 @@ depth for CamFlow+).
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -22,33 +22,10 @@ import numpy as np
 import flax.linen as nn
 
 from camflow_jax import geometry
+from camflow_jax.models.config import DEPTH_GROUP, GROUP_NAMES, ModelConfig
 from camflow_jax.models.features import ShallowFeatures
-from camflow_jax.models.layers import Dtype
 from camflow_jax.models.mask import MaskNet
 from camflow_jax.models.met import MotionEstimationTransformer, combine_directional
-
-# The basis groups, in basis order. These names are part of the parameter paths
-# (``met/tokens_<name>``, ``met/head_<name>``, ...), so every module that builds a model config
-# or maps parameters takes them from here (:func:`group_layout`); :func:`resolve_config`
-# refuses any other name.
-HOMOGRAPHY_GROUP, STOCHASTIC_GROUP, DEPTH_GROUP = "homography", "stochastic", "depth"
-GROUP_NAMES = (HOMOGRAPHY_GROUP, STOCHASTIC_GROUP, DEPTH_GROUP)
-DEFAULT_GROUP_NAMES = GROUP_NAMES
-
-# Architecture of the released CamFlow (and of CamFlow+, which adds a depth group).
-DEFAULT_CONFIG: dict[str, Any] = {
-    "group_sizes": (12, 12),
-    "group_names": None,  # default: DEFAULT_GROUP_NAMES[:len(group_sizes)]
-    "dtype": "float32",
-    "embed_dim": 24,
-    "depths": (2, 4, 6),
-    "layer_depth": (3, 2, 1),
-    "num_heads": (3, 12, 24),
-    "window_size": 8,
-    "mlp_ratio": 3.0,
-}
-
-_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 # Per-channel statistics of the release, applied to its stored (OpenCV, BGR) channel order.
 IMAGE_MEAN_BGR = (118.93, 113.97, 102.60)
@@ -66,24 +43,24 @@ class CamFlow(nn.Module):
     both directions and ``batch_stats`` must be mutable.
     """
 
-    group_sizes: Sequence[int] = (12, 12)
-    group_names: Sequence[str] = DEFAULT_GROUP_NAMES[:2]
-    embed_dim: int = 24
-    depths: Sequence[int] = (2, 4, 6)
-    layer_depth: Sequence[int] = (3, 2, 1)
-    num_heads: Sequence[int] = (3, 12, 24)
-    window_size: int = 8
-    mlp_ratio: float = 3.0
-    dtype: Dtype = jnp.float32
+    config: ModelConfig = ModelConfig()
+
+    @property
+    def group_sizes(self) -> tuple[int, ...]:
+        return self.config.group_sizes
+
+    @property
+    def group_names(self) -> tuple[str, ...]:
+        return self.config.group_names
 
     @property
     def num_bases(self) -> int:
-        return int(sum(self.group_sizes))
+        return self.config.num_bases
 
     @property
     def size_multiple(self) -> int:
         """H and W must be multiples of this (2^levels * window)."""
-        return 2 ** len(self.depths) * self.window_size
+        return self.config.size_multiple
 
     def group_slice(self, name: str) -> slice | None:
         """Slice of the basis axis holding group ``name`` (None if absent)."""
@@ -134,20 +111,17 @@ class CamFlow(nn.Module):
                  bases_b: jax.Array | None = None, train: bool = False) -> dict[str, jax.Array]:
         self._check_inputs(gray1, gray2, bases, bases_b)
         b = gray1.shape[0]
-        gray = jnp.concatenate([gray1, gray2], axis=0).astype(self.dtype)
-        feats = ShallowFeatures(dtype=self.dtype, name="features")(gray, train)  # [F1; F2]
+        dtype = self.config.jnp_dtype
+        gray = jnp.concatenate([gray1, gray2], axis=0).astype(dtype)
+        feats = ShallowFeatures(dtype=dtype, name="features")(gray, train)  # [F1; F2]
         dir_bases = self._directional_bases(bases, bases_b, b)
 
-        coeffs = MotionEstimationTransformer(
-            group_sizes=tuple(self.group_sizes), group_names=tuple(self.group_names),
-            embed_dim=self.embed_dim, depths=tuple(self.depths), layer_depth=tuple(self.layer_depth),
-            num_heads=tuple(self.num_heads), window_size=self.window_size, mlp_ratio=self.mlp_ratio,
-            dtype=self.dtype, name="met")(feats, dir_bases, train)
+        coeffs = MotionEstimationTransformer(self.config, name="met")(feats, dir_bases, train)
         flow = combine_directional(coeffs, dir_bases)
 
         feats32 = feats.astype(jnp.float32)
         warped = geometry.warp(jnp.roll(feats32, b, axis=0), flow)  # [warp(F2, m_ab); warp(F1, m_ba)]
-        logvar = MaskNet(dtype=self.dtype, name="mask_net")(jnp.concatenate([feats32, warped], axis=-1))
+        logvar = MaskNet(dtype=dtype, name="mask_net")(jnp.concatenate([feats32, warped], axis=-1))
 
         sl = self.group_slice(DEPTH_GROUP)
         if sl is None:
@@ -176,81 +150,20 @@ def group_layout(num_homography: int, num_stochastic: int, num_depth: int) -> tu
     return [n for n, _ in pairs], [name for _, name in pairs]
 
 
-def _as_dict(config: Mapping[str, Any] | Any) -> dict[str, Any]:
-    if hasattr(config, "to_dict"):  # ml_collections.ConfigDict
-        config = config.to_dict()
-    if not isinstance(config, Mapping):
-        raise ValueError(f"model_config must be a mapping, got {type(config).__name__}")
-    return dict(config)
-
-
 def resolve_config(model_config: Mapping[str, Any] | Any) -> dict[str, Any]:
-    """Fills defaults and validates a model config; returns a plain JSON-friendly dict.
-
-    Keys: group_sizes (required), group_names, dtype ('float32' | 'bfloat16'), embed_dim,
-    depths, layer_depth, num_heads, window_size, mlp_ratio. Other keys are kept untouched
-    (they may describe data or bases) and ignored by the network.
-    """
-    cfg = _as_dict(model_config)
-    if "group_sizes" not in cfg:
-        raise ValueError("model_config needs 'group_sizes', e.g. [12, 12] (CamFlow) or [12, 12, 12] (CamFlow+)")
-    out = dict(cfg)
-    for k, v in DEFAULT_CONFIG.items():
-        if out.get(k) is None:
-            out[k] = v
-    sizes = [int(n) for n in out["group_sizes"]]
-    if not sizes or any(n <= 0 for n in sizes):
-        raise ValueError(f"model_config.group_sizes must be positive ints, got {out['group_sizes']}")
-    names = out["group_names"]
-    if names is None:
-        if len(sizes) > len(DEFAULT_GROUP_NAMES):
-            raise ValueError(f"{len(sizes)} groups need explicit 'group_names'")
-        names = DEFAULT_GROUP_NAMES[: len(sizes)]
-    names = [str(n) for n in names]
-    if len(names) != len(sizes) or len(set(names)) != len(names):
-        raise ValueError(f"group_names {names} must be distinct and match group_sizes {sizes}")
-    unknown = [n for n in names if n not in GROUP_NAMES]
-    if unknown or [n for n in GROUP_NAMES if n in names] != names:
-        raise ValueError(f"group_names {names}: each must be one of {list(GROUP_NAMES)}, in that order")
-    if str(out["dtype"]) not in _DTYPES:
-        raise ValueError(f"model_config.dtype must be one of {sorted(_DTYPES)}, got {out['dtype']!r}")
-    depths = [int(d) for d in out["depths"]]
-    layer_depth = [int(d) for d in out["layer_depth"]]
-    heads = [int(d) for d in out["num_heads"]]
-    levels = len(depths)
-    if not (len(layer_depth) == len(heads) == levels):
-        raise ValueError("depths, layer_depth and num_heads must have the same length")
-    embed = int(out["embed_dim"])
-    for i in range(levels):
-        # Every level's encoder must end at the common coarsest grid with embed * 2^(L-1) channels.
-        if layer_depth[i] != levels - i:
-            raise ValueError(f"layer_depth[{i}] must be {levels - i} (got {layer_depth}) so that every "
-                             "level's encoder ends at the coarsest grid")
-        for s in range(layer_depth[i]):
-            if (embed * 2 ** (i + s)) % heads[i]:
-                raise ValueError(f"num_heads[{i}]={heads[i]} does not divide dim {embed * 2 ** (i + s)}")
-    if embed % 2:
-        raise ValueError(f"embed_dim must be even, got {embed}")
-    out.update(group_sizes=sizes, group_names=names, dtype=str(out["dtype"]), embed_dim=embed,
-               depths=depths, layer_depth=layer_depth, num_heads=heads,
-               window_size=int(out["window_size"]), mlp_ratio=float(out["mlp_ratio"]))
-    return out
+    """A model config mapping validated and completed through :class:`ModelConfig`; returns a
+    plain JSON-friendly dict. Keys that are not architecture fields (``height``, ``width``,
+    ``bases``) are kept untouched and ignored by the network."""
+    cfg = ModelConfig.from_dict(model_config)
+    extra = model_config.to_dict() if hasattr(model_config, "to_dict") else dict(model_config)
+    return {**extra, **cfg.to_dict()}
 
 
-def build_model(model_config: Mapping[str, Any] | Any) -> CamFlow:
-    """Builds :class:`CamFlow` from a config mapping (see :func:`resolve_config`)."""
-    cfg = resolve_config(model_config)
-    return CamFlow(
-        group_sizes=tuple(cfg["group_sizes"]),
-        group_names=tuple(cfg["group_names"]),
-        embed_dim=cfg["embed_dim"],
-        depths=tuple(cfg["depths"]),
-        layer_depth=tuple(cfg["layer_depth"]),
-        num_heads=tuple(cfg["num_heads"]),
-        window_size=cfg["window_size"],
-        mlp_ratio=cfg["mlp_ratio"],
-        dtype=_DTYPES[cfg["dtype"]],
-    )
+def build_model(model_config: ModelConfig | Mapping[str, Any] | Any) -> CamFlow:
+    """:class:`CamFlow` from a :class:`ModelConfig` or a config mapping (``model.json``'s)."""
+    if not isinstance(model_config, ModelConfig):
+        model_config = ModelConfig.from_dict(model_config)
+    return CamFlow(model_config)
 
 
 def init_variables(model: CamFlow, key: jax.Array, height: int | None = None, width: int | None = None,

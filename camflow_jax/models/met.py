@@ -18,13 +18,13 @@ For levels l = 0..L-1 (coarse to fine, the level-l maps are at 1/2^(L-l) resolut
 
 from __future__ import annotations
 
-from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 import flax.linen as nn
 
 from camflow_jax import geometry
+from camflow_jax.models.config import ModelConfig
 from camflow_jax.models.features import FeaturePyramid
 from camflow_jax.models.layers import Dtype, Mlp, dense, gelu, layer_norm
 from camflow_jax.models.swin import SwinEncoder, softmax_attend
@@ -102,25 +102,18 @@ class MotionEstimationTransformer(nn.Module):
     With ``f_b=None`` the batch is ``[F1; F2]`` and the targets are ``[F2; F1]``.
     """
 
-    group_sizes: Sequence[int]
-    group_names: Sequence[str]
-    embed_dim: int = 24
-    depths: Sequence[int] = (2, 4, 6)
-    layer_depth: Sequence[int] = (3, 2, 1)
-    num_heads: Sequence[int] = (3, 12, 24)
-    window_size: int = 8
-    mlp_ratio: float = 3.0
-    dtype: Dtype = jnp.float32
+    config: ModelConfig
 
     @nn.compact
     def __call__(self, f_a: jax.Array, bases: jax.Array, train: bool = False,
                  f_b: jax.Array | None = None) -> jax.Array:
-        num_levels = len(self.depths)
-        dim = self.embed_dim * 2 ** (num_levels - 1)
+        cfg, dtype = self.config, self.config.jnp_dtype
+        num_levels = len(cfg.depths)
+        dim = cfg.embed_dim * 2 ** (num_levels - 1)
         b = f_a.shape[0]
         h_full = f_a.shape[1]
 
-        pyramid = FeaturePyramid(self.embed_dim // 2, num_levels, self.dtype, name="pyramid")
+        pyramid = FeaturePyramid(cfg.embed_dim // 2, num_levels, dtype, name="pyramid")
         pyr_a = pyramid(f_a)
         if f_b is None:
             # Batched two-direction pass: the targets are the references with the batch halves
@@ -132,18 +125,18 @@ class MotionEstimationTransformer(nn.Module):
             pyr_b = pyramid(f_b)
 
         # Class-attention heads per encoder index i (the release's blocks list [1, 2, .., L-1, L-1]).
-        ca_heads = [self.num_heads[min(i + 1, num_levels - 1)] for i in range(num_levels)]
-        groups = list(zip(self.group_names, self.group_sizes))
+        ca_heads = [cfg.num_heads[min(i + 1, num_levels - 1)] for i in range(num_levels)]
+        groups = list(zip(cfg.group_names, cfg.group_sizes))
         tokens = {
             name: jnp.broadcast_to(
                 self.param(f"tokens_{name}", nn.initializers.normal(0.02), (n, dim), jnp.float32)
-                .astype(self.dtype)[None], (b, n, dim))
+                .astype(dtype)[None], (b, n, dim))
             for name, n in groups
         }
-        norms = {name: layer_norm(self.dtype, name=f"norm_{name}") for name, _ in groups}
-        heads = {name: CoefficientHead(self.dtype, name=f"head_{name}") for name, _ in groups}
+        norms = {name: layer_norm(dtype, name=f"norm_{name}") for name, _ in groups}
+        heads = {name: CoefficientHead(dtype, name=f"head_{name}") for name, _ in groups}
 
-        coeffs = jnp.zeros((b, sum(self.group_sizes)), jnp.float32)
+        coeffs = jnp.zeros((b, cfg.num_bases), jnp.float32)
         for level in range(num_levels):
             i = num_levels - 1 - level  # pyramid / encoder index (0 = finest)
             x1, x2 = pyr_a[i], pyr_b[i]
@@ -153,12 +146,12 @@ class MotionEstimationTransformer(nn.Module):
                 flow = geometry.resize_flow(flow, h, w)
                 x2 = geometry.warp(x2.astype(jnp.float32), flow).astype(x1.dtype)
             x = jnp.concatenate([x1, x2], axis=-1)
-            x = SwinEncoder(self.depths[i], self.layer_depth[i], self.num_heads[i], self.window_size,
-                            self.mlp_ratio, self.dtype, name=f"encoder_level_{level}")(x, train)
+            x = SwinEncoder(cfg.depths[i], cfg.layer_depth[i], cfg.num_heads[i], cfg.window_size,
+                            cfg.mlp_ratio, dtype, name=f"encoder_level_{level}")(x, train)
             x = x.reshape(b, -1, x.shape[-1])
             hs = []
             for name, _ in groups:
-                t = ClassAttentionBlock(ca_heads[i], self.mlp_ratio, self.dtype,
+                t = ClassAttentionBlock(ca_heads[i], cfg.mlp_ratio, dtype,
                                         name=f"ca_{name}_level_{level}")(tokens[name], x)
                 tokens[name] = norms[name](t)
                 hs.append(heads[name](tokens[name]))

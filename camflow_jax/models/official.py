@@ -23,13 +23,12 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from camflow_jax.models.camflow import (
-    DEFAULT_CONFIG, HOMOGRAPHY_GROUP, STOCHASTIC_GROUP, CamFlow, build_model, group_layout, resolve_config)
+from camflow_jax.models.camflow import CamFlow, build_model, group_layout, resolve_config
+from camflow_jax.models.config import HOMOGRAPHY_GROUP, NETWORK_FIELDS, STOCHASTIC_GROUP, ModelConfig
 
 # The released CamFlow: the default architecture with 12 homography + 12 stochastic bases.
 _RELEASED_SIZES, _RELEASED_NAMES = group_layout(12, 12, 0)
-RELEASED_CONFIG: dict[str, Any] = resolve_config(
-    {**DEFAULT_CONFIG, "group_sizes": _RELEASED_SIZES, "group_names": _RELEASED_NAMES})
+RELEASED_CONFIG: dict[str, Any] = ModelConfig(group_sizes=_RELEASED_SIZES, group_names=_RELEASED_NAMES).to_dict()
 RELEASED_SIZE = (320, 576)
 
 # Released names we know and deliberately do not use.
@@ -283,8 +282,8 @@ def _config_from_release(extra_cfg: Mapping[str, Any] | None) -> dict[str, Any]:
         n = int(extra_cfg.get("num_basis", 24))
         if n != 24:
             raise ValueError(f"only the 24-basis release is supported, got num_basis={n}")
-        for k in ("embed_dim", "depths", "layer_depth", "num_heads", "window_size", "mlp_ratio"):
-            if k in extra_cfg:
+        for k in NETWORK_FIELDS:
+            if k != "dtype" and k in extra_cfg:
                 cfg[k] = extra_cfg[k]
     return resolve_config(cfg)
 
