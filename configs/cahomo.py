@@ -1,3 +1,1 @@
-"""Checkout shortcut: `--config=configs/cahomo.py` loads the packaged `camflow_jax/configs/cahomo.py`."""
-
-from camflow_jax.configs.cahomo import get_config  # noqa: F401
+from camflow_jax.configs.cahomo import get_config  # noqa: F401  (the one copy: camflow_jax/configs/cahomo.py)

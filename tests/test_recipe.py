@@ -163,3 +163,36 @@ def test_training_source_refuses_depth_of_another_aspect(tmp_path):
     src = train_sources.GhofTrain(tmp_path, "depth{}.npy")
     with pytest.raises(ValueError, match="depth1.npy: depth is 60x60"):
         src[0]
+
+
+def test_one_config_tree_the_checkout_files_name_the_packaged_set():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    names = configs.names()
+    assert {"default", "cahomo", "ghof", "synthetic", "smoke"} <= set(names) and "common" not in names
+    assert sorted(p.stem for p in (root / "configs").glob("*.py")) == sorted(names)
+    for n in names:
+        shim = root / "configs" / f"{n}.py"
+        assert shim.read_text() == (f"from camflow_jax.configs.{n} import get_config  # noqa: F401  "
+                                    f"(the one copy: camflow_jax/configs/{n}.py)\n"), shim
+        assert configs.load(str(shim)).to_dict() == configs.load(n).to_dict()
+        models.ModelConfig.from_dict(trainer.model_config_from(configs.load(n)))  # a valid architecture
+    proc = subprocess.run([sys.executable, "-m", "camflow_jax.configs", "ghof"], capture_output=True, text=True)
+    assert proc.returncode == 0 and Path(proc.stdout.strip()) == root / "camflow_jax" / "configs" / "ghof.py"
+    proc = subprocess.run([sys.executable, "-m", "camflow_jax.configs", "nope"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "ghof" in proc.stderr
+    with pytest.raises(FileNotFoundError, match="packaged configs: cahomo"):
+        configs.load("nope.py")
+
+
+def test_common_settings_are_shared_not_copied():
+    # The paper's data and optimizer setting is one helper used by both paper configs.
+    for name in ("cahomo", "ghof"):
+        c = configs.load(name)
+        assert (c.data.resize_height, c.data.resize_width, c.batch_size) == (360, 640, 16)
+    narrow = [configs.load(n).model for n in ("synthetic", "pretrained_cpu", "smoke")]
+    assert all((m.depths, m.num_heads) == ((2, 2, 2), (2, 4, 8)) for m in narrow)
+    assert [m.embed_dim for m in narrow] == [16, 16, 8]

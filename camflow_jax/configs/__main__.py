@@ -2,16 +2,15 @@
 ``--config=``); without NAME it lists them."""
 
 import sys
-from pathlib import Path
 
-from camflow_jax.configs import NAMES
+from camflow_jax import configs
 
 
 def main(argv) -> int:
-    if len(argv) != 1 or argv[0] not in NAMES:
-        print(f"usage: python -m camflow_jax.configs NAME  (NAME: {', '.join(NAMES)})", file=sys.stderr)
+    if len(argv) != 1 or argv[0] not in configs.names():
+        print(f"usage: python -m camflow_jax.configs NAME  (NAME: {', '.join(configs.names())})", file=sys.stderr)
         return 2
-    print(Path(__file__).with_name(f"{argv[0]}.py"))
+    print(configs.path(argv[0]))
     return 0
 
 

@@ -9,19 +9,12 @@ does. CAHomo has no intrinsics, so CamFlow+ is not trained here.
     python -m camflow_jax.train --config=configs/cahomo.py --config.data.path=/data/CAHomo --workdir=workdirs/cahomo
 """
 
-from camflow_jax.configs import default
+from camflow_jax.configs import common, default
 
 
 def get_config():
-    c = default.get_config()
-    c.model.height, c.model.width = 320, 576
-    c.batch_size = 16
-    c.num_epochs = 5
+    c = common.paper_setting(default.get_config())
     c.bases.use_depth = False
     c.data.name = "cahomo"
-    c.data.resize_height, c.data.resize_width = 360, 640
-    c.data.num_workers = 4
     c.loss.motion, c.loss.feature, c.loss.smooth = 1.0, 10.0, 0.0
-    c.optim.learning_rate = 1e-5
-    c.eval_baselines = ("identity",)
     return c

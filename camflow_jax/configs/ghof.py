@@ -13,18 +13,11 @@ groups are loaded, the depth group starts fresh.
 ``configs/ghof_release.py`` is the authors' camera-ready variant (lr 1e-4, batch 8).
 """
 
-from camflow_jax.configs import default
+from camflow_jax.configs import common, default
 
 
 def get_config():
-    c = default.get_config()
-    c.model.height, c.model.width = 320, 576
-    c.batch_size = 16
-    c.num_epochs = 5               # num_steps = 5 x (training pairs // 16)
+    c = common.paper_setting(default.get_config())  # num_steps = 5 x (training pairs // 16)
     c.data.name = "ghof"
-    c.data.resize_height, c.data.resize_width = 360, 640
-    c.data.num_workers = 4
     c.loss.motion, c.loss.feature, c.loss.smooth = 1.0, 10.0, 40.0
-    c.optim.learning_rate = 1e-5
-    c.eval_baselines = ("identity",)
     return c

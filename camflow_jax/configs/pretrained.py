@@ -10,21 +10,19 @@ epochs as in the paper, at a from-scratch learning rate. ``docs/model_card.md`` 
     python -m camflow_jax.train --config=configs/pretrained.py --workdir=workdirs/pretrained
 """
 
-from camflow_jax.configs import default
+from camflow_jax.configs import common, default
 
 
 def get_config():
-    c = default.get_config()
+    c = common.synthetic_motion_only(default.get_config())
     c.model.height, c.model.width = 320, 576
     c.batch_size = 16
     c.num_epochs = 5
-    c.data.name = "synthetic"
     c.data.num_train = 64000      # 4,000 steps per epoch at batch 16; 20,000 steps in all
     c.data.num_eval = 100
     c.data.motion_scale = 1.5
     c.data.num_workers = 12       # scenes are rendered on the CPU: one worker per core
     c.data.prefetch = 4
-    c.loss.motion, c.loss.feature, c.loss.smooth = 1.0, 0.0, 0.0
     c.optim.learning_rate = 2e-4
     c.log_every = 200
     c.eval_every = 0

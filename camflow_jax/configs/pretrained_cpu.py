@@ -9,15 +9,13 @@ the paper's 320x576 and full width for one GPU. docs/model_card.md records the r
     python -m camflow_jax.train --config=configs/pretrained_cpu.py --workdir=workdirs/pretrained_cpu
 """
 
-from camflow_jax.configs import pretrained
+from camflow_jax.configs import common, pretrained
 
 
 def get_config():
     c = pretrained.get_config()
     c.model.height, c.model.width = 128, 256
-    c.model.embed_dim = 16
-    c.model.depths = (2, 2, 2)
-    c.model.num_heads = (2, 4, 8)
+    common.narrow_network(c, embed_dim=16)
     c.batch_size = 4
     c.num_epochs = 8
     c.data.num_train = 1280        # 320 steps per epoch at batch 4: 2,560 steps in all

@@ -3,16 +3,13 @@
     python -m camflow_jax.train --config=configs/smoke.py --workdir=/tmp/smoke --config.num_steps=2
 """
 
-from camflow_jax.configs import default
+from camflow_jax.configs import common, default
 
 
 def get_config():
     c = default.get_config()
     c.model.height, c.model.width = 64, 128
-    # A narrow, shallow network (same structure, fewer/smaller blocks): compiles in seconds.
-    c.model.embed_dim = 8
-    c.model.depths = (2, 2, 2)
-    c.model.num_heads = (2, 4, 8)
+    common.narrow_network(c, embed_dim=8)  # compiles in seconds
     c.batch_size = 2
     c.optim.learning_rate = 1e-4
     c.num_steps = 2
