@@ -1,4 +1,6 @@
-"""Classical camera-motion estimators that run anywhere (OpenCV, CPU).
+"""Low-level classical camera-motion estimation with OpenCV (CPU): the building blocks of the
+named estimators in :mod:`camflow_jax.estimators` (which is where names live; use
+``estimators.get(name)`` to run one).
 
 All take two images ``[H, W, 3]`` or ``[H, W]`` (uint8 or float in [0, 255]) and return either a
 homography mapping image-1 pixels to image-2 pixels, or a dense forward flow ``[H, W, 2]`` on
@@ -10,13 +12,12 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-__all__ = ["METHODS", "to_gray_u8", "feature_homography", "homography_flow_np", "dis_flow", "estimate_flow"]
+from camflow_jax import geometry_np
+
+__all__ = ["to_gray_u8", "feature_homography", "dis_flow", "ecc_homography"]
 
 #: Smallest image side :func:`dis_flow` accepts (OpenCV's DIS fails or crashes below it).
 DIS_MIN_SIDE = 32
-
-#: Names accepted by :func:`estimate_flow`.
-METHODS = ("identity", "sift_ransac", "sift_magsac", "orb_ransac", "orb_magsac", "dis")
 
 
 def to_gray_u8(img: np.ndarray) -> np.ndarray:
@@ -67,16 +68,6 @@ def feature_homography(img1, img2, detector: str = "sift", method: str = "magsac
     return (H / H[2, 2]).astype(np.float64)
 
 
-def homography_flow_np(H: np.ndarray, h: int, w: int) -> np.ndarray:
-    """Numpy twin of :func:`camflow_jax.geometry.homography_to_flow` (float32 ``[h, w, 2]``)."""
-    ys, xs = np.mgrid[0:h, 0:w].astype(np.float64)
-    H = np.asarray(H, np.float64)
-    den = H[2, 0] * xs + H[2, 1] * ys + H[2, 2]
-    u = (H[0, 0] * xs + H[0, 1] * ys + H[0, 2]) / den - xs
-    v = (H[1, 0] * xs + H[1, 1] * ys + H[1, 2]) / den - ys
-    return np.stack([u, v], axis=-1).astype(np.float32)
-
-
 def dis_flow(img1, img2, preset: str = "medium") -> np.ndarray:
     """OpenCV DIS dense optical flow, forward (image-1 grid), float32 ``[H, W, 2]``."""
     presets = {"ultrafast": cv2.DISOPTICAL_FLOW_PRESET_ULTRAFAST,
@@ -94,24 +85,68 @@ def dis_flow(img1, img2, preset: str = "medium") -> np.ndarray:
     return dis.calc(to_gray_u8(img1), to_gray_u8(img2), None).astype(np.float32)
 
 
-def estimate_flow(method: str, img1, img2) -> tuple[np.ndarray, dict]:
-    """Dense forward flow from a named classical method (see :data:`METHODS`).
+def ecc_homography(img1, img2, *, min_side: int = 64, gauss_size: int = 5, iterations: int = 100,
+                   eps: float = 1e-6) -> tuple[np.ndarray | None, str]:
+    """Homography image 1 -> image 2 maximising OpenCV's enhanced correlation coefficient
+    (``cv2.findTransformECC``, ``MOTION_HOMOGRAPHY``) on gray images, coarse to fine.
 
-    Returns ``(flow [H, W, 2], info)``; ``info["homography"]`` holds the fitted H (or None) and
-    ``info["fallback"]`` is True when a feature method failed and identity was used instead.
+    ``findTransformECC(template, input, W)`` finds W mapping template pixels to input pixels
+    (``input(W p) ≈ template(p)``), so with template = image 1 and input = image 2, W is the
+    homography of the repo's convention. The pyramid halves the images (``cv2.pyrDown``: coarse
+    pixel i sits on fine pixel 2i) while the short side stays >= ``min_side``; the coarsest level
+    starts from the identity and each finer level from ``S H S^-1``, S = diag(2, 2, 1).
+    ``gauss_size``: ECC's Gaussian pre-filter; ``iterations`` / ``eps``: per-level termination.
+
+    Returns ``(H, note)``. ECC raises when it does not converge: at the coarsest level the
+    result is ``(None, reason)``; at a finer level the coarser estimate is kept and ``note``
+    says so.
     """
-    h, w = np.asarray(img1).shape[:2]
-    if method == "identity":
-        return np.zeros((h, w, 2), np.float32), {"homography": np.eye(3), "fallback": False}
-    if method == "dis":
-        return dis_flow(img1, img2), {"homography": None, "fallback": False}
-    try:
-        detector, robust = method.split("_")
-    except ValueError:
-        raise ValueError(f"unknown method {method!r}; choose from {METHODS}") from None
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose from {METHODS}")
-    H = feature_homography(img1, img2, detector, robust)
-    if H is None:
-        return np.zeros((h, w, 2), np.float32), {"homography": None, "fallback": True}
-    return homography_flow_np(H, h, w), {"homography": H, "fallback": False}
+    if min_side < 8:
+        raise ValueError(f"min_side must be >= 8, got {min_side}")
+    pyramid = [(to_gray_u8(img1).astype(np.float32), to_gray_u8(img2).astype(np.float32))]
+    while min(pyramid[-1][0].shape) // 2 >= min_side:
+        pyramid.append(tuple(cv2.pyrDown(g) for g in pyramid[-1]))
+    criteria = (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, int(iterations), float(eps))
+    up = np.diag([2.0, 2.0, 1.0])
+    H, note = np.eye(3), ""
+    for level in range(len(pyramid) - 1, -1, -1):
+        g1, g2 = pyramid[level]
+        if level < len(pyramid) - 1:
+            H = up @ H @ np.linalg.inv(up)
+        if note:  # a coarser level failed: only rescale its estimate
+            continue
+        try:
+            _, W = cv2.findTransformECC(g1, g2, H.astype(np.float32), cv2.MOTION_HOMOGRAPHY, criteria,
+                                        None, int(gauss_size))
+        except cv2.error:
+            W = None
+        if W is None or not np.all(np.isfinite(W)) or abs(W[2, 2]) < 1e-12:
+            if level == len(pyramid) - 1:
+                return None, "ECC did not converge"
+            note = f"ECC did not converge at 1/{2 ** level} scale; the coarser estimate was used"
+            continue
+        H = W.astype(np.float64) / W[2, 2]
+    return H / H[2, 2], note
+
+
+# ----------------------------------------------------------------------------- transitional
+# Kept only for callers not yet switched to camflow_jax.estimators / camflow_jax.geometry_np
+# (evaluate.py, trainer.py, tools/eval_real.py, data/train_sources.py): remove with them.
+homography_flow_np = geometry_np.homography_flow
+
+
+def estimate_flow(method: str, img1, img2) -> tuple[np.ndarray, dict]:
+    """Transitional: ``estimators.get(method, forward_only=True)(img1, img2)`` as
+    ``(flow_f, {"homography": H or None, "fallback": bool})``."""
+    from camflow_jax import estimators
+
+    m = estimators.get(method, forward_only=True)(img1, img2)
+    return m.flow_f, {"homography": m.homography, "fallback": m.fallback}
+
+
+def __getattr__(name: str):
+    if name == "METHODS":  # transitional: the registry's classical names
+        from camflow_jax import estimators
+
+        return estimators.CLASSICAL
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,168 @@
+"""The estimator registry (camflow_jax.estimators): names, options, and every estimator against
+closed-form truth (image pairs related by a known homography, made with cv2.warpPerspective)."""
+
+import numpy as np
+import pytest
+
+from camflow_jax import baselines, estimators
+
+try:
+    from tests import fixtures_benchmarks as fx
+except ImportError:
+    import fixtures_benchmarks as fx
+
+
+def _epe(flow, truth, margin=8):
+    d = (np.asarray(flow) - truth)[margin:-margin, margin:-margin]
+    return float(np.hypot(d[..., 0], d[..., 1]).mean())
+
+
+@pytest.fixture(scope="module")
+def pair():
+    img1, img2, H = fx.make_pair(np.random.default_rng(3), 96, 128, jitter=4.0)
+    return img1, img2, H
+
+
+# ----------------------------------------------------------------------------- names
+def test_names_are_defined_once_and_unknown_names_fail_in_one_line():
+    assert estimators.NAMES == ("identity", "sift_ransac", "sift_magsac", "orb_ransac", "orb_magsac",
+                                "ecc", "dis", "camflow", "camflow_net")
+    assert "camflow" not in estimators.CLASSICAL and "ecc" in estimators.CLASSICAL
+    assert baselines.METHODS == estimators.CLASSICAL  # the transitional name list is the registry's
+    with pytest.raises(ValueError) as e:
+        estimators.get("raft")
+    msg = str(e.value)
+    assert "\n" not in msg and "unknown estimator 'raft'" in msg
+    assert all(n in msg for n in estimators.NAMES) and "camflow:PATH" in msg
+    with pytest.raises(ValueError, match="evaluation-only"):
+        estimators.get("gt_homography")
+    with pytest.raises(ValueError, match="unknown estimator"):
+        estimators.get("camflow:")  # a checkpoint path is required after the colon
+    text = estimators.describe()
+    assert all(f"{n}:" in text for n in estimators.NAMES) and "sift = sift_ransac" in text
+
+
+def test_old_names_map_to_ransac_with_a_note(pair):
+    img1, img2, _ = pair
+    assert estimators.resolve("sift") == ("sift_ransac", estimators.resolve("sift")[1])
+    name, note = estimators.resolve("orb")
+    assert name == "orb_ransac" and "orb_ransac" in note and "\n" not in note
+    assert estimators.resolve("sift_magsac") == ("sift_magsac", "")
+    with pytest.warns(FutureWarning, match="sift_ransac"):
+        est = estimators.get("sift")
+    assert est.name == "sift_ransac" and est.robust == "ransac"
+    np.testing.assert_array_equal(est(img1, img2).flow_f, estimators.get("sift_ransac")(img1, img2).flow_f)
+
+
+def test_options_are_checked_and_paths_parsed():
+    with pytest.raises(ValueError, match="takes no option ratio"):
+        estimators.get("dis", ratio=0.5)
+    est = estimators.get("camflow_net:/some/ckpt")
+    assert est.name == "camflow_net:/some/ckpt" and est.checkpoint == "/some/ckpt" and not est.refine
+    with pytest.raises(ValueError, match="checkpoint"):
+        estimators.get("camflow:/a", checkpoint="/b")
+    assert estimators.without_refinement("camflow") == "camflow_net"
+    assert estimators.without_refinement("camflow:/a:b") == "camflow_net:/a:b"
+    assert estimators.without_refinement("sift_magsac") == "sift_magsac"
+    assert estimators.is_camflow("camflow_net:/x") and not estimators.is_camflow("ecc")
+    with pytest.raises(ValueError, match="same shape"):
+        estimators.get("identity")(np.zeros((8, 8, 3)), np.zeros((8, 9, 3)))
+
+
+# ----------------------------------------------------------------------------- classical
+def test_identity():
+    m = estimators.get("identity")(np.zeros((6, 7, 3)), np.ones((6, 7, 3)))
+    assert m.flow_f.shape == (6, 7, 2) and not m.flow_f.any() and not m.flow_b.any()
+    np.testing.assert_array_equal(m.homography, np.eye(3))
+    assert m.note == "" and not m.fallback and m.weights is None
+
+
+@pytest.mark.parametrize("name,tol", [("sift_ransac", 0.3), ("sift_magsac", 0.3), ("orb_ransac", 1.0),
+                                      ("orb_magsac", 1.0), ("ecc", 0.1)])
+def test_homography_estimators_recover_a_known_homography(pair, name, tol):
+    img1, img2, H = pair
+    h, w = img1.shape[:2]
+    m = estimators.get(name)(img1, img2)
+    assert not m.fallback and m.flow_f.dtype == np.float32 and m.homography.dtype == np.float64
+    assert _epe(m.flow_f, fx.homography_flow(H, h, w)) < tol
+    assert _epe(m.flow_b, fx.homography_flow(np.linalg.inv(H), h, w)) < tol
+    assert m.homography[2, 2] == pytest.approx(1.0)
+    assert estimators.get(name, forward_only=True)(img1, img2).flow_b is None
+
+
+def test_ecc_coarse_to_fine_recovers_a_larger_motion():
+    img1, img2, H = fx.make_pair(np.random.default_rng(11), 192, 256, jitter=12.0)
+    m = estimators.get("ecc", min_side=40)(img1, img2)  # 192 -> 96 -> 48: three levels
+    assert not m.fallback and m.note == ""
+    assert _epe(m.flow_f, fx.homography_flow(H, 192, 256)) < 0.1
+
+
+def test_ecc_keeps_the_coarser_estimate_when_a_finer_level_fails(monkeypatch):
+    img1, img2, H = fx.make_pair(np.random.default_rng(12), 192, 256, jitter=6.0)
+    real = baselines.cv2.findTransformECC
+
+    def fails_at_full_size(template, *args):
+        if template.shape == (192, 256):
+            raise baselines.cv2.error("did not converge")
+        return real(template, *args)
+
+    monkeypatch.setattr(baselines.cv2, "findTransformECC", fails_at_full_size)
+    m = estimators.get("ecc", min_side=40)(img1, img2)
+    assert not m.fallback and "1/1 scale" in m.note and "coarser" in m.note
+    # the half-size estimate, rescaled S H S^-1, still describes the full-size motion
+    assert _epe(m.flow_f, fx.homography_flow(H, 192, 256)) < 0.3
+
+
+@pytest.mark.parametrize("name", ["sift_magsac", "orb_ransac", "ecc"])
+def test_failure_is_an_identity_fallback_with_a_note(name):
+    flat = np.full((64, 80, 3), 120, np.uint8)
+    m = estimators.get(name)(flat, flat)
+    assert m.fallback and m.note.startswith("identity fallback:")
+    assert not m.flow_f.any() and not m.flow_b.any()
+    np.testing.assert_array_equal(m.homography, np.eye(3))
+
+
+def test_dis_gives_both_flows_and_a_fitted_homography(pair):
+    img1, img2, H = pair
+    h, w = img1.shape[:2]
+    m = estimators.get("dis")(img1, img2)
+    assert _epe(m.flow_f, fx.homography_flow(H, h, w), 16) < 0.5
+    assert _epe(m.flow_b, fx.homography_flow(np.linalg.inv(H), h, w), 16) < 0.5
+    assert _epe(fx.homography_flow(m.homography, h, w), fx.homography_flow(H, h, w)) < 0.5
+    fwd = estimators.get("dis", forward_only=True)(img1, img2)
+    assert fwd.flow_b is None and fwd.homography is None
+
+
+# ----------------------------------------------------------------------------- camflow
+class _FakePredictor:
+    """Stands in for Predictor: records the call, answers with the documented dict."""
+
+    def __init__(self, refined_note=""):
+        self.calls = []
+        self.refined_note = refined_note
+
+    def __call__(self, img1, img2, depth1=None, depth2=None, intrinsics=None, refine=None):
+        self.calls.append({"refine": refine, "depth1": depth1, "intrinsics": intrinsics})
+        h, w = img1.shape[:2]
+        flow = np.full((h, w, 2), 1.5, np.float32)
+        out = {"flow_f": flow, "flow_b": -flow, "homography": np.array([[1, 0, 1.5], [0, 1, 1.5], [0, 0, 1.0]]),
+               "refined": bool(refine)}
+        if refine:
+            out["weights_f"] = np.full((h, w), 0.5, np.float32)
+            out["refine_info"] = {"note": self.refined_note}
+        return out
+
+
+def test_camflow_estimators_wrap_the_predictor():
+    fake = _FakePredictor("stopped early")
+    img = np.zeros((10, 12, 3), np.uint8)
+    depth = np.ones((10, 12), np.float32)
+    m = estimators.get("camflow", predictor=fake)(img, img, depth1=depth, depth2=depth,
+                                                  intrinsics=(10, 10, 5.5, 4.5))
+    assert fake.calls[-1]["refine"] is True and fake.calls[-1]["depth1"] is depth
+    assert m.weights is not None and m.weights.shape == (10, 12) and m.note == "stopped early"
+    assert m.extras["refined"] and m.flow_b[0, 0, 0] == -1.5 and m.homography[0, 2] == 1.5
+    m = estimators.get("camflow_net", predictor=fake)(img, img)
+    assert fake.calls[-1]["refine"] is False and m.weights is None and m.note == ""
+    with pytest.raises(ValueError, match="not both"):
+        estimators.get("camflow:/x", predictor=fake)
