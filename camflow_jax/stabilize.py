@@ -11,9 +11,12 @@ audio is not (OpenCV cannot copy it). Existing files are never replaced without 
 
 Examples::
 
-    python -m camflow_jax.stabilize shaky.mp4 -o steady.mp4 --estimator=sift
+    python -m camflow_jax.stabilize shaky.mp4 -o steady.mp4 --estimator=sift_ransac
     python -m camflow_jax.stabilize shaky.mp4 -o steady.mp4 --estimator=camflow \\
         --checkpoint checkpoints/camflow --smoothing 40 --crop 0.85
+
+``--estimator`` takes any name of the estimator registry (:mod:`camflow_jax.estimators`); the
+old ``sift`` / ``orb`` still work, with a note: they are ``sift_ransac`` / ``orb_ransac``.
 """
 
 from __future__ import annotations
@@ -58,16 +61,18 @@ def _fmt(v) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from camflow_jax.stabilization.estimators import ESTIMATORS
+    from camflow_jax import estimators
 
     p = argparse.ArgumentParser(prog="python -m camflow_jax.stabilize",
                                 description=__doc__.split("\n\n")[1],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("input", help="input video file or folder of frames")
     p.add_argument("-o", "--output", required=True,
                    help="output video (.mp4/.m4v/.mov/.avi/.mkv) or a folder for PNG frames")
-    p.add_argument("--estimator", default="sift", choices=ESTIMATORS,
-                   help="camera-motion estimator (default: sift)")
+    p.add_argument("--estimator", default="sift_ransac",
+                   help="camera-motion estimator (default: sift_ransac):\n" + estimators.describe())
+    p.add_argument("--no-refine", action="store_true",
+                   help="camflow without test-time refinement (the network alone: camflow_net)")
     p.add_argument("--checkpoint", help="CamFlow checkpoint or training workdir (camflow only; default: "
                                         "the shipped model)")
     p.add_argument("--depth", metavar="DIR", help="camflow: a folder with one depth map per frame (.npy or "
@@ -100,10 +105,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _estimator(args, estimators):
-    if args.estimator != "camflow":
+    """The stabilization estimator the flags ask for (notes on stderr); ValueError for bad names
+    or flags that do not fit the estimator."""
+    from camflow_jax import estimators as registry
+
+    name = registry.without_refinement(args.estimator) if args.no_refine else args.estimator
+    name, note = registry.resolve(name)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    if not registry.is_camflow(name):
         if args.depth or args.intrinsics or args.fov is not None:
             raise ValueError("--depth, --intrinsics and --fov are for --estimator=camflow")
-        return estimators.make_estimator(args.estimator, args.checkpoint)
+        if args.no_refine:
+            print(f"note: --estimator {name} ignores --no-refine", file=sys.stderr)
+        return estimators.make_estimator(name)
     kwargs = {}
     if args.depth:
         from camflow_jax.data.depth import depth_files
@@ -120,7 +135,7 @@ def _estimator(args, estimators):
             kwargs["frame_size"] = (src.height, src.width)
     elif args.intrinsics or args.fov is not None:
         raise ValueError("--intrinsics and --fov need --depth")
-    est = estimators.make_estimator("camflow", args.checkpoint, **kwargs)
+    est = estimators.make_estimator(name, args.checkpoint, **kwargs)
     if not args.quiet:
         print(f"model: {est.predictor.description}", file=sys.stderr)
         if not args.depth and getattr(est.predictor, "num_depth", 0):
@@ -143,7 +158,8 @@ def main(argv=None) -> int:
         wanted = [paths["json"]] + ([] if args.no_plots else [paths["path_plot"],
                                                               paths["tracks_plot"]])
         runner.check_outputs(args.input, args.output, wanted + [args.save_motion],
-                             args.overwrite, inputs=[args.load_motion, args.depth, args.checkpoint])
+                             args.overwrite, inputs=[args.load_motion, args.depth, args.checkpoint,
+                                     args.estimator.partition(":")[2] or None])
         est = None if args.load_motion else _estimator(args, estimators)
         result = runner.stabilize_video(
             args.input, args.output, est, config, overwrite=args.overwrite, fps=args.fps,

@@ -17,7 +17,7 @@ class _Recorder:
     def __init__(self):
         self.calls = []
 
-    def __call__(self, a, b, depth1=None, depth2=None, intrinsics=None):
+    def __call__(self, a, b, depth1=None, depth2=None, intrinsics=None, refine=None):
         self.calls.append((a.shape, depth1, depth2, intrinsics))
         return {"flow_f": np.zeros(a.shape[:2] + (2,), np.float32)}
 
@@ -70,7 +70,7 @@ def test_cli_refuses_depth_flags_for_other_estimators(tmp_path, capsys):
     frames.mkdir()
     for t in range(3):
         cv2.imwrite(str(frames / f"{t}.png"), np.zeros((32, 48, 3), np.uint8))
-    code = stabilize.main([str(frames), "-o", str(tmp_path / "out"), "--estimator", "sift",
+    code = stabilize.main([str(frames), "-o", str(tmp_path / "out"), "--estimator", "sift_ransac",
                            "--depth", str(_depth_folder(tmp_path, 3, 32, 48)), "-q"])
     assert code == 2
     assert "--depth" in capsys.readouterr().err

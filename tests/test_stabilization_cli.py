@@ -64,8 +64,24 @@ def test_unreadable_inputs_are_refused(tmp_path, capsys):
     assert stabilize.main([str(empty), "-o", str(tmp_path / "o.mp4")]) == 2
     assert "holds no images" in capsys.readouterr().err
     assert not (tmp_path / "o.mp4").exists()
-    with pytest.raises(SystemExit):  # argparse: unknown estimator
-        stabilize.main([str(bad), "-o", str(tmp_path / "o.mp4"), "--estimator=raft"])
+    assert stabilize.main([str(bad), "-o", str(tmp_path / "o.mp4"), "--estimator=raft"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown estimator 'raft'; choose from identity,") and err.count("\n") == 1
+
+
+def test_estimator_names_old_names_and_no_refine(tmp_path, clip, capsys):
+    """Registry names; old sift / orb with a one-line note (same method); --no-refine."""
+    src = tmp_path / "in.avi"
+    video_io.write_frames(str(src), clip.frames[:6], fps=24.0)
+    fast = ["-q", "--no-metrics", "--no-plots", "-y"]
+    assert stabilize.main([str(src), "-o", str(tmp_path / "a.avi"), "--estimator=sift", *fast]) == 0
+    err = capsys.readouterr().err
+    assert "note: estimator 'sift' is now called 'sift_ransac'" in err
+    assert json.loads((tmp_path / "a.json").read_text())["estimator"] == "sift_ransac"
+    assert stabilize.main([str(src), "-o", str(tmp_path / "b.avi"), "--estimator=ecc", "--no-refine",
+                           *fast]) == 0
+    assert "ecc ignores --no-refine" in capsys.readouterr().err
+    assert json.loads((tmp_path / "b.json").read_text())["estimator"] == "ecc"
 
 
 def test_frame_folders_and_motion_reuse(tmp_path, clip):

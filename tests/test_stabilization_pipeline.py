@@ -47,7 +47,8 @@ def test_parallax_clip_jitter_is_exact_rotation_homography():
 
 
 def test_homography_estimator_recovers_known_motion(planar):
-    est = estimators.make_estimator("sift")
+    est = estimators.make_estimator("sift_ransac")
+    assert est.name == "sift_ransac" and est.motion_estimator.robust == "ransac"
     flow = est(planar.frames[5], planar.frames[6])
     H = planar.pair_homographies[5]
     ys, xs = np.mgrid[0:96, 0:160].astype(np.float64)
@@ -57,10 +58,23 @@ def test_homography_estimator_recovers_known_motion(planar):
     blank = np.zeros((96, 160, 3), np.uint8)
     zero = est(blank, blank)  # no features: identity fallback, counted
     assert np.all(zero == 0) and est.stats()["failures"] == 1 and est.stats()["calls"] == 2
+    assert est.last_homography is None and est.last_note.startswith("identity fallback")
+    again = est.fresh()  # the same estimator, counters at zero
+    assert again.stats()["calls"] == 0 and est.stats()["calls"] == 2
+
+
+def test_old_names_keep_their_meaning():
+    """The stabilizer's ``sift`` / ``orb`` were RANSAC: same method under the registry name."""
+    with pytest.warns(FutureWarning, match="sift_ransac"):
+        est = estimators.make_estimator("sift")
+    assert est.name == "sift_ransac" and est.motion_estimator.robust == "ransac"
+    with pytest.warns(FutureWarning, match="orb_ransac"):
+        assert estimators.make_estimator("orb").name == "orb_ransac"
+    assert estimators.make_estimator("ecc").name == "ecc"
 
 
 def test_camflow_adapter_with_fake_predictor():
-    def predictor(img1, img2):  # network-size output [1, h, w, 2] as a jax array
+    def predictor(img1, img2, **kw):  # network-size output [1, h, w, 2] as a jax array
         f = np.zeros((1, 24, 40, 2), np.float32)
         f[..., 0], f[..., 1] = 2.0, -1.0
         return {"flow_f": jnp.asarray(f)}
@@ -70,9 +84,10 @@ def test_camflow_adapter_with_fake_predictor():
     assert flow.shape == (48, 80, 2)
     np.testing.assert_allclose(flow[..., 0], 4.0, atol=1e-5)  # u scaled by 80 / 40
     np.testing.assert_allclose(flow[..., 1], -2.0, atol=1e-5)  # v scaled by 48 / 24
-    nan = estimators.CamFlowEstimator(lambda a, b: {"flow_f": np.full((48, 80, 2), np.nan)})
+    assert est.name == "camflow" and estimators.CamFlowEstimator(predictor, refine=False).name == "camflow_net"
+    nan = estimators.CamFlowEstimator(lambda a, b, **kw: {"flow_f": np.full((48, 80, 2), np.nan)})
     assert np.all(nan(np.zeros((48, 80, 3)), np.zeros((48, 80, 3))) == 0) and nan.failures == 1
-    bad = estimators.CamFlowEstimator(lambda a, b: {"flow": 0})
+    bad = estimators.CamFlowEstimator(lambda a, b, **kw: {"flow": 0})
     with pytest.raises(ValueError, match="flow_f"):
         bad(np.zeros((48, 80, 3)), np.zeros((48, 80, 3)))
     shipped = estimators.make_estimator("camflow")  # no checkpoint: the model in the package
@@ -102,7 +117,7 @@ def test_discontinuity_completion():
 def test_pipeline_reduces_high_frequency_jitter_5x(planar):
     cfg = pipeline.StabilizerConfig()
     frames = list(planar.frames)
-    out, plan, motion = pipeline.stabilize(frames, estimators.make_estimator("sift"), cfg)
+    out, plan, motion = pipeline.stabilize(frames, estimators.make_estimator("sift_ransac"), cfg)
     assert len(out) == len(frames) and out[0].shape == frames[0].shape
     assert motion.stats["failures"] == 0
     d_in, d_out = clips.residual_motion(planar.jitter, plan.updates, 96, 160, plan.zoom)

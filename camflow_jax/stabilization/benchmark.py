@@ -1,6 +1,6 @@
 """Estimator comparison on generated shaky clips (the README's stabilization table).
 
-    python -m camflow_jax.stabilization.benchmark --estimators sift,orb,dis \\
+    python -m camflow_jax.stabilization.benchmark --estimators sift_ransac,orb_ransac,dis \\
         [--checkpoint CKPT  (adds camflow)] --kinds planar,parallax --frames 96 \\
         --size 320x576 --seeds 0 --out results.json [--plot docs/images/stabilization_path.png]
 
@@ -27,6 +27,7 @@ import time
 
 import numpy as np
 
+from camflow_jax import estimators as registry
 from camflow_jax.stabilization import clips as clips_lib
 from camflow_jax.stabilization import estimators as est_lib
 from camflow_jax.stabilization import metrics as metrics_lib
@@ -158,7 +159,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m camflow_jax.stabilization.benchmark",
                                 description="Compare stabilization estimators on generated "
                                             "shaky clips.")
-    p.add_argument("--estimators", default="sift,orb,dis")
+    p.add_argument("--estimators", default="sift_ransac,orb_ransac,dis",
+                   help="comma-separated names of the estimator registry (camflow_jax.estimators)")
     p.add_argument("--checkpoint", help="adds the camflow estimator with this checkpoint")
     p.add_argument("--kinds", default="planar,parallax")
     p.add_argument("--frames", type=int, default=96)
@@ -170,16 +172,17 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     try:
         h, w = (int(v) for v in args.size.lower().split("x"))
-        names = [n for n in args.estimators.split(",") if n]
+        names = []
+        for n in args.estimators.split(","):
+            if n:
+                name, note = registry.resolve(n)
+                if note:
+                    print(f"note: {note}", file=sys.stderr)
+                names.append(name)
         if args.checkpoint and "camflow" not in names:
             names.append("camflow")
-        for n in names:
-            if n not in est_lib.ESTIMATORS:
-                raise ValueError(f"unknown estimator {n!r}")
-        factories = {n: (lambda n=n: est_lib.make_estimator(n, args.checkpoint)) for n in names}
-        if "camflow" in names:  # load the network once, reuse it for every clip
-            shared = est_lib.make_estimator("camflow", args.checkpoint)
-            factories["camflow"] = lambda: est_lib.CamFlowEstimator(shared.predictor)
+        # one estimator per name (a network loads once), a fresh copy of it per clip
+        factories = {n: est_lib.make_estimator(n, args.checkpoint).fresh for n in names}
         rows = run_benchmark(factories, tuple(args.kinds.split(",")), args.frames, h, w,
                              tuple(int(s) for s in args.seeds.split(",")),
                              with_metrics=not args.no_metrics)

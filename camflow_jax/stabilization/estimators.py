@@ -1,54 +1,33 @@
-"""Swappable camera-motion estimators for stabilization, all behind one interface.
+"""Camera-motion estimators for stabilization: the registry's estimators
+(:mod:`camflow_jax.estimators`, where every name lives) with the stabilizer's bookkeeping.
 
-An estimator is a callable ``estimator(frame_t, frame_t1) -> flow [H, W, 2]`` (float32 numpy)
-taking two RGB frames ``[H, W, 3]`` and returning the forward flow F_t on frame t's grid that
-maps frame t to frame t+1 (docs/design.md, "Conventions": pixel p of frame t matches p + F_t(p) in frame t+1, so
-``warp(frame_t1, F_t) ≈ frame_t``). Homography methods are sampled as per-pixel displacement
-fields, so the smoothing and rendering stages see the same representation for every method
-(paper §"Video Stabilization").
+A stabilization estimator is a callable ``estimator(frame_t, frame_t1) -> flow [H, W, 2]``
+(float32 numpy) taking two RGB frames ``[H, W, 3]`` and returning the forward flow F_t on frame
+t's grid that maps frame t to frame t+1 (docs/design.md, "Conventions": pixel p of frame t
+matches p + F_t(p) in frame t+1, so ``warp(frame_t1, F_t) ≈ frame_t``). Homography methods are
+sampled as per-pixel displacement fields, so the smoothing and rendering stages see the same
+representation for every method (paper §"Video Stabilization"). Only ``flow_f`` is used, so the
+registry estimators run with ``forward_only=True``.
 
-Every estimator counts its calls and failures (``stats()``). A failed estimate (too few feature
-matches, a non-finite network output) falls back to the identity motion for that frame pair and
-is counted; a stale motion is never reused silently.
+Every estimator counts its calls and failures (``stats()``). A failed estimate (the registry's
+identity fallback, e.g. too few feature matches, or a non-finite network output) uses the
+identity motion for that frame pair and is counted; a stale motion is never reused silently.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 
-import cv2
 import numpy as np
 
-from camflow_jax import baselines
+from camflow_jax import estimators as registry
+from camflow_jax import geometry_np
 
-__all__ = ["ESTIMATORS", "Estimator", "IdentityEstimator", "HomographyEstimator",
-           "DISEstimator", "CamFlowEstimator", "make_estimator", "resize_flow_np"]
+__all__ = ["Estimator", "RegistryEstimator", "CamFlowEstimator", "make_estimator"]
 
-#: Names accepted by :func:`make_estimator` (and the CLI's ``--estimator``).
-ESTIMATORS = ("camflow", "sift", "orb", "dis", "identity")
-
-
-def resize_flow_np(flow: np.ndarray, h: int, w: int) -> np.ndarray:
-    """Resamples a flow ``[H0, W0, 2]`` to ``h x w`` and rescales its values (u by w/W0, v by h/H0).
-
-    Half-pixel-centre convention (as ``cv2.resize``): area averaging when shrinking, bilinear
-    when enlarging; a uniform translation of t pixels becomes exactly t * w / W0.
-    """
-    flow = np.asarray(flow, np.float32)
-    h0, w0 = flow.shape[:2]
-    if (h0, w0) == (h, w):
-        return flow.copy()
-    interp = cv2.INTER_AREA if (h < h0 and w < w0) else cv2.INTER_LINEAR
-    out = cv2.resize(flow, (w, h), interpolation=interp)
-    return out * np.array([w / w0, h / h0], np.float32)
-
-
-def _check_pair(frame_t, frame_t1) -> tuple[np.ndarray, np.ndarray]:
-    a, b = np.asarray(frame_t), np.asarray(frame_t1)
-    if a.ndim not in (2, 3) or a.shape != b.shape:
-        raise ValueError(f"estimator expects two frames of the same shape [H, W, 3], got "
-                         f"{a.shape} and {b.shape}")
-    return a, b
+#: Transitional (tools/eval_real.py checks names against it): the registry's names and old names.
+ESTIMATORS = registry.NAMES + tuple(registry.ALIASES)
 
 
 class Estimator:
@@ -63,7 +42,7 @@ class Estimator:
         self.times: list[float] = []  # seconds per call (the first may include compilation)
 
     def __call__(self, frame_t, frame_t1) -> np.ndarray:
-        a, b = _check_pair(frame_t, frame_t1)
+        a, b = registry.check_pair(frame_t, frame_t1)
         h, w = a.shape[:2]
         t0 = time.perf_counter()
         flow = self._estimate(a, b)
@@ -81,6 +60,12 @@ class Estimator:
     def _estimate(self, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
         raise NotImplementedError
 
+    def fresh(self) -> "Estimator":
+        """A copy with zeroed counters sharing everything loaded (e.g. one model for many clips)."""
+        new = copy.copy(self)
+        Estimator.__init__(new)
+        return new
+
     def stats(self) -> dict:
         """Calls, identity fallbacks, mean and median milliseconds per call."""
         ms = 1000.0 * self.seconds / self.calls if self.calls else 0.0
@@ -89,63 +74,39 @@ class Estimator:
                 "ms_per_pair": ms, "ms_per_pair_median": med}
 
 
-class IdentityEstimator(Estimator):
-    """Zero motion (a no-op stabilizer; useful as a control)."""
+class RegistryEstimator(Estimator):
+    """A registry estimator by name (``registry.get(name, forward_only=True, **options)``).
 
-    name = "identity"
-
-    def _estimate(self, a, b):
-        return np.zeros(a.shape[:2] + (2,), np.float32)
-
-
-class HomographyEstimator(Estimator):
-    """SIFT / ORB matches + robust homography (``baselines.feature_homography``), as a flow.
-
-    ``last_homography`` holds the latest fitted H (None after a failure).
+    ``last_homography`` holds the latest fitted H (None after a failure or for dense methods),
+    ``last_note`` the estimator's latest note.
     """
 
-    def __init__(self, detector: str = "sift", method: str = "ransac", **kwargs):
+    def __init__(self, name: str, **options):
         super().__init__()
-        if detector not in ("sift", "orb"):
-            raise ValueError(f"detector must be 'sift' or 'orb', got {detector!r}")
-        self.detector, self.method, self.kwargs = detector, method, kwargs
-        self.name = detector
+        self.motion_estimator = registry.get(name, forward_only=True, **options)
+        self.name = self.motion_estimator.name
         self.last_homography = None
+        self.last_note = ""
 
     def _estimate(self, a, b):
-        H = baselines.feature_homography(a, b, self.detector, self.method, **self.kwargs)
-        self.last_homography = H
-        if H is None:
-            return None
-        return baselines.homography_flow_np(H, a.shape[0], a.shape[1])
-
-
-class DISEstimator(Estimator):
-    """OpenCV DIS dense optical flow (the generic dense-flow reference)."""
-
-    name = "dis"
-
-    def __init__(self, preset: str = "medium"):
-        super().__init__()
-        self.preset = preset
-
-    def _estimate(self, a, b):
-        return baselines.dis_flow(a, b, self.preset)
+        m = self.motion_estimator(a, b)
+        self.last_homography = None if m.fallback else m.homography
+        self.last_note = m.note
+        return None if m.fallback else m.flow_f
 
 
 class CamFlowEstimator(Estimator):
-    """Adapter for a CamFlow / CamFlow+ predictor.
+    """The registry's ``camflow`` (``refine=False``: ``camflow_net``) around a loaded predictor,
+    with per-frame depth for CamFlow+.
 
-    ``predictor(img1, img2)`` must return a dict whose ``flow_f`` is the forward flow
-    ``[H', W', 2]`` or ``[1, H', W', 2]`` (numpy or jax); if its size differs from the frames'
-    it is resized with :func:`resize_flow_np`. ``camflow_jax.predictor.Predictor`` satisfies this;
-    :meth:`from_checkpoint` builds one lazily (only this estimator needs the network code).
+    ``predictor(img1, img2, depth1=, depth2=, intrinsics=, refine=)`` must return a dict whose
+    ``flow_f`` is the forward flow ``[H', W', 2]`` or ``[1, H', W', 2]`` (numpy or jax); if its
+    size differs from the frames' it is resized with :func:`camflow_jax.geometry_np.resize_flow`.
+    ``camflow_jax.predictor.Predictor`` satisfies this; :meth:`from_checkpoint` loads one.
     """
 
-    name = "camflow"
-
     def __init__(self, predictor, depth_files=None, intrinsics=None, fov_deg: float | None = None,
-                 frame_size: tuple[int, int] | None = None):
+                 frame_size: tuple[int, int] | None = None, refine: bool = True):
         """``depth_files``: one depth map per video frame (any resolution of the frame's aspect,
         any global scale), for CamFlow+'s depth bases; ``intrinsics`` (fx, fy, cx, cy) in pixels
         of the original ``frame_size`` (H, W), or ``fov_deg`` (horizontal field of view) with
@@ -161,6 +122,8 @@ class CamFlowEstimator(Estimator):
         if intrinsics is not None and frame_size is None:
             raise ValueError("intrinsics need the frame size they are given in")
         self.predictor = predictor
+        self.motion_estimator = registry.get("camflow" if refine else "camflow_net", predictor=predictor)
+        self.name = self.motion_estimator.name
         self.depth_files = list(depth_files) if depth_files is not None else None
         self.intrinsics = None if intrinsics is None else np.asarray(intrinsics, np.float64).reshape(4)
         self.fov_deg = fov_deg
@@ -168,10 +131,8 @@ class CamFlowEstimator(Estimator):
 
     @classmethod
     def from_checkpoint(cls, path: str | None, **kwargs) -> "CamFlowEstimator":
-        """The model at ``path``, or the shipped one when ``path`` is None."""
-        from camflow_jax.predictor import Predictor
-
-        return cls(Predictor.load(path), **kwargs)
+        """The model at ``path``, or the shipped one when ``path`` is None (loaded now)."""
+        return cls(registry.get("camflow", checkpoint=path).predictor, **kwargs)
 
     def _camera(self, t: int, h: int, w: int):
         """(depth_t, depth_t+1, K) at the estimation size h x w, or Nones without depth."""
@@ -198,10 +159,7 @@ class CamFlowEstimator(Estimator):
 
     def _estimate(self, a, b):
         d1, d2, K = self._camera(self.calls, a.shape[0], a.shape[1])
-        out = self.predictor(a, b) if d1 is None else self.predictor(a, b, depth1=d1, depth2=d2, intrinsics=K)
-        if not isinstance(out, dict) or "flow_f" not in out:
-            raise ValueError("camflow predictor must return a dict with 'flow_f'")
-        flow = np.asarray(out["flow_f"], np.float32)
+        flow = np.asarray(self.motion_estimator(a, b, depth1=d1, depth2=d2, intrinsics=K).flow_f, np.float32)
         if flow.ndim == 4 and flow.shape[0] == 1:
             flow = flow[0]
         if flow.ndim != 3 or flow.shape[-1] != 2:
@@ -209,23 +167,21 @@ class CamFlowEstimator(Estimator):
                              "expected [H, W, 2] or [1, H, W, 2]")
         if not np.all(np.isfinite(flow)):
             return None
-        return resize_flow_np(flow, a.shape[0], a.shape[1])
+        return geometry_np.resize_flow(flow, a.shape[0], a.shape[1])
 
 
 def make_estimator(name: str, checkpoint: str | None = None, **kwargs) -> Estimator:
-    """Builds an estimator by name (:data:`ESTIMATORS`).
+    """A stabilization estimator from a registry name (:mod:`camflow_jax.estimators`; the old
+    ``sift`` / ``orb`` work with a FutureWarning: they are ``sift_ransac`` / ``orb_ransac``).
 
-    sift / orb: ratio test 0.7 and RANSAC (``method=`` may select 'magsac'); dis: DIS 'medium';
-    camflow: ``checkpoint`` (an inference checkpoint or a training workdir), or the shipped
-    model when it is None; ``depth_files``/``intrinsics``/``fov_deg``/``frame_size`` as
-    :class:`CamFlowEstimator` takes them.
+    camflow / camflow_net (``:PATH``): ``checkpoint`` (an inference checkpoint or a training
+    workdir; default the shipped model), loaded now, and ``depth_files`` / ``intrinsics`` /
+    ``fov_deg`` / ``frame_size`` as :class:`CamFlowEstimator` takes them. Other names: the
+    registry's options (e.g. ``ratio``, ``threshold``, ``preset``); ``checkpoint`` is ignored.
     """
-    if name in ("sift", "orb"):
-        return HomographyEstimator(name, **kwargs)
-    if name == "dis":
-        return DISEstimator(**kwargs)
-    if name == "identity":
-        return IdentityEstimator()
-    if name == "camflow":
-        return CamFlowEstimator.from_checkpoint(checkpoint or None, **kwargs)
-    raise ValueError(f"unknown estimator {name!r}; choose from {', '.join(ESTIMATORS)}")
+    if not registry.is_camflow(registry.resolve(name)[0]):
+        return RegistryEstimator(name, **kwargs)
+    loaded = registry.get(name, checkpoint=checkpoint)
+    est = CamFlowEstimator(loaded.predictor, refine=loaded.refine, **kwargs)
+    est.name = loaded.name
+    return est

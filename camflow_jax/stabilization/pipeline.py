@@ -37,9 +37,9 @@ from typing import Callable, Iterable, Iterator
 import cv2
 import numpy as np
 
+from camflow_jax.geometry_np import resize_flow
 from camflow_jax.stabilization import profiles as profiles_lib
 from camflow_jax.stabilization import render as render_lib
-from camflow_jax.stabilization.estimators import resize_flow_np
 
 __all__ = ["StabilizerConfig", "Motion", "Plan", "working_size", "estimation_size", "smoothing_for_clip",
            "complete_discontinuities", "estimate_motion", "update_fields", "plan_stabilization",
@@ -226,7 +226,7 @@ def estimate_motion(frames: Iterable[np.ndarray], estimator: Callable, config: S
             small = frame if (he, we) == size else cv2.resize(frame, (we, he),
                                                               interpolation=cv2.INTER_AREA)
             if prev is not None:
-                f = resize_flow_np(estimator(prev, small), h, w)
+                f = resize_flow(estimator(prev, small), h, w)
                 if config.mask_discontinuities:
                     f, bad = complete_discontinuities(f, config.gradient_threshold,
                                                       config.fill_sigma)
