@@ -1,27 +1,32 @@
-"""tools/eval_real.py against independent oracles on synthetic data built here (CI has no
-opencv-doc): the basis-span and homography oracles, the disparity -> flow sign (cv2.remap), the
-disparity resize / fill / forward projection, the shake's ground truth, the CamFlow call
-(a stub predictor), a tiny end-to-end run, and the missing-data exit."""
+"""The real-image experiments (camflow_jax.evaluation.real, CLI tools/eval_real.py) against
+independent oracles on synthetic data built here (CI has no opencv-doc): the basis-span and
+homography oracles, the disparity -> flow sign (cv2.remap), the disparity resize / fill / forward
+projection, the shake's ground truth, the CamFlow rows (a stub estimator), a tiny end-to-end
+run, and the missing-data exit."""
 
-import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import cv2
 import numpy as np
 import pytest
 
-from camflow_jax import bases
+from camflow_jax import bases, metrics
+from camflow_jax.estimators import Motion
+from camflow_jax.evaluation import datasets, real
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def tool():
-    spec = importlib.util.spec_from_file_location("camflow_eval_real_tool", ROOT / "tools" / "eval_real.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def _cli(*args):
+    """Runs the command-line layer as users do: (exit status, stdout, stderr)."""
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "eval_real.py"), *args],
+                       capture_output=True, text=True, timeout=600)
+    return r.returncode, r.stdout, r.stderr
+
 
 
 def _texture(h, w, seed=0):
@@ -65,40 +70,40 @@ def _stereo_pair(h=60, w=96, d_bg=4.0, d_fg=9.0):
 
 
 # ----------------------------------------------------------------------------- oracles
-def test_h12_oracle_reproduces_flows_in_its_span(tool):
+def test_h12_oracle_reproduces_flows_in_its_span():
     h, w = 40, 64
     B = np.asarray(bases.homography_bases(h, w), np.float64)
     coeffs = np.random.default_rng(0).normal(0, 3, 12)
     flow = np.tensordot(coeffs, B, axes=1)
     mask = np.random.default_rng(1).uniform(size=(h, w)) > 0.3
     garbage = np.where(mask[..., None], flow, 1e3)  # invalid pixels must not matter
-    fit = tool.fit_span(garbage, mask, tool.homography12_bases(h, w))
-    assert tool.epe(fit, flow, np.ones((h, w), bool)) < 1e-3
+    fit = real.fit_span(garbage, mask, real.homography12_bases(h, w))
+    assert metrics.epe_valid(fit, flow, np.ones((h, w), bool)) < 1e-3
     # An affine flow (x, y monomials) is in the span too, written independently of the bases.
     ys, xs = np.mgrid[0:h, 0:w].astype(np.float64)
     aff = np.stack([0.5 + 0.01 * xs - 0.02 * ys, -1.0 + 0.03 * xs + 0.005 * ys], -1)
-    assert tool.epe(tool.fit_span(aff, mask, tool.homography12_bases(h, w)), aff, mask) < 1e-3
+    assert metrics.epe_valid(real.fit_span(aff, mask, real.homography12_bases(h, w)), aff, mask) < 1e-3
 
 
-def test_homography_oracles_on_a_pure_homography_flow(tool):
+def test_homography_oracles_on_a_pure_homography_flow():
     h, w = 48, 80
     H = np.array([[1.02, 0.01, 2.0], [-0.015, 0.99, -1.5], [1e-4, -5e-5, 1.0]])
     flow = _homography_flow(H, h, w)
     mask = np.ones((h, w), bool)
     mask[:10] = False
-    fit, Hfit = tool.fit_single_homography(np.where(mask[..., None], flow, 50.0), mask)
-    assert tool.epe(fit, flow, np.ones((h, w), bool)) < 5e-3
+    fit, Hfit = real.fit_single_homography(np.where(mask[..., None], flow, 50.0), mask)
+    assert metrics.epe_valid(fit, flow, np.ones((h, w), bool)) < 5e-3
     np.testing.assert_allclose(Hfit, H, atol=1e-3)
     # The 12 second-order bases approximate it (not exactly: perspective is not quadratic) far
     # better than identity does.
-    e12 = tool.epe(tool.fit_span(flow, mask, tool.homography12_bases(h, w)), flow, mask)
-    assert e12 < 0.05 * tool.epe(np.zeros_like(flow), flow, mask)
+    e12 = metrics.epe_valid(real.fit_span(flow, mask, real.homography12_bases(h, w)), flow, mask)
+    assert e12 < 0.05 * metrics.epe_valid(np.zeros_like(flow), flow, mask)
 
 
 # ----------------------------------------------------------------------------- stereo pieces
-def test_disparity_flow_sign_warps_right_onto_left(tool):
+def test_disparity_flow_sign_warps_right_onto_left():
     left, right, disp, valid = _stereo_pair()
-    flow = tool.disparity_to_flow(disp, valid)
+    flow = real.disparity_to_flow(disp, valid)
     assert np.all(flow[valid][:, 0] < 0) and np.all(flow[..., 1] == 0) and np.all(flow[~valid] == 0)
     # independent warp: sample the right image at x - d with cv2.remap
     h, w = disp.shape
@@ -109,19 +114,19 @@ def test_disparity_flow_sign_warps_right_onto_left(tool):
     err_ok = np.abs(warped - left)[m].mean()
     warped_bad = cv2.remap(right.astype(np.float32), xs + disp, ys, cv2.INTER_LINEAR)
     assert err_ok < 4.0 and np.abs(warped_bad - left)[m].mean() > 4 * err_ok
-    assert tool.photometric_error(left, right, flow, m) == pytest.approx(err_ok, rel=0.1, abs=0.5)
-    scan = tool.disparity_scale_scan(left, right, disp, m)
+    assert real.photometric_error(left, right, flow, m) == pytest.approx(err_ok, rel=0.1, abs=0.5)
+    scan = real.disparity_scale_scan(left, right, disp, m)
     assert scan["best"]["scale"] == 1.0 and scan["best"]["sign"] == "-d"
     assert abs(scan["best"]["offset"]) <= 0.25
 
 
-def test_resize_pair_scales_the_flow_with_the_x_axis(tool):
+def test_resize_pair_scales_the_flow_with_the_x_axis():
     H, W = 90, 160
     img = _texture(H, W)
     disp = np.full((H, W), 8.0, np.float32)
     valid = np.ones((H, W), bool)
     valid[40:50, 60:80] = False
-    L, R, d, v, (sx, sy) = tool.resize_pair(img, img, disp, valid, 80)
+    L, R, d, v, (sx, sy) = real.resize_pair(img, img, disp, valid, 80)
     assert L.shape == (45, 80, 3) and d.shape == (45, 80)
     assert sx == pytest.approx(0.5) and sy == pytest.approx(0.5)
     np.testing.assert_allclose(d[v], 4.0, atol=1e-5)
@@ -129,9 +134,9 @@ def test_resize_pair_scales_the_flow_with_the_x_axis(tool):
     assert not v[20:25, 30:40].any() and v[:15].all()
 
 
-def test_fill_rows_takes_the_farther_neighbour_and_projection_moves_layers(tool):
+def test_fill_rows_takes_the_farther_neighbour_and_projection_moves_layers():
     d = np.array([[10, 0, 0, 4, 4], [0, 6, 0, 0, 0], [0, 0, 0, 0, 0]], np.float32)
-    f = tool.fill_rows(d, d > 0)
+    f = real.fill_rows(d, d > 0)
     np.testing.assert_array_equal(f[0], [10, 4, 4, 4, 4])
     np.testing.assert_array_equal(f[1], [6, 6, 6, 6, 6])
     np.testing.assert_array_equal(f[2], np.median([10, 4, 4, 6]))
@@ -139,51 +144,69 @@ def test_fill_rows_takes_the_farther_neighbour_and_projection_moves_layers(tool)
     # x = 5..9 and covers the background that lands there.
     disp = np.full((3, 30), 2.0, np.float32)
     disp[:, 10:15] = 5.0
-    dr, ok = tool.forward_project_disparity(disp, np.ones_like(disp, bool))
+    dr, ok = real.forward_project_disparity(disp, np.ones_like(disp, bool))
     np.testing.assert_array_equal(dr[0, 5:10], 5.0)
     np.testing.assert_array_equal(dr[0, 15:28], 2.0)
     assert not ok[0, 28:].any()  # nothing lands right of x = W - 1 - 2
 
 
-def test_camflow_rows_pass_depth_and_intrinsics(tool, tmp_path):
-    """A stub predictor records its inputs; the tool's rows follow what it returns."""
+def _stereo_folder(tmp_path):
     left, right, disp, valid = _stereo_pair()
     data = tmp_path / "data"
     data.mkdir()
-    cv2.imwrite(str(data / "aloeL.jpg"), cv2.cvtColor(left, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 98])
-    cv2.imwrite(str(data / "aloeR.jpg"), cv2.cvtColor(right, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 98])
-    gt = np.where(valid, np.rint(disp), 0).astype(np.uint8)
-    cv2.imwrite(str(data / "aloeGT.png"), gt)
+    for name, img in (("aloeL.jpg", left), ("aloeR.jpg", right)):
+        cv2.imwrite(str(data / name), cv2.cvtColor(img, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 98])
+    cv2.imwrite(str(data / "aloeGT.png"), np.where(valid, np.rint(disp), 0).astype(np.uint8))
+    return data
+
+
+def test_camflow_rows_pass_depth_and_intrinsics(tmp_path):
+    """A stub estimator records its inputs; the rows follow what it returns."""
+    data = _stereo_folder(tmp_path)
     calls = []
 
     class Stub:
-        num_depth = 12
+        predictor = SimpleNamespace(num_depth=12)
 
-        def __call__(self, a, b, depth1=None, depth2=None, intrinsics=None):
+        def __call__(self, a, b, *, depth1=None, depth2=None, intrinsics=None):
             calls.append((a.shape, depth1, depth2, intrinsics))
             d = np.zeros(a.shape[:2], np.float32) if depth1 is None else 1.0 / depth1
-            return {"flow_f": np.stack([-d, np.zeros_like(d)], -1)}
+            return Motion(np.stack([-d, np.zeros_like(d)], -1))
 
-    res = tool.stereo_experiment(data, 48, ["camflow", "camflow_depth"], Stub(), "stub", (0.5,), log=lambda *a: None)
+    class NoDepth(Stub):
+        predictor = SimpleNamespace(num_depth=0)
+
+    res = real.stereo_experiment(data, 48, ["camflow", "camflow_net", "camflow_net:other"],
+                                 {"camflow": Stub(), "camflow_net": Stub(), "camflow_net:other": NoDepth()},
+                                 (0.5,), log=lambda *a: None)
     rows = {r["method"]: r for r in res["rows"]}
-    assert set(rows) == {"camflow", "camflow_depth", "camflow_depth_fx0.5"}
+    assert list(rows) == ["camflow (no depth)", "camflow (depth)", "camflow_net (no depth)",
+                          "camflow_net (depth)", "camflow_net (depth, fx x0.5)",
+                          "camflow_net:other (no depth)", "camflow_net:other (depth)"]
     h, w = 30, 48
     assert calls[0] == ((h, w, 3), None, None, None)
     _, d1, d2, K = calls[1]
     np.testing.assert_allclose(K, [w, w, (w - 1) / 2, (h - 1) / 2])
-    np.testing.assert_allclose(calls[2][3][:2], [w / 2, w / 2])
+    np.testing.assert_allclose(calls[4][3][:2], [w / 2, w / 2])
     assert np.all(np.isfinite(d1)) and np.all(d1 > 0) and np.all(np.isfinite(d2))
     # the stub returns (-1/depth1, 0) = the GT flow on valid pixels: EPE ~ 0
-    assert rows["camflow_depth"]["epe"] < 1e-4
-    assert rows["camflow"]["epe"] == pytest.approx(res["info"]["gt_magnitude_mean"], rel=1e-4)
+    assert rows["camflow (depth)"]["epe"] < 1e-4 and rows["camflow_net (depth)"]["epe"] < 1e-4
+    assert rows["camflow (no depth)"]["epe"] == pytest.approx(res["info"]["gt_magnitude_mean"], rel=1e-4)
+    # a model without depth bases: its depth row is skipped with the reason, not computed
+    assert rows["camflow_net:other (depth)"]["epe"] is None
+    assert "no depth bases" in rows["camflow_net:other (depth)"]["note"]
+    # a skipped estimator (no model) is a row with the reason
+    res = real.stereo_experiment(data, 48, ["camflow"], {"camflow": "skipped: no model"}, log=lambda *a: None)
+    assert res["rows"] == [{"method": "camflow (no depth)", "epe": None, "photometric": None,
+                            "note": "skipped: no model"}]
 
 
 # ----------------------------------------------------------------------------- video pieces
-def test_shake_ground_truth_matches_the_rendered_frames(tool):
+def test_shake_ground_truth_matches_the_rendered_frames():
     H, W, m = 120, 160, 20
     frame = np.zeros((H, W, 3), np.uint8)
     frame[58:63, 78:83] = 255  # a dot at (80, 60) full pixels = (60, 40) crop pixels
-    shaken, J = tool.shake_frames([frame] * 6, seed=3, jitter=0.02, jitter_deg=1.0, margin=m)
+    shaken, J = real.shake_frames([frame] * 6, seed=3, jitter=0.02, jitter_deg=1.0, margin=m)
     assert shaken[0].shape == (H - 2 * m, W - 2 * m, 3) and J.shape == (6, 3, 3)
     for img, Jt in zip(shaken, J):
         g = img[..., 0].astype(np.float64)
@@ -193,17 +216,12 @@ def test_shake_ground_truth_matches_the_rendered_frames(tool):
         np.testing.assert_allclose(c, p[:2] / p[2], atol=0.2)
     # flow on a coarse grid, in full pixels: a pure translation is constant
     T = np.array([[1.0, 0, 3.0], [0, 1.0, -2.0], [0, 0, 1.0]])
-    np.testing.assert_allclose(tool.homography_flow_on_grid(T, (H, W), (30, 40)), np.broadcast_to([3.0, -2.0], (30, 40, 2)),
+    np.testing.assert_allclose(real.homography_flow_on_grid(T, (H, W), (30, 40)), np.broadcast_to([3.0, -2.0], (30, 40, 2)),
                                atol=1e-9)
 
 
-def test_end_to_end_on_a_fake_data_folder(tool, tmp_path, capsys):
-    left, right, disp, valid = _stereo_pair()
-    data = tmp_path / "data"
-    data.mkdir()
-    for name, img in (("aloeL.jpg", left), ("aloeR.jpg", right)):
-        cv2.imwrite(str(data / name), cv2.cvtColor(img, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 98])
-    cv2.imwrite(str(data / "aloeGT.png"), np.where(valid, disp, 0).astype(np.uint8))
+def test_end_to_end_on_a_fake_data_folder(tmp_path):
+    data = _stereo_folder(tmp_path)
     # a static "video": the same textured frame 30 times (>= fps / 1 Hz, so stability is defined) (lossless-ish MJPG at high quality)
     frame = cv2.cvtColor(_texture(144, 192, seed=5), cv2.COLOR_RGB2BGR)
     vw = cv2.VideoWriter(str(data / "vtest.avi"), cv2.VideoWriter_fourcc(*"MJPG"), 25, (192, 144))
@@ -212,10 +230,10 @@ def test_end_to_end_on_a_fake_data_folder(tool, tmp_path, capsys):
         vw.write(frame)
     vw.release()
     out = tmp_path / "out"
-    rc = tool.main(["--data", str(data), "--out", str(out), "--frames", "30", "--width", "96",
-                    "--methods", "identity,oracle_homography,oracle_h12", "--estimators", "dis",
-                    "--margin", "16", "--image-metrics"])
-    assert rc == 0
+    rc, _, err = _cli("--data", str(data), "--out", str(out), "--frames", "30", "--width", "96",
+                      "--methods", "identity,oracle_homography,oracle_h12", "--estimators", "dis",
+                      "--margin", "16", "--image-metrics")
+    assert rc == 0, err
     res = json.loads((out / "results.json").read_text())
     rows = {r["method"]: r for r in res["stereo"]["rows"]}
     assert rows["identity"]["epe"] == pytest.approx(res["stereo"]["info"]["gt_magnitude_mean"], rel=1e-5)
@@ -229,14 +247,38 @@ def test_end_to_end_on_a_fake_data_folder(tool, tmp_path, capsys):
     assert "| static | dis |" in (out / "results.md").read_text()
 
 
-def test_missing_data_exits_2_with_one_line(tool, tmp_path, capsys):
-    assert tool.main(["--data", str(tmp_path / "nowhere"), "--out", ""]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(tool.MISSING_DATA)
-    assert tool.MISSING_DATA == "needs Debian's opencv-doc package: apt-get install opencv-doc"
+def test_missing_data_and_bad_arguments_exit_2_with_one_line(tmp_path):
+    rc, _, err = _cli("--data", str(tmp_path / "nowhere"), "--out", "")
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith(datasets.MISSING_DATA)
+    assert datasets.MISSING_DATA == "needs Debian's opencv-doc package: apt-get install opencv-doc"
     # the default folder: the same line, exactly, when it is missing
-    if not Path(tool.DEFAULT_DATA, "aloeL.jpg").is_file():
-        assert tool.main(["--out", ""]) == 2
-        assert capsys.readouterr().err.strip() == tool.MISSING_DATA
-    assert tool.main(["--methods", "bogus"]) == 2
-    assert "unknown method" in capsys.readouterr().err
+    if not Path(datasets.OPENCV_DOC, "aloeL.jpg").is_file():
+        rc, _, err = _cli("--out", "")
+        assert rc == 2 and err.strip() == datasets.MISSING_DATA
+    rc, _, err = _cli("--methods", "bogus")
+    assert rc == 2 and err.startswith("error:") and "bogus" in err and len(err.strip().splitlines()) == 1
+
+
+def test_method_names_follow_the_registry():
+    names, notes = real.check_pair_methods(["sift", "dis", "oracle_h12", "camflow_net"])
+    assert names == ["sift_ransac", "dis", "oracle_h12", "camflow_net"]
+    assert len(notes) == 1 and "'sift_ransac'" in notes[0]
+    with pytest.raises(ValueError, match="camflow_net"):
+        real.check_pair_methods(["camflow_depth"])  # the old row name says what replaced it
+    with pytest.raises(ValueError, match="unknown estimator 'bogus'"):
+        real.check_pair_methods(["bogus"])
+    ests = real.pair_estimators(["identity", "camflow", "oracle_span36"], None, "skipped: no model")
+    assert set(ests) == {"identity", "camflow"} and ests["camflow"] == "skipped: no model"
+    assert ests["identity"].name == "identity"
+
+
+def test_video_names_follow_the_registry():
+    names, notes = real.check_video_estimators(["sift", "dis", "camflow_net"])
+    assert names == ["sift_ransac", "dis", "camflow_net"] and len(notes) == 1
+    with pytest.raises(ValueError, match="unknown estimator 'oracle_h12'"):
+        real.check_video_estimators(["oracle_h12"])  # oracles are stereo-only
+    facts = real.video_estimators(["dis", "camflow"], None, "skipped: no model")
+    assert facts["camflow"] == "skipped: no model"
+    a, b = facts["dis"](), facts["dis"]()
+    assert a is not b and a.name == "dis" and a.calls == 0  # a fresh estimator per clip

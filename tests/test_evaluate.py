@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from camflow_jax import evaluate as ev
+from camflow_jax.evaluation import methods, protocols
 from camflow_jax.data import synthetic
 
 try:
@@ -108,10 +109,11 @@ def test_cli_errors_are_clear(tmp_path, capsys):
     assert ev.main(["--dataset=cahomo", f"--data={tmp_path / 'c'}", "--methods=camflow:b8", "--no_progress"]) == 2
     assert "--checkpoint=b8=DIR" in capsys.readouterr().err
     assert ev.main(["--dataset=cahomo", f"--data={tmp_path / 'c'}", "--methods=bogus", "--no_progress"]) == 2
-    assert "unknown method" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown estimator 'bogus'") and "gt_homography" in err
     with pytest.raises(ValueError, match="distinct"):
-        ev.parse_checkpoints("a=x,a=y")
-    assert ev.parse_checkpoints("b8=/c/8, /c/b24/") == [("b8", "/c/8"), ("b24", "/c/b24/")]
+        methods.parse_checkpoints("a=x,a=y")
+    assert methods.parse_checkpoints("b8=/c/8, /c/b24/") == [("b8", "/c/8"), ("b24", "/c/b24/")]
 
 
 def test_cli_runs_and_prints_table(tmp_path, capsys):
@@ -139,23 +141,98 @@ def test_ghof_benchmark_files(tmp_path):
     assert set(final["results"]["identity"]["AVG"]) == {"epe"}  # no homo_field -> no PME
 
 
-def test_several_checkpoints_become_labelled_methods(monkeypatch):
-    from camflow_jax import predictor
+def test_camflow_rows_come_from_the_registry(monkeypatch):
+    """camflow -> a refined and a network-alone row per checkpoint, built by estimators.get;
+    each checkpoint is loaded once and shared by its two rows."""
+    from types import SimpleNamespace
 
-    monkeypatch.setattr(predictor.Predictor, "from_checkpoint",
-                        classmethod(lambda cls, path, **kw: ("fake", path)))
-    ms = ev._build_methods(["identity", "camflow"], "synthetic", "b8=/x/8,b36=/x/36", "rgb")
-    assert [m.name for m in ms] == ["identity", "camflow:b8", "camflow:b36"]
-    assert [m.predictor for m in ms[1:]] == [("fake", "/x/8"), ("fake", "/x/36")]
-    ms = ev._build_methods(["camflow:b36"], "synthetic", "b8=/x/8,b36=/x/36", "rgb")
-    assert [m.name for m in ms] == ["camflow:b36"]
-    assert [m.name for m in ev._build_methods(["camflow"], "synthetic", "/x/only", "rgb")] == ["camflow"]
+    from camflow_jax import estimators
+
+    asked = []
+
+    def fake_get(name, **options):
+        asked.append((name, options.get("predictor")))
+        return SimpleNamespace(predictor=options.get("predictor") or f"model of {name}")
+
+    monkeypatch.setattr(estimators, "get", fake_get)
+    ms = methods.build_methods(["identity", "camflow"], "synthetic", "b8=/x/8,b36=/x/36")
+    assert [m.name for m in ms] == ["identity", "camflow:b8", "camflow_net:b8", "camflow:b36", "camflow_net:b36"]
+    assert asked == [("identity", None), ("camflow:/x/8", None), ("camflow_net", "model of camflow:/x/8"),
+                     ("camflow:/x/36", None), ("camflow_net", "model of camflow:/x/36")]
+    asked.clear()
+    assert [m.name for m in methods.build_methods(["camflow_net:b36"], "synthetic", "b8=/x/8,b36=/x/36")] \
+        == ["camflow_net:b36"]
+    assert asked == [("camflow_net:/x/36", None)]
+    assert [m.name for m in methods.build_methods(["camflow"], "synthetic", "/x/only")] == ["camflow", "camflow_net"]
+    assert [m.name for m in methods.build_methods(["camflow"], "synthetic")] == ["camflow", "camflow_net"]
+    assert asked[-2:] == [("camflow", None), ("camflow_net", "model of camflow")]
+    with pytest.raises(ValueError, match="twice"):
+        methods.build_methods(["camflow", "camflow_net"], "synthetic")
+    with pytest.raises(ValueError, match="no checkpoint labelled 'b9'"):
+        methods.build_methods(["camflow:b9"], "synthetic", "b8=/x/8")
+    # an old name keeps working, with its note; the row carries the registry name
+    (m,) = methods.build_methods(["sift"], "cahomo")
+    assert m.name == "sift_ransac" and "sift_ransac" in m.note
+
+
+def test_backward_flow_for_cahomo_from_the_estimator():
+    """flow_b: the estimator's own, else its inverse homography, else the swapped pair."""
+    from camflow_jax.estimators import Motion
+
+    h, w = 6, 8
+    H = np.array([[1.0, 0, 2.0], [0, 1.0, -1.0], [0, 0, 1.0]])
+    sample = {"img1": np.zeros((h, w, 3), np.uint8), "img2": np.ones((h, w, 3), np.uint8)}
+    shift = np.broadcast_to(np.float32([2.0, -1.0]), (h, w, 2)).copy()
+
+    def with_h(a, b, **kw):
+        return Motion(flow_f=shift, homography=H)
+
+    _, flow_b, info = methods.from_estimator("h", with_h)(sample, True)
+    np.testing.assert_allclose(flow_b, -shift, atol=1e-6)
+    assert info == {"fallback": False}
+    swapped = []
+
+    def dense(a, b, **kw):
+        swapped.append(int(a[0, 0, 0]))
+        return Motion(flow_f=shift * (1 if a[0, 0, 0] == 0 else -3), fallback=True)
+
+    flow_f, flow_b, info = methods.from_estimator("d", dense)(sample, True)
+    assert swapped == [0, 1] and info == {"fallback": True}
+    np.testing.assert_allclose(flow_b, -3 * shift)
+    assert methods.from_estimator("d", dense)(sample, False)[1] is None
 
 
 def test_published_identity_check():
     ref = {"RE": 7.75, "LT": 7.65, "LL": 7.21, "SF": 7.53, "LF": 3.39, "AVG": 6.70}
     close = {c: {"pme": v + 0.004} for c, v in ref.items()}
-    assert ev.check_published_identity("cahomo", close) == {"pme": {"match": True, "max_abs_diff": pytest.approx(0.004)}}
+    assert protocols.check_published_identity("cahomo", close) == {"pme": {"match": True, "max_abs_diff": pytest.approx(0.004)}}
     off = dict(close, LF={"pme": 3.50})
-    assert not ev.check_published_identity("cahomo", off)["pme"]["match"]
-    assert ev.check_published_identity("synthetic", close) == {}
+    assert not protocols.check_published_identity("cahomo", off)["pme"]["match"]
+    assert protocols.check_published_identity("synthetic", close) == {}
+
+
+def test_dataset_registry_refuses_unknown_and_missing_data():
+    from camflow_jax.evaluation import datasets
+
+    assert datasets.DATASETS == ("ghof_cam", "ghof", "cahomo", "synthetic")
+    with pytest.raises(ValueError, match="unknown dataset 'nope'"):
+        datasets.load_dataset("nope")
+    with pytest.raises(ValueError, match="--data is required"):
+        datasets.load_dataset("ghof")
+    src = datasets.load_dataset("synthetic", num=2, size=(64, 128))
+    assert len(src) == 2 and datasets.categories(src) == synthetic.CATEGORIES
+
+
+def test_one_json_writer_marks_or_refuses_non_finite_values(tmp_path):
+    from camflow_jax import cli_utils
+    from camflow_jax.evaluation import reports
+
+    obj = {"a": np.float32(1.5), "b": [np.int64(2), float("nan")], 3: (np.inf, -np.inf), "c": np.arange(2),
+           "d": np.bool_(True)}
+    text = cli_utils.strict_json(obj, nonfinite="mark")
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(c)) == \
+        {"a": 1.5, "b": [2, None], "3": ["inf", "-inf"], "c": [0, 1], "d": True}
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        cli_utils.strict_json(obj)
+    reports.write_json(tmp_path / "r.json", obj)
+    assert (tmp_path / "r.json").read_text() == cli_utils.strict_json(obj, nonfinite="mark", indent=2)

@@ -1,0 +1,14 @@
+"""Evaluation as a library (docs/evaluation.md, docs/real_images.md); the command lines
+``python -m camflow_jax.evaluate`` and ``tools/eval_real.py`` only parse arguments and print.
+
+Modules (imported on use; importing the package loads nothing):
+
+* :mod:`.datasets`: the dataset registry and loaders (benchmarks, synthetic held-out set,
+  the opencv-doc real images);
+* :mod:`.protocols`: metrics per dataset, per-sample scoring, published zero-flow rows;
+* :mod:`.methods`: table rows from the estimator registry (:mod:`camflow_jax.estimators`) and
+  the evaluation-only oracles;
+* :mod:`.benchmark`: :func:`.benchmark.evaluate`, one benchmark run;
+* :mod:`.reports`: tables (text, markdown, CSV) and JSON files;
+* :mod:`.real`: the real-image experiments (Aloe stereo, vtest.avi video).
+"""
