@@ -33,13 +33,12 @@ from collections.abc import Sequence
 
 from camflow_jax import cli_utils
 from camflow_jax.evaluation.benchmark import evaluate
-# Compatibility names for callers written before camflow_jax.evaluation (to be removed once
-# estimate.py imports camflow_jax.geometry_np and trainer.py camflow_jax.evaluation.reports).
-from camflow_jax.geometry_np import warp as warp_np, warp_validity as warp_validity_np  # noqa: F401
 from camflow_jax.evaluation.datasets import DATASETS
 from camflow_jax.evaluation.methods import ORACLES, parse_checkpoints
 from camflow_jax.evaluation.reports import BENCHMARK_FILES as OUTPUT_FILES
-from camflow_jax.evaluation.reports import benchmark_summary, format_table  # noqa: F401
+from camflow_jax.evaluation.reports import benchmark_summary
+# Transitional: trainer.py imports format_table from here; its home is evaluation.reports.
+from camflow_jax.evaluation.reports import format_table  # noqa: F401
 
 __all__ = ["evaluate", "build_parser", "main"]
 

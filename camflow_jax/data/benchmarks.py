@@ -1,7 +1,9 @@
 """Readers for the public camera-motion benchmarks: GHOF-Cam, the GHOF benchmark files, CAHomo.
 
 Every reader is a random-access source (``len(r)``, ``r[i]`` -> dict of numpy arrays) with
-``r.categories`` (table columns, in order) and ``r.name``. Images are returned as uint8 RGB
+``r.categories`` (table columns, in order) and ``r.name``. The evaluation opens them by dataset
+name through :mod:`camflow_jax.evaluation.datasets`; the training sources share the GHOF
+intrinsics and the band-wise gyro flow defined here. Images are returned as uint8 RGB
 ``[H, W, 3]``; flows as float32 ``[H, W, 2]`` (u, v) on image 1's grid (docs/design.md,
 "Conventions").
 
