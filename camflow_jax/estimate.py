@@ -1,10 +1,15 @@
 r"""Camera motion of one image pair: ``python -m camflow_jax.estimate``.
 
-    python -m camflow_jax.estimate IMG1 IMG2 -o OUTDIR                    # the shipped model
+    python -m camflow_jax.estimate IMG1 IMG2 -o OUTDIR                    # the shipped model, refined
+    python -m camflow_jax.estimate IMG1 IMG2 --no-refine -o OUTDIR        # the network alone
     python -m camflow_jax.estimate IMG1 IMG2 --depth1 D1.npy --depth2 D2.npy \
         --intrinsics fx,fy,cx,cy -o OUTDIR                                # CamFlow+ with depth
     python -m camflow_jax.estimate IMG1 IMG2 --checkpoint CKPT -o OUTDIR  # your own model
     python -m camflow_jax.estimate IMG1 IMG2 --method sift_magsac -o OUTDIR   # classical
+    python -m camflow_jax.estimate IMG1 IMG2 --method camflow:CKPT -o OUTDIR  # = --checkpoint CKPT
+
+``--method`` takes any name of the estimator registry (:mod:`camflow_jax.estimators`; ``--help``
+lists them; old names work with a note); ``--no-refine`` turns ``camflow`` into ``camflow_net``.
 
 Images of any size and orientation (EXIF orientation is applied when reading; portrait pairs
 are handled by :class:`camflow_jax.predictor.Predictor`). Written to OUTDIR:
@@ -20,7 +25,8 @@ error_heatmap.png        |img1 - warped img2| (mean over channels, 0..64 levels 
                          JET colour map; black outside the warp)
 flow_f_color.png         flow colour coding (direction = hue, magnitude = saturation)
 confidence_f.png         exp(-log-variance) of the model (camflow only)
-homography.json          3x3 homography image 1 -> image 2 (pixels) and a summary
+homography.json          3x3 homography image 1 -> image 2 (pixels) and a summary (method,
+                         whether test-time refinement ran, the estimator's note)
 =======================  ===================================================================
 
 Nothing is written unless the result is usable: non-finite flows or a degenerate homography
@@ -43,7 +49,7 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
-from camflow_jax import baselines, cli_utils, flowio, viz
+from camflow_jax import cli_utils, estimators, flowio, geometry_np, viz
 from camflow_jax.data.depth import read_depth
 from camflow_jax.data.images import read_rgb
 
@@ -62,64 +68,41 @@ def read_image(path: str) -> np.ndarray:
     return read_rgb(path)
 
 
-def _homography_of_flow(flow: np.ndarray) -> np.ndarray:
-    from camflow_jax import geometry
-
-    H, valid = geometry.fit_homography(flow, return_valid=True)
-    if not bool(valid):
-        raise ValueError("no homography can be fitted to the flow (fewer than 4 finite flow values)")
-    H = np.asarray(H, np.float64)
-    return H / H[2, 2]
-
-
 def check_result(result: dict, height: int, width: int) -> None:
     """ValueError (naming the cause) unless the flows are finite and the homography is not
     degenerate: such a result is never written."""
     hint = ("the model's weights or bases may be damaged, or the depth / intrinsics are wrong"
-            if result.get("method") == "camflow" else "")
+            if estimators.is_camflow(result.get("method") or "") else "")
     for key, name in (("flow_f", "the forward flow"), ("flow_b", "the backward flow")):
         cli_utils.check_flow(result[key], name, hint)
+    if result["homography"] is None:
+        raise ValueError(result.get("note") or "the estimator gave no homography")
     cli_utils.check_homography(result["homography"], height, width, hint)
 
 
-def estimate_pair(img1, img2, *, method: str = "camflow", predictor=None, depth1=None, depth2=None,
-                  intrinsics=None) -> dict:
+def estimate_pair(img1, img2, *, method="camflow", depth1=None, depth2=None, intrinsics=None) -> dict:
     """Flows, homography (and model outputs) for one pair.
 
-    ``method`` is ``camflow`` (needs ``predictor``) or one of
-    :data:`camflow_jax.baselines.METHODS`.
+    ``method`` is a name of the estimator registry (:mod:`camflow_jax.estimators`) or an
+    estimator it made. Returns the estimator's extras (the network's outputs for camflow) with
+    ``flow_f``, ``flow_b``, ``homography``, ``method`` (the registry name), ``refined`` (whether
+    test-time refinement ran), ``fallback``, ``note`` and, when there are any, ``weights_f``.
     """
     img1, img2 = np.asarray(img1), np.asarray(img2)
     if img1.shape != img2.shape:
         raise ValueError(f"the images differ in size: {img1.shape} vs {img2.shape}")
-    h, w = img1.shape[:2]
-    if method == "camflow":
-        if predictor is None:
-            from camflow_jax.predictor import Predictor
-
-            predictor = Predictor.from_pretrained()
-        out = dict(predictor(img1, img2, depth1=depth1, depth2=depth2, intrinsics=intrinsics))
-        out["method"] = "camflow"
-        return out
-    if method not in baselines.METHODS:
-        raise ValueError(f"unknown method {method!r}; choose camflow or one of {baselines.METHODS}")
-    flow_f, info = baselines.estimate_flow(method, img1, img2)
-    if method == "dis":
-        flow_b = baselines.dis_flow(img2, img1)
-        H = _homography_of_flow(flow_f)
-    else:
-        H = info.get("homography")
-        if H is None:  # feature matching failed: identity, said out loud
-            H = np.eye(3)
-        flow_b = baselines.homography_flow_np(np.linalg.inv(H), h, w)
-    return {"flow_f": flow_f, "flow_b": flow_b, "homography": np.asarray(H, np.float64),
-            "method": method, "fallback": bool(info.get("fallback", False))}
+    est = estimators.get(method) if isinstance(method, str) else method
+    m = est(img1, img2, depth1=depth1, depth2=depth2, intrinsics=intrinsics)
+    out = dict(m.extras)
+    out.update(flow_f=m.flow_f, flow_b=m.flow_b, homography=m.homography, method=est.name,
+               refined=bool(m.extras.get("refined", False)), fallback=m.fallback, note=m.note)
+    if m.weights is not None:
+        out["weights_f"] = m.weights
+    return out
 
 
 def _warp(image: np.ndarray, flow: np.ndarray) -> np.ndarray:
-    from camflow_jax.evaluate import warp_np
-
-    return np.clip(np.rint(warp_np(image, flow)), 0, 255).astype(np.uint8)
+    return np.clip(np.rint(geometry_np.warp(image, flow)), 0, 255).astype(np.uint8)
 
 
 def _gray(img: np.ndarray) -> np.ndarray:
@@ -139,8 +122,6 @@ def _save_png(path: str, rgb: np.ndarray) -> None:
 
 def write_outputs(out_dir: str, img1: np.ndarray, img2: np.ndarray, result: dict) -> dict:
     """Writes the files listed in the module doc; returns the summary stored in homography.json."""
-    from camflow_jax.evaluate import warp_validity_np
-
     os.makedirs(out_dir, exist_ok=True)
     flow_f = np.asarray(result["flow_f"], np.float32)
     flow_b = np.asarray(result["flow_b"], np.float32)
@@ -153,7 +134,7 @@ def write_outputs(out_dir: str, img1: np.ndarray, img2: np.ndarray, result: dict
     _save_png(os.path.join(out_dir, "img1_warped.png"), warped1)
     _save_png(os.path.join(out_dir, "overlay.png"), _overlay(img1, warped2))
     _save_png(os.path.join(out_dir, "overlay_input.png"), _overlay(img1, img2))
-    valid = warp_validity_np(flow_f) > 0
+    valid = geometry_np.warp_validity(flow_f) > 0
     err = np.abs(img1.astype(np.float32) - warped2.astype(np.float32)).mean(axis=-1)
     scaled = np.clip(err / ERROR_RANGE * 255.0, 0, 255).astype(np.uint8)
     heat = cv2.cvtColor(cv2.applyColorMap(scaled, cv2.COLORMAP_JET), cv2.COLOR_BGR2RGB)
@@ -171,6 +152,7 @@ def write_outputs(out_dir: str, img1: np.ndarray, img2: np.ndarray, result: dict
         "convention": "maps image-1 pixel coordinates (x right, y down, pixel centres at integers) "
                       "to image-2 pixel coordinates",
         "method": result.get("method"),
+        "refined": bool(result.get("refined", False)),
         "image_size_hw": [int(img1.shape[0]), int(img1.shape[1])],
         "mean_flow_magnitude_px": float(mag.mean()),
         "max_flow_magnitude_px": float(mag.max()),
@@ -178,8 +160,10 @@ def write_outputs(out_dir: str, img1: np.ndarray, img2: np.ndarray, result: dict
         "mean_abs_error_input": float(np.abs(img1.astype(np.float32) - img2.astype(np.float32)).mean()),
         "valid_fraction": float(valid.mean()),
     }
+    if result.get("note"):
+        summary["note"] = result["note"]
     if result.get("fallback"):
-        summary["fallback"] = "feature matching failed; identity used"
+        summary["fallback"] = True
     if "rotated" in result:
         summary["portrait_rotated"] = bool(result["rotated"])
     text = cli_utils.strict_json(summary, indent=2)
@@ -194,15 +178,19 @@ def _num(v) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m camflow_jax.estimate",
-                                description="Estimate the camera motion between two images.")
+                                description="Estimate the camera motion between two images.",
+                                formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("img1")
     p.add_argument("img2")
     p.add_argument("-o", "--out", required=True, help="output folder")
     p.add_argument("-y", "--overwrite", action="store_true",
                    help="replace an existing result in the output folder")
     p.add_argument("--checkpoint", default=None, help="camflow_jax checkpoint (inference dir or workdir)")
-    p.add_argument("--method", default=None,
-                   help="camflow (default: --checkpoint, or the shipped model without it) or " + ", ".join(baselines.METHODS))
+    p.add_argument("--method", default="camflow",
+                   help="an estimator (default camflow: --checkpoint, or the shipped model without "
+                        "it, with test-time refinement):\n" + estimators.describe())
+    p.add_argument("--no-refine", action="store_true",
+                   help="camflow without test-time refinement (the network alone: camflow_net)")
     p.add_argument("--depth1", default=None, help="depth of image 1 (CamFlow+)")
     p.add_argument("--depth2", default=None, help="depth of image 2 (CamFlow+)")
     p.add_argument("--intrinsics", type=cli_utils.intrinsics_arg, default=None,
@@ -210,9 +198,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _make_estimator(args):
+    """The registry estimator the flags ask for (notes on stderr); ValueError for bad names."""
+    name = estimators.without_refinement(args.method) if args.no_refine else args.method
+    name, note = estimators.resolve(name)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    if not estimators.is_camflow(name):
+        for flag, given in (("--checkpoint", args.checkpoint), ("--no-refine", args.no_refine)):
+            if given:
+                print(f"note: --method {name} ignores {flag}", file=sys.stderr)
+        return estimators.get(name)
+    if args.checkpoint and ":" in name:
+        raise ValueError(f"--method {name} names a checkpoint; do not also give --checkpoint")
+    return estimators.get(name, checkpoint=args.checkpoint)  # the model loads on first use
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    method = args.method or "camflow"
     try:
         img1, img2 = read_image(args.img1), read_image(args.img2)
         h, w = img1.shape[:2]
@@ -222,21 +225,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         d2 = cli_utils.check_depth(read_depth(args.depth2), args.depth2, img2.shape[:2]) if args.depth2 else None
         if args.intrinsics is not None:
             cli_utils.check_intrinsics(args.intrinsics, h, w)
+        est = _make_estimator(args)
         cli_utils.check_output_dir(args.out, OUTPUT_FILES, args.overwrite,
-                                   inputs=[args.img1, args.img2, args.depth1, args.depth2, args.checkpoint])
-        predictor = None
-        if method == "camflow":
-            from camflow_jax.predictor import Predictor
-
-            predictor = Predictor.load(args.checkpoint)
-            print(f"model: {predictor.description}", file=sys.stderr)
-            if predictor.num_depth and d1 is None:
+                                   inputs=[args.img1, args.img2, args.depth1, args.depth2, args.checkpoint,
+                                           getattr(est, "checkpoint", None)])
+        if estimators.is_camflow(est.name):
+            print(f"model: {est.predictor.description}", file=sys.stderr)
+            if est.predictor.num_depth and d1 is None:
                 print("note: no --depth1/--depth2: the depth bases use a constant depth "
                       "(CamFlow behaviour; give depth for CamFlow+)", file=sys.stderr)
-        elif args.checkpoint:
-            print(f"note: --method {method} ignores --checkpoint", file=sys.stderr)
-        result = estimate_pair(img1, img2, method=method, predictor=predictor, depth1=d1, depth2=d2,
-                               intrinsics=args.intrinsics)
+        result = estimate_pair(img1, img2, method=est, depth1=d1, depth2=d2, intrinsics=args.intrinsics)
         check_result(result, h, w)
         with cli_utils.atomic_dir(args.out, OUTPUT_FILES) as tmp:
             summary = write_outputs(tmp, img1, img2, result)
@@ -244,11 +242,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return cli_utils.EXIT_BAD_INPUT
     H = np.asarray(summary["homography"])
-    print(f"{method}: {img1.shape[1]}x{img1.shape[0]} pair, mean |flow| "
+    refined = " (refined)" if summary["refined"] else ""
+    print(f"{summary['method']}{refined}: {img1.shape[1]}x{img1.shape[0]} pair, mean |flow| "
           f"{summary['mean_flow_magnitude_px']:.2f} px, mean |img1 - warped img2| "
           f"{_num(summary['mean_abs_error_aligned']):.2f} (input {summary['mean_abs_error_input']:.2f})")
-    if summary.get("fallback"):
-        print("warning: feature matching failed; the identity was used", file=sys.stderr)
+    if summary.get("note"):
+        print(f"{'warning' if summary.get('fallback') else 'note'}: {summary['note']}", file=sys.stderr)
     print("homography (image 1 -> image 2):\n" + np.array2string(H, precision=5, suppress_small=True))
     print(f"wrote {args.out}/ (flow_f.npy/.flo, flow_b.npy/.flo, warped images, overlay, heat map, "
           "flow colours, homography.json)")

@@ -65,7 +65,7 @@ class _FakePredictor:
     def __init__(self, flow_value=np.nan, homography=None):
         self.flow_value, self.homography = flow_value, homography
 
-    def __call__(self, img1, img2, depth1=None, depth2=None, intrinsics=None):
+    def __call__(self, img1, img2, depth1=None, depth2=None, intrinsics=None, refine=None):
         h, w = img1.shape[:2]
         flow = np.full((h, w, 2), self.flow_value, np.float32)
         H = self.homography if self.homography is not None else geometry.fit_homography(flow)
@@ -384,7 +384,7 @@ def test_stabilize_estimator_failing_everywhere_is_an_error(tmp_path, capsys):
     flat = np.full((8, 64, 96, 3), 128, np.uint8)
     src = tmp_path / "flat.avi"
     video_io.write_frames(str(src), flat, fps=24.0)
-    assert stabilize.main([str(src), "-o", str(tmp_path / "o.avi"), "--estimator=sift", "-q"]) == 2
+    assert stabilize.main([str(src), "-o", str(tmp_path / "o.avi"), "--estimator=sift_ransac", "-q"]) == 2
     assert "failed on all 7 frame pairs" in capsys.readouterr().err
     assert not (tmp_path / "o.avi").exists() and not (tmp_path / "o.json").exists()
 

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from camflow_jax import baselines, checkpoint, estimate, flowio
+from camflow_jax import checkpoint, estimate, estimators, flowio
 from camflow_jax.predictor import Predictor
 
 try:
@@ -78,13 +78,77 @@ def test_estimate_cli_classical_recovers_homography(tmp_path, h, w):
         assert im is not None and im.shape == (h, w, 3), name
 
 
+def test_estimate_cli_method_names(tmp_path, capsys):
+    """Any registry name; old names with a note; unknown names: one line, exit 2."""
+    rng = np.random.default_rng(6)
+    img1, img2, H = fx.make_pair(rng, 96, 128, jitter=4.0)
+    for name, img in (("1.png", img1), ("2.png", img2)):
+        cv2.imwrite(str(tmp_path / name), cv2.cvtColor(img, cv2.COLOR_RGB2BGR))
+    a, b = str(tmp_path / "1.png"), str(tmp_path / "2.png")
+    assert estimate.main([a, b, "--method", "ecc", "-o", str(tmp_path / "ecc")]) == 0
+    assert _interior_epe(np.load(tmp_path / "ecc" / "flow_f.npy"), fx.homography_flow(H, 96, 128)) < 0.1
+    summary = json.loads((tmp_path / "ecc" / "homography.json").read_text())
+    assert summary["method"] == "ecc" and summary["refined"] is False and "note" not in summary
+    capsys.readouterr()
+    assert estimate.main([a, b, "--method", "orb", "--no-refine", "-o", str(tmp_path / "orb")]) == 0
+    err = capsys.readouterr().err
+    assert "'orb' is now called 'orb_ransac'" in err and "ignores --no-refine" in err
+    assert json.loads((tmp_path / "orb" / "homography.json").read_text())["method"] == "orb_ransac"
+    assert estimate.main([a, b, "--method", "raft", "-o", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown estimator 'raft'; choose from identity,") and err.count("\n") == 1
+    assert estimate.main([a, b, "--method", "camflow:/nope", "--checkpoint", "/nope2",
+                          "-o", str(tmp_path / "x")]) == 2
+    assert "do not also give --checkpoint" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_estimate_cli_reports_refinement_and_fallback(tmp_path, monkeypatch, capsys):
+    """camflow asks the predictor for refinement (--no-refine: not); the summary says what ran."""
+    from camflow_jax.predictor import Predictor
+
+    class Fake:
+        description, num_depth, asked = "fake", 0, []
+
+        def __call__(self, img1, img2, depth1=None, depth2=None, intrinsics=None, refine=None):
+            self.asked.append(refine)
+            h, w = img1.shape[:2]
+            flow = np.full((h, w, 2), 1.0, np.float32)
+            out = {"flow_f": flow, "flow_b": -flow, "homography": np.array([[1, 0, 1], [0, 1, 1], [0, 0, 1.0]]),
+                   "refined": bool(refine)}
+            if refine:
+                out.update(weights_f=np.ones((h, w), np.float32), refine_info={"note": "kept the start"})
+            return out
+
+    fake = Fake()
+    monkeypatch.setattr(Predictor, "load", classmethod(lambda cls, *a, **k: fake))
+    flat = np.full((64, 96, 3), 90, np.uint8)
+    cv2.imwrite(str(tmp_path / "a.png"), flat)
+    a = str(tmp_path / "a.png")
+    assert estimate.main([a, a, "-o", str(tmp_path / "r")]) == 0
+    summary = json.loads((tmp_path / "r" / "homography.json").read_text())
+    assert fake.asked == [True] and summary["method"] == "camflow" and summary["refined"] is True
+    assert summary["note"] == "kept the start"
+    assert "camflow (refined):" in capsys.readouterr().out
+    assert estimate.main([a, a, "--no-refine", "--checkpoint", a, "-o", str(tmp_path / "n")]) == 0
+    summary = json.loads((tmp_path / "n" / "homography.json").read_text())
+    assert fake.asked == [True, False] and summary["method"] == "camflow_net" and not summary["refined"]
+    capsys.readouterr()
+    assert estimate.main([a, a, "--method", "sift_magsac", "-o", str(tmp_path / "f")]) == 0  # no texture
+    summary = json.loads((tmp_path / "f" / "homography.json").read_text())
+    assert summary["fallback"] is True and summary["note"].startswith("identity fallback:")
+    assert "warning: identity fallback: too few feature matches" in capsys.readouterr().err
+
+
 def test_estimate_cli_without_checkpoint_runs_the_shipped_model(tmp_path, capsys):
     img = np.random.default_rng(0).integers(0, 255, (64, 96, 3)).astype(np.uint8)
     cv2.imwrite(str(tmp_path / "a.png"), img)
-    assert estimate.main([str(tmp_path / "a.png"), str(tmp_path / "a.png"), "-o", str(tmp_path / "o")]) == 0
+    assert estimate.main([str(tmp_path / "a.png"), str(tmp_path / "a.png"), "--no-refine",
+                          "-o", str(tmp_path / "o")]) == 0
     err = capsys.readouterr().err
     assert "model: the shipped model" in err and "constant depth" in err  # says which model, and how
-    assert json.loads((tmp_path / "o" / "homography.json").read_text())["method"] == "camflow"
+    summary = json.loads((tmp_path / "o" / "homography.json").read_text())
+    assert summary["method"] == "camflow_net" and summary["refined"] is False
     assert estimate.main([str(tmp_path / "nope.png"), str(tmp_path / "a.png"), "--method", "dis",
                           "-o", str(tmp_path / "o")]) == 2
     assert "image not found" in capsys.readouterr().err
@@ -94,18 +158,19 @@ def test_estimate_cli_without_checkpoint_runs_the_shipped_model(tmp_path, capsys
 class _ClassicalPredictor(Predictor):
     """The Predictor's orientation handling around a classical landscape-only estimator."""
 
+    refine_config = None  # the network's answer only (no test-time refinement)
+
     def __init__(self):  # no network: only the rotation path is under test
         self.num_depth = 0
         self._warned_no_depth = False
         self.seen_shapes = []
 
-    def _predict_landscape(self, img1, img2, depth1, depth2, K):
+    def _predict_landscape(self, img1, img2, depth1, depth2, K, *_refinement):
         assert img1.shape[0] <= img1.shape[1], "the backend must only see landscape images"
         self.seen_shapes.append(img1.shape)
         h, w = img1.shape[:2]
-        flow_f, info = baselines.estimate_flow("sift_magsac", img1, img2)
-        H = info["homography"]
-        flow_b = baselines.homography_flow_np(np.linalg.inv(H), h, w)
+        m = estimators.get("sift_magsac")(img1, img2)
+        flow_f, flow_b, H = m.flow_f, m.flow_b, m.homography
         zeros = np.zeros((h, w, 1), np.float32)
         return {"flow_f": flow_f, "flow_b": flow_b, "logvar_f": zeros, "logvar_b": zeros,
                 "coeffs_f": np.zeros(1), "coeffs_b": np.zeros(1), "homography": H}
@@ -165,7 +230,8 @@ def test_predictor_random_model_landscape_portrait_depth(camflow_plus):
     img1, img2 = rng.integers(0, 256, (2, h, w, 3), dtype=np.uint8)
     depth = rng.uniform(1.0, 10.0, (h, w)).astype(np.float32)
     depth[0, :5] = np.nan  # invalid depth must not leak NaN
-    out = pred(img1, img2, depth, depth * 1.1, intrinsics=(150.0, 150.0, 80.0, 45.0))
+    # refine=False: the network's outputs (the refinement has its own tests)
+    out = pred(img1, img2, depth, depth * 1.1, intrinsics=(150.0, 150.0, 80.0, 45.0), refine=False)
     for k in ("flow_f", "flow_b"):
         assert out[k].shape == (h, w, 2) and np.all(np.isfinite(out[k]))
     assert out["logvar_f"].shape == (h, w, 1) and np.all(out["logvar_f"] >= 0)
@@ -173,7 +239,7 @@ def test_predictor_random_model_landscape_portrait_depth(camflow_plus):
     assert np.all(np.isfinite(out["homography"])) and not out["rotated"]
     # Portrait input (same pixels transposed): flows at the portrait input resolution.
     with pytest.warns(UserWarning, match="no depth"):
-        port = pred(img1.transpose(1, 0, 2), img2.transpose(1, 0, 2))
+        port = pred(img1.transpose(1, 0, 2), img2.transpose(1, 0, 2), refine=False)
     assert port["rotated"] and port["flow_f"].shape == (w, h, 2)
     assert np.all(np.isfinite(port["flow_f"])) and port["logvar_b"].shape == (w, h, 1)
     with pytest.raises(ValueError, match="same size"):
@@ -194,13 +260,13 @@ def test_estimate_cli_with_checkpoint(camflow_plus, tmp_path, monkeypatch):
     cv2.imwrite(str(tmp_path / "b.png"), np.roll(img, 2, axis=1))
     np.save(tmp_path / "d1.npy", np.full((90, 160), 3.0, np.float32))
     np.save(tmp_path / "d2.npy", np.full((90, 160), 3.0, np.float32))
-    rc = estimate.main([str(tmp_path / "a.png"), str(tmp_path / "b.png"), "--checkpoint", str(path),
+    rc = estimate.main([str(tmp_path / "a.png"), str(tmp_path / "b.png"), "--checkpoint", str(path), "--no-refine",
                         "--depth1", str(tmp_path / "d1.npy"), "--depth2", str(tmp_path / "d2.npy"),
                         "--intrinsics", "150,150,80,45", "-o", str(tmp_path / "o")])
     assert rc == 0
     assert np.load(tmp_path / "o" / "flow_f.npy").shape == (90, 160, 2)
     assert (tmp_path / "o" / "confidence_f.png").is_file()
-    assert json.loads((tmp_path / "o" / "homography.json").read_text())["method"] == "camflow"
+    assert json.loads((tmp_path / "o" / "homography.json").read_text())["method"] == "camflow_net"
 
 
 def test_evaluate_camflow_method_with_depth_files(camflow_plus, tmp_path, monkeypatch):
@@ -228,8 +294,9 @@ TRAINED = os.environ.get("CAMFLOW_TRAINED_CHECKPOINT")  # default: the shipped m
 @pytest.mark.parametrize("h,w", [(160, 288)])
 def test_estimate_cli_trained_model_recovers_homography(tmp_path, h, w):
     """Held-out synthetic RE frames warped by their own camera-motion homography label, so the
-    truth is an exact homography with in-distribution motion: the trained model's flow (via the
-    CLI, no depth given) must be far closer to it than identity is. Set
+    truth is an exact homography with in-distribution motion: the trained network's flow (via the
+    CLI, no depth given, --no-refine: the network alone) must be far closer to it than identity
+    is. Set
     CAMFLOW_TRAINED_CHECKPOINT to check another model."""
     from camflow_jax.data.synthetic import SyntheticScenes
 
@@ -242,7 +309,8 @@ def test_estimate_cli_trained_model_recovers_homography(tmp_path, h, w):
             cv2.imwrite(str(tmp_path / name), cv2.cvtColor(im, cv2.COLOR_RGB2BGR))
         out = tmp_path / f"o{i}"
         ckpt = ["--checkpoint", TRAINED] if TRAINED else []
-        assert estimate.main([str(tmp_path / "1.png"), str(tmp_path / "2.png"), *ckpt, "-o", str(out)]) == 0
+        assert estimate.main([str(tmp_path / "1.png"), str(tmp_path / "2.png"), *ckpt, "--no-refine",
+                              "-o", str(out)]) == 0
         truth = fx.homography_flow(H, h, w)
         epe = _interior_epe(np.load(out / "flow_f.npy"), truth, margin=h // 16)
         ratios.append((epe, _interior_epe(np.zeros_like(truth), truth, margin=h // 16)))
