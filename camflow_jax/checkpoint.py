@@ -22,6 +22,7 @@ writes it; :func:`read_model_config` reads it back (files of every earlier versi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -209,25 +210,41 @@ def latest_step(checkpoint_dir) -> int | None:
     return max(steps) if steps else None
 
 
+def saved_tree(path: Path, single_device: bool = False):
+    """The saved pytree of an Orbax item folder as metadata (shape and dtype per leaf), or as
+    ``jax.ShapeDtypeStruct`` leaves on this host's first device with ``single_device=True``."""
+    ocp = _ocp()
+    with _quiet_orbax(), ocp.StandardCheckpointer() as ckptr:
+        meta = ckptr.metadata(path)
+    tree = getattr(meta, "item_metadata", meta)
+    tree = getattr(tree, "tree", tree)
+    if single_device:
+        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        tree = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), tree)
+    return tree
+
+
 def _restore_raw(path: Path) -> dict:
     """Restores a saved pytree onto this host's first device, whatever mesh wrote it (a model
     trained on 8 GPUs must load on a laptop)."""
     ocp = _ocp()
-    # A training workdir's item folders (checkpoints/<step>/state) keep their step metadata one
-    # level up; orbax warns about it on every load, which is noise for estimate/stabilize users.
+    try:
+        target = saved_tree(path, single_device=True)
+        with _quiet_orbax(), ocp.StandardCheckpointer() as ckptr:
+            return ckptr.restore(path, target)
+    except Exception as e:  # orbax raises a variety of errors for damaged folders
+        raise ValueError(f"could not read the checkpoint arrays in {path}: {type(e).__name__}: {e}") from e
+
+
+@contextlib.contextmanager
+def _quiet_orbax():
+    """A training workdir's item folders (checkpoints/<step>/state) keep their step metadata one
+    level up; orbax warns about it on every read, which is noise for estimate/stabilize users."""
     absl_logger = logging.getLogger("absl")
     quiet = _DropMessage("Metadata file does not exist")
     absl_logger.addFilter(quiet)
     try:
-        with ocp.StandardCheckpointer() as ckptr:
-            meta = ckptr.metadata(path)
-            tree = getattr(meta, "item_metadata", meta)
-            tree = getattr(tree, "tree", tree)
-            device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-            target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), tree)
-            return ckptr.restore(path, target)
-    except Exception as e:  # orbax raises a variety of errors for damaged folders
-        raise ValueError(f"could not read the checkpoint arrays in {path}: {type(e).__name__}: {e}") from e
+        yield
     finally:
         absl_logger.removeFilter(quiet)
 

@@ -60,8 +60,72 @@ def cache(tmp_path_factory):
 @pytest.fixture(scope="module")
 def four_steps_one_device(tmp_path_factory, cache):
     wd = tmp_path_factory.mktemp("ref")
-    _train(wd, "--config.num_steps=4", cache=cache)
+    proc = _train(wd, "--config.num_steps=4", cache=cache)
+    (wd.parent / f"{wd.name}.stdout").write_text(proc.stdout)
     return wd
+
+
+def _stdout(workdir) -> str:
+    return (Path(workdir).parent / f"{Path(workdir).name}.stdout").read_text()
+
+
+def _tensorboard_scalars(workdir) -> dict[str, dict[int, float]]:
+    """Every scalar of the workdir's event files, read with the record framing of the TFRecord
+    format (length, crc, payload, crc) and tensorboardX's own Event protobuf."""
+    import struct
+
+    from tensorboardX.proto import event_pb2
+
+    out: dict = {}
+    files = sorted(Path(workdir).glob("events.out.tfevents.*"))
+    assert files, f"no event files in {workdir}"
+    for f in files:
+        data, pos = f.read_bytes(), 0
+        while pos < len(data):
+            (n,) = struct.unpack("<Q", data[pos:pos + 8])
+            event = event_pb2.Event.FromString(data[pos + 12:pos + 12 + n])
+            pos += 12 + n + 4
+            for v in event.summary.value:
+                out.setdefault(v.tag, {})[event.step] = v.simple_value
+    return out
+
+
+def test_metrics_go_to_jsonl_and_tensorboard(four_steps_one_device):
+    lines = _losses(four_steps_one_device)
+    scalars = _tensorboard_scalars(four_steps_one_device)
+    assert [r["step"] for r in lines] == [1, 2, 3, 4]
+    for key in ("total", "motion", "grad_norm", "param_norm", "lr", "steps_per_sec"):
+        np.testing.assert_allclose([scalars[f"train/{key}"][r["step"]] for r in lines], [r[key] for r in lines],
+                                   rtol=1e-6, err_msg=key)
+    table = json.loads((four_steps_one_device / "eval_4.json").read_text())
+    assert scalars["eval/epe/AVG/camflow"][4] == pytest.approx(table["camflow"]["AVG"]["epe"], rel=1e-6)
+
+
+def test_progress_eta_leaves_out_compilation(monkeypatch):
+    from camflow_jax import trainer
+
+    clock = iter([0.0, 100.0, 101.0, 102.0])  # construction; step 1 ends after a 100 s compile; 1 s/step
+    monkeypatch.setattr(trainer.time, "time", lambda: next(clock))
+    p = trainer.Progress(start=0, total=10, batch_size=4)
+    p.update(1)
+    assert p.eta() is None
+    terms = {"total": 1.0, "motion": 1.0, "feature": 0.0, "smooth": 0.0}
+    assert "first step 100.0s (includes compilation)" in p.line(1, terms, 1e-4)
+    p.update(2)
+    assert p.eta() == pytest.approx(8.0)  # 8 steps left at 1 step/s (step 1's rate, compile included: 800 s)
+    rates = p.update(3)
+    assert p.eta() == pytest.approx(7.0) and rates["steps_per_sec"] == pytest.approx(1.0)
+    assert "1.00 steps/s | ETA 0m07s" in p.line(3, terms, 1e-4)
+
+
+def test_end_of_run_tables_are_labelled(four_steps_one_device):
+    out = _stdout(four_steps_one_device)
+    for label in ("EPE (px), the published all-pixel form over the valid mask, step 4:",
+                  "EPE (px), the mean over valid pixels, step 4:"):
+        after = out.split(label, 1)
+        assert len(after) == 2, out[-2000:]
+        assert after[1].lstrip("\n").startswith("| method |")  # the label heads its own table
+    assert out.count("| method |") == 2
 
 
 def test_resume_cli_continues_and_matches_uninterrupted(tmp_path, cache, four_steps_one_device):
@@ -99,6 +163,32 @@ def _assert_same_run(wd, ref_wd):
             np.testing.assert_allclose(got[k], ref[k], rtol=1e-4, atol=1e-6, err_msg=k)
         else:
             np.testing.assert_allclose(got[k], ref[k], rtol=1e-3, atol=4 * 1e-4 + 1e-6, err_msg=k)
+
+
+def test_checkpoint_with_the_old_rng_entry_resumes(tmp_path, cache, four_steps_one_device):
+    """Workdirs written while the train state still had an (unused) ``rng`` entry resume."""
+    import jax
+    import orbax.checkpoint as ocp
+
+    wd = tmp_path / "legacy"
+    _train(wd, "--config.num_steps=2", cache=cache)
+    item = wd / "checkpoints" / "2" / "state"
+    with ocp.StandardCheckpointer() as ck:  # rewrite step 2's state as the old trainer saved it
+        tree = ck.restore(item)
+        assert "rng" not in tree
+        tree["rng"] = np.asarray(jax.random.key_data(jax.random.key(7)))
+        ck.save(tmp_path / "old_state", tree, force=True)
+    with ocp.StandardCheckpointer() as ck:
+        assert "rng" in ck.metadata(tmp_path / "old_state").item_metadata.tree
+    import shutil
+
+    shutil.rmtree(item)
+    shutil.copytree(tmp_path / "old_state", item)
+    out = _train(wd, "--config.num_steps=4", cache=cache).stdout
+    assert "resumed from" in out and "at step 2" in out and "unreadable" not in out
+    ref, got = _params(four_steps_one_device), _params(wd)
+    for k in ref:
+        np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
 
 def test_four_devices_match_one_device(tmp_path, cache, four_steps_one_device):
@@ -150,7 +240,8 @@ def test_unknown_config_key_is_rejected(tmp_path, cache):
 
 @pytest.mark.parametrize("flag, needle", [("--config.optim.learning_rate=nan", "learning_rate"),
                                           ("--config.loss.feature=-1", "loss.feature"),
-                                          ("--config.optim.freeze=('shallow',)", "shallow")])
+                                          ("--config.optim.freeze=('shallow',)", "shallow"),
+                                          ("--config.eval_baselines=('nope',)", "unknown estimator 'nope'")])
 def test_bad_hyperparameters_are_one_line_errors(tmp_path, cache, flag, needle):
     proc = _train(tmp_path / "w", "--config.num_steps=1", flag, cache=cache, check=False)
     _one_line_error(proc, needle)
