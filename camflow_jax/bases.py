@@ -46,6 +46,7 @@ __all__ = [
     "hybrid_bases",
     "combine",
     "least_squares_coeffs",
+    "quantile_nonneg",
 ]
 
 
@@ -175,19 +176,6 @@ def default_depth_sigmas(width: int) -> tuple[float, ...]:
     return (0.0, 2.0 * s, 8.0 * s, 32.0 * s)
 
 
-def _gaussian_blur(image: jax.Array, sigma: float) -> jax.Array:
-    """Separable Gaussian blur of ``[h, w]`` with edge replication (sigma static, pixels)."""
-    if sigma <= 0:
-        return image
-    radius = int(np.ceil(3.0 * sigma))
-    t = np.arange(-radius, radius + 1, dtype=np.float64)
-    k = np.exp(-0.5 * (t / sigma) ** 2)
-    k = jnp.asarray(k / k.sum(), jnp.float32)
-    padded = jnp.pad(image, ((radius, radius), (radius, radius)), mode="edge")
-    rows = jax.vmap(lambda r: jnp.convolve(r, k, mode="valid"))(padded)
-    return jax.vmap(lambda c: jnp.convolve(c, k, mode="valid"), in_axes=1, out_axes=1)(rows)
-
-
 def _kth_smallest_nonneg(x: jax.Array, k: jax.Array, valid: jax.Array) -> jax.Array:
     """Exact k-th smallest (0-based) of the valid entries of a non-negative 1-D array.
 
@@ -206,7 +194,7 @@ def _kth_smallest_nonneg(x: jax.Array, k: jax.Array, valid: jax.Array) -> jax.Ar
     return jax.lax.bitcast_convert_type(hi, jnp.float32)
 
 
-def _quantile_nonneg(x: jax.Array, q: float, valid: jax.Array | None = None) -> jax.Array:
+def quantile_nonneg(x: jax.Array, q: float, valid: jax.Array | None = None) -> jax.Array:
     """``np.quantile(x[valid], q)`` (linear interpolation) of non-negative values, without a sort."""
     x = jnp.ravel(x).astype(jnp.float32)
     valid = jnp.ones(x.shape, bool) if valid is None else jnp.ravel(valid)
@@ -231,7 +219,7 @@ def _clean_depth(depth: jax.Array, min_depth_ratio: float) -> jax.Array:
     so dividing by the median changes nothing but keeps 1/D representable for depth in any
     unit: at 1e38 the raw 1/D underflows float32 and the bases silently became zero."""
     valid = jnp.isfinite(depth) & (depth > 0)
-    med = _quantile_nonneg(depth, 0.5, valid)
+    med = quantile_nonneg(depth, 0.5, valid)
     med = jnp.where(jnp.any(valid) & (med > 0), med, 1.0)  # no valid depth at all: constant depth
     # Two multiplications by 1/sqrt(med): 1/med itself is subnormal (flushed to 0 by XLA) for
     # med > ~1e38, and XLA rewrites chained divisions into one.
@@ -276,11 +264,11 @@ def depth_translational_bases(depth, K, sigmas: Sequence[float] | None = None, *
     out = []
     radius = jnp.sqrt((g[..., 0] - cx) ** 2 + (g[..., 1] - cy) ** 2)
     for sigma in sigmas:
-        inv = 1.0 / _gaussian_blur(d0, float(sigma))
+        inv = 1.0 / geometry.gaussian_blur(d0, float(sigma))
         zero = jnp.zeros_like(inv)
         # |f^x| = |fx| inv and |f^y| = |fy| inv share one percentile (it commutes with scaling).
-        p_inv = _quantile_nonneg(inv, percentile / 100.0)
-        p_z = _quantile_nonneg(radius * inv, percentile / 100.0)
+        p_inv = quantile_nonneg(inv, percentile / 100.0)
+        p_z = quantile_nonneg(radius * inv, percentile / 100.0)
         fields = [
             (jnp.stack([fx * inv, zero], axis=-1), jnp.abs(fx) * p_inv),
             (jnp.stack([zero, fy * inv], axis=-1), jnp.abs(fy) * p_inv),

@@ -37,11 +37,13 @@ import os
 import warnings
 from typing import Any, Mapping
 
+import cv2
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from camflow_jax import geometry
+from camflow_jax import geometry, geometry_np
+from camflow_jax import refine as refine_lib
 from camflow_jax.models.camflow import DEPTH_GROUP
 
 __all__ = ["Predictor", "rotate_to_landscape", "flow_from_rotated", "homography_from_rotated"]
@@ -160,7 +162,7 @@ class Predictor:
     """
 
     def __init__(self, model, variables, static_bases, model_config: Mapping[str, Any] | None = None,
-                 *, channel_order: str = "rgb"):
+                 *, channel_order: str = "rgb", refine: "bool | refine_lib.RefineConfig" = True):
         if hasattr(model_config, "to_dict"):  # ml_collections.ConfigDict
             model_config = model_config.to_dict()
         cfg = dict(model_config or {})
@@ -200,6 +202,9 @@ class Predictor:
         self.depth_sigmas = sigmas
         self.variables = jax.device_put(variables)
         self._forward = jax.jit(self._forward_impl)
+        self._refine = jax.jit(self._refine_impl, static_argnames=("cfg",))
+        self.refine_config = self._refine_setting(refine, refine_lib.RefineConfig())
+        self._static_cache = {}
         self._warned_no_depth = False
         self.description = "CamFlow+" if self.num_depth else "CamFlow"  # set by the loaders
 
@@ -270,7 +275,89 @@ class Predictor:
         }
         return res
 
-    def _predict_landscape(self, img1, img2, depth1, depth2, K):
+    @staticmethod
+    def _refine_setting(value, default):
+        """A RefineConfig (refine) or None (network alone) from True (``default``) / False / a
+        config."""
+        if isinstance(value, refine_lib.RefineConfig):
+            return value
+        if isinstance(value, (bool, np.bool_)):
+            return default if value else None
+        raise ValueError(f"refine must be True, False or a camflow_jax.refine.RefineConfig, got {value!r}")
+
+    def _static_refine_bases(self, size):
+        """The network's static bases at the refinement's working ``size`` as components
+        (u, v) ``[N, h, w]``, resized as its output flow is (align-corners, values scaled), so
+        their coefficients mean what the network's do. Cached per size (a video or a benchmark
+        of equal frames computes them once)."""
+        if size not in self._static_cache:
+            h, w = size
+            sh, sw = self.static_bases.shape[1:3]
+            sb = self.static_bases
+            u = geometry.resize_bilinear_align_corners(sb[..., :1], h, w)[..., 0] * (w / sw)
+            v = geometry.resize_bilinear_align_corners(sb[..., 1:], h, w)[..., 0] * (h / sh)
+            self._static_cache.clear()  # one size at a time: bounded memory
+            self._static_cache[size] = (u, v)
+        return self._static_cache[size]
+
+    def _refine_bases(self, static_uv, depth, K):
+        """The refinement's basis set at the working size, as components (u, v) ``[N, h, w]``:
+        the static part, then depth bases built at the working size from the depth map (sharper
+        than resized network-size ones), scaled to the network grid's pixel units so their
+        coefficients compare with the network's."""
+        from camflow_jax import bases as bases_mod
+
+        u, v = static_uv
+        if not self.num_depth:
+            return u, v
+        h, w = depth.shape
+        sigmas = tuple(float(s) * w / self.width for s in self.depth_sigmas)
+        dep = bases_mod.depth_translational_bases(depth, K, sigmas)
+        return (jnp.concatenate([u, dep[..., 0] * (w / self.width)]),
+                jnp.concatenate([v, dep[..., 1] * (h / self.height)]))
+
+    def _refine_impl(self, static_uv, g1, g2, depth1, depth2, K, coeffs_f, coeffs_b, hflow_f, hflow_b, *, cfg):
+        """Refines both directions on grey images at the working size (jitted once per size).
+        ``depth1``/``depth2``/``K`` and the homography flows are given at that size too."""
+        h, w = g1.shape
+        bases_f = self._refine_bases(static_uv, depth1, K)
+        bases_b = self._refine_bases(static_uv, depth2, K)
+        coarse = refine_lib.pyramid_sizes(h, w, cfg.levels)[-1]
+
+        def starts(coeffs, bases, hflow):
+            out = []
+            for name in cfg.starts:
+                if name == "network":
+                    out.append(coeffs)
+                elif name == "zero":
+                    out.append(jnp.zeros_like(coeffs))
+                else:  # "homography": a feature homography's flow, projected on the bases
+                    out.append(refine_lib.project_flow(hflow, jnp.stack(bases, axis=-1), coarse))
+            return jnp.stack(out)
+
+        res = refine_lib.refine_pair(g1, g2, bases_f, bases_b, starts(coeffs_f, bases_f, hflow_f),
+                                     starts(coeffs_b, bases_b, hflow_b), cfg)
+        res["homography"] = geometry.fit_homography(res["flow"][0])
+        return res
+
+    def _feature_start(self, img1, img2):
+        """Flows of a SIFT + MAGSAC homography (forward, backward), or zeros when it fails."""
+        from camflow_jax import baselines
+
+        H0, W0 = img1.shape[:2]
+        Hm = baselines.feature_homography(img1, img2, "sift", "magsac")
+        if Hm is None:
+            z = np.zeros((H0, W0, 2), np.float32)
+            return z, z
+        return geometry_np.homography_flow(Hm, H0, W0), geometry_np.homography_flow(np.linalg.inv(Hm), H0, W0)
+
+    def working_size(self, h: int, w: int, cfg: "refine_lib.RefineConfig") -> tuple[int, int]:
+        """The refinement's resolution for an ``h x w`` (landscape) input: the input itself, or
+        shrunk so its longer side is ``cfg.max_size``."""
+        s = min(1.0, cfg.max_size / max(h, w))
+        return max(8, round(h * s)), max(8, round(w * s))
+
+    def _predict_landscape(self, img1, img2, depth1, depth2, K, cfg=None):
         """Network outputs for a landscape pair at its own resolution (numpy dict)."""
         H0, W0 = img1.shape[:2]
         if self.num_depth:
@@ -285,8 +372,69 @@ class Predictor:
         out = self._forward(self.variables, self.static_bases,
                             jnp.asarray(img1, jnp.float32), jnp.asarray(img2, jnp.float32),
                             jnp.asarray(depth1), jnp.asarray(depth2), jnp.asarray(K), jnp.asarray(K))
-        out = jax.device_get(out)
-        return {k: np.asarray(v) for k, v in out.items()}
+        out = {k: np.asarray(v) for k, v in jax.device_get(out).items()}
+        if cfg is None:
+            return out
+        out.update(self._refine_landscape(img1, img2, depth1, depth2, K, out, cfg))
+        return out
+
+    def _refine_landscape(self, img1, img2, depth1, depth2, K, out, cfg) -> dict:
+        """The refined results for a landscape pair (numpy), the network's kept as ``net_*``.
+
+        Host work around the jitted refinement (cv2, cheap): grey images and depth resized to
+        the working size (area / bilinear, half-pixel centres), intrinsics likewise, and the
+        refined flows and weights resized back."""
+        H0, W0 = img1.shape[:2]
+        h, w = size = self.working_size(H0, W0, cfg)
+
+        def down(x, interp=cv2.INTER_AREA):
+            x = np.asarray(x, np.float32)
+            return x if (h, w) == (H0, W0) else cv2.resize(x, (w, h), interpolation=interp)
+
+        g1, g2 = down(np.asarray(img1, np.float32).mean(-1)), down(np.asarray(img2, np.float32).mean(-1))
+        if self.num_depth:
+            d1, d2 = down(depth1, cv2.INTER_LINEAR), down(depth2, cv2.INTER_LINEAR)
+            Kw = np.asarray(geometry.resize_intrinsics(K, (H0, W0), size), np.float32)
+        else:
+            d1 = d2 = np.zeros((1, 1), np.float32)
+            Kw = np.zeros(4, np.float32)
+        if "homography" in cfg.starts:
+            hf, hb = self._feature_start(img1, img2)
+            hf, hb = (geometry_np.resize_flow(f, h, w) for f in (hf, hb))
+        else:
+            hf = hb = np.zeros((1, 1, 2), np.float32)
+        res = self._refine(self._static_refine_bases(size), g1, g2, d1, d2, Kw,
+                           out["coeffs_f"], out["coeffs_b"], hf, hb, cfg=cfg)
+        res = {k: np.asarray(v) for k, v in jax.device_get(res).items()}
+        new = {"net_" + k: out[k] for k in ("flow_f", "flow_b", "homography", "coeffs_f", "coeffs_b")}
+        flows, wts = res["flow"], res["weights"]
+        Hw = np.asarray(res["homography"], np.float64)
+        if (h, w) != (H0, W0):
+            flows = [geometry_np.resize_flow(f, H0, W0) for f in flows]
+            wts = [cv2.resize(m, (W0, H0), interpolation=cv2.INTER_LINEAR) for m in wts]
+            # working pixel x_w sits at x = (x_w + 0.5) s - 0.5 on the input grid (half-pixel)
+            sx, sy = W0 / w, H0 / h
+            A = np.array([[sx, 0, 0.5 * sx - 0.5], [0, sy, 0.5 * sy - 0.5], [0, 0, 1.0]])
+            Hw = A @ Hw @ np.linalg.inv(A)
+        new["flow_f"], new["flow_b"] = np.asarray(flows[0], np.float32), np.asarray(flows[1], np.float32)
+        new["weights_f"], new["weights_b"] = np.asarray(wts[0], np.float32), np.asarray(wts[1], np.float32)
+        new["coeffs_f"], new["coeffs_b"] = res["coeffs"][0], res["coeffs"][1]
+        new["homography"] = Hw / Hw[2, 2]
+        improved = [bool(v) for v in res["improved"]]
+        note = ("" if all(improved) else "refinement could not lower the photometric cost of the "
+                "network's estimate (" + ", ".join(d for d, ok in zip(("forward", "backward"), improved) if not ok)
+                + "); the network's estimate is kept there")
+        new["refine_info"] = {
+            "cost_before": [float(v) for v in res["cost_before"]],
+            "cost_after": [float(v) for v in res["cost_after"]],
+            "improved": improved,
+            "iterations": [[int(i) for i in it] for it in res["iterations"]],
+            "start": [cfg.starts[int(i)] for i in res["start"]],
+            "working_size_hw": [h, w],
+            "note": note,
+        }
+        return new
+        return out
 
     # --------------------------------------------------------------------------- public call
     def __call__(self, img1, img2, depth1=None, depth2=None, intrinsics=None, refine=None) -> dict:
@@ -298,11 +446,20 @@ class Predictor:
           depth1, depth2: optional depth maps ``[H0, W0]`` aligned with each image (CamFlow+).
           intrinsics: (fx, fy, cx, cy) of the input images in pixels (default for a depth
             model without them: f = max(H0, W0), principal point at the centre).
+          refine: None (the predictor's setting, refinement on by default), True, False (the
+            network alone) or a :class:`camflow_jax.refine.RefineConfig`.
         Returns:
           numpy dict: flow_f, flow_b ``[H0, W0, 2]``; logvar_f, logvar_b ``[H0, W0, 1]``
           (log-variance s >= 0, confidence exp(-s)); homography ``[3, 3]`` (fit on flow_f);
-          coeffs_f, coeffs_b ``[N]`` (``coeffs`` = coeffs_f); rotated (portrait handled).
+          coeffs_f, coeffs_b ``[N]`` (``coeffs`` = coeffs_f); rotated (portrait handled);
+          refined (bool). When refined, flow_f, flow_b, homography and coeffs are the refined
+          ones, the network's are kept as net_flow_f, net_flow_b, net_homography,
+          net_coeffs_f, net_coeffs_b, and weights_f, weights_b ``[H0, W0, 1]`` hold the robust
+          weights (an inlier map: low on moving objects and occlusions) and refine_info the
+          costs before and after, iterations, the winning start and a note.
         """
+        cfg = self.refine_config if refine is None else self._refine_setting(
+            refine, self.refine_config or refine_lib.RefineConfig())
         a = _check_image(img1, "img1")
         b = _check_image(img2, "img2")
         if a.shape != b.shape:
@@ -327,16 +484,20 @@ class Predictor:
                 d1, d2 = rotate_to_landscape(d1), rotate_to_landscape(d2)
             if K is not None:
                 K = _rotate_intrinsics(K, W0)
-        out = self._predict_landscape(a, b, d1, d2, K)
+        out = self._predict_landscape(a, b, d1, d2, K, cfg)
+        flows = [k for k in ("flow_f", "flow_b", "net_flow_f", "net_flow_b") if k in out]
+        maps = [k for k in ("logvar_f", "logvar_b", "weights_f", "weights_b") if k in out]
+        homs = [k for k in ("homography", "net_homography") if k in out]
         if portrait:
-            out["flow_f"] = flow_from_rotated(out["flow_f"])
-            out["flow_b"] = flow_from_rotated(out["flow_b"])
-            out["logvar_f"] = np.ascontiguousarray(np.rot90(out["logvar_f"], k=-1, axes=(0, 1)))
-            out["logvar_b"] = np.ascontiguousarray(np.rot90(out["logvar_b"], k=-1, axes=(0, 1)))
-            out["homography"] = homography_from_rotated(out["homography"], W0)
-        out["homography"] = np.asarray(out["homography"], np.float64)
-        out["homography"] = out["homography"] / out["homography"][2, 2]
+            for k in flows:
+                out[k] = flow_from_rotated(out[k])
+            for k in maps:
+                out[k] = np.ascontiguousarray(np.rot90(out[k], k=-1, axes=(0, 1)))
+            for k in homs:
+                out[k] = homography_from_rotated(out[k], W0)
+        for k in homs:
+            out[k] = np.asarray(out[k], np.float64) / np.asarray(out[k], np.float64)[2, 2]
         out["coeffs"] = out["coeffs_f"]
         out["rotated"] = portrait
-        out["refined"] = False  # placeholder until the refinement lands (refine= is accepted)
+        out["refined"] = cfg is not None
         return out

@@ -1,0 +1,441 @@
+r"""Photometric refinement of a motion in the span of its bases (test time).
+
+CamFlow's motion is linear in its coefficients, ``F(x; w) = sum_k w_k b_k(x)``, so aligning the
+pair directly over ``w`` is a small nonlinear least-squares problem with N unknowns (N = 24 or
+36), started from the network's estimate:
+
+    minimise over w   sum_x rho( r(x; w) ),   r(x; w) = phi(I_2)(x + F(x; w)) - phi(I_1)(x)
+
+* ``phi``: locally normalised intensity (the grey image minus its Gaussian-weighted local mean,
+  divided by the local standard deviation): invariant to a gain and a bias, and to slowly varying
+  ones (fog, exposure), while keeping the texture (docs/refinement.md says why it beat the
+  alternatives we measured: raw grey and gradients).
+* ``rho``: the Cauchy penalty ``c^2/2 log(1 + (r/c)^2)`` with ``c = 2.385 sigma`` and sigma a
+  robust scale (1.4826 x the median absolute residual) fixed per pyramid level: IRLS weights
+  ``1 / (1 + (r/c)^2)`` turn moving objects, occlusions and weather particles into outliers.
+* Levenberg–Marquardt steps: ``J_k(x) = grad phi(I_2)(x + F) . b_k(x)``,
+  ``(J^T W J + lambda diag(J^T W J)) dw = -J^T W r``, an N x N solve per iteration; a step is
+  kept only when it lowers the robust cost (else lambda grows), so the cost never increases.
+* Pixels whose sample leaves image 2 get zero weight, and count in the cost as a fixed penalty
+  (so pushing pixels out of the frame is not free).
+* Coarse to fine: the images and the bases are resampled per level (half-pixel centres, a flow in
+  pixels scales with the level); a level may use every k-th pixel only (``strides``: the bases
+  stay exact at the sampled pixels, so the fixed point does too).
+* Several starts may be given (e.g. the network's coefficients, zero motion, a feature
+  homography projected on the bases); each runs coarse to fine and the lowest final cost wins.
+* Convergence: a level stops when the largest flow change of an accepted step is below ``tol``
+  pixels, when lambda has grown past any useful step, or after its iteration budget.
+
+Everything here is pure ``jax.numpy`` with static shapes: jit it once per image size, ``vmap``
+it over pairs; :func:`refine_pair` refines both directions of a pair in one call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+
+from camflow_jax import bases as bases_lib
+from camflow_jax import geometry
+
+__all__ = ["RefineConfig", "gray", "local_normalize", "image_gradients", "pyramid_sizes",
+           "downsample2", "resample_bases", "residual", "jacobian", "refine_motion", "refine_pair",
+           "project_flow", "CAUCHY_C"]
+
+#: Cauchy width in units of the robust sigma (95 % efficiency on Gaussian noise).
+CAUCHY_C = 2.3849
+#: Out-of-frame pixels cost as much as a residual of this many Cauchy widths.
+OUT_OF_FRAME_WIDTHS = 3.0
+
+
+@dataclasses.dataclass(frozen=True)
+class RefineConfig:
+    """Settings of :func:`refine_motion` (hashable: a static argument of ``jax.jit``).
+
+    levels: pyramid levels (the finest is the working resolution).
+    iterations: LM iterations per level, coarsest first (at most; a level stops on convergence).
+    strides: per level (coarsest first), use every k-th pixel in x and y (the bases stay exact
+      at the sampled pixels, so a stride thins the data without biasing the fixed point).
+    max_size: images whose longer side exceeds it are refined at this size (the caller resizes).
+    local_sigma: Gaussian window (pixels of each level) of the local normalisation.
+    presmooth: Gaussian blur (pixels of each level) before normalising (noise, aliasing).
+    epsilon: floor of the local standard deviation, in grey levels (0..255): flat regions stay
+      flat instead of amplifying noise.
+    sigma_min: floor of the robust scale (normalised units).
+    damping: initial LM lambda.
+    tol: convergence threshold (pixels of the level) on the flow change of an accepted step.
+    active: per level (coarsest first), how many leading bases are refined there (0 = all): e.g.
+      only the 12 homography bases at the coarsest level, where the image holds too little
+      detail to pin down 36 coefficients and a full step overfits into a wrong basin.
+    starts: which candidate starts to try ("network", "zero", "homography": a feature
+      homography when the caller can compute one); the first is the reference for
+      ``cost_before``.
+    """
+
+    levels: int = 3
+    iterations: tuple[int, ...] = (20, 10, 6)
+    strides: tuple[int, ...] = (1, 2, 4)
+    max_size: int = 288
+    local_sigma: float = 4.0
+    presmooth: float = 1.0
+    epsilon: float = 2.0
+    sigma_min: float = 0.02
+    damping: float = 1e-3
+    tol: float = 0.005
+    active: tuple[int, ...] = (12, 0, 0)
+    starts: tuple[str, ...] = ("network",)
+
+    def __post_init__(self):
+        if self.levels < 1:
+            raise ValueError(f"refinement needs at least one level, got {self.levels}")
+        if len(self.iterations) != self.levels or any(int(i) < 0 for i in self.iterations):
+            raise ValueError(f"iterations must give {self.levels} non-negative counts (coarsest "
+                             f"first), got {self.iterations}")
+        if len(self.strides) != self.levels or any(int(k) < 1 for k in self.strides):
+            raise ValueError(f"strides must give {self.levels} positive steps (coarsest first), got {self.strides}")
+        if len(self.active) != self.levels or any(int(k) < 0 for k in self.active):
+            raise ValueError(f"active must give {self.levels} counts >= 0 (coarsest first), got {self.active}")
+        if self.max_size < 16:
+            raise ValueError(f"max_size must be >= 16, got {self.max_size}")
+        for name in ("local_sigma", "epsilon", "sigma_min", "damping", "tol"):
+            v = getattr(self, name)
+            if not (v == v and 0 < v < float("inf")):
+                raise ValueError(f"refinement setting {name} must be a positive number, got {v}")
+        if not (self.presmooth == self.presmooth and 0 <= self.presmooth < float("inf")):
+            raise ValueError(f"presmooth must be >= 0, got {self.presmooth}")
+        known = {"network", "zero", "homography"}
+        if not self.starts or any(s not in known for s in self.starts) or len(set(self.starts)) != len(self.starts):
+            raise ValueError(f"starts must be distinct names from {sorted(known)}, got {self.starts}")
+        object.__setattr__(self, "iterations", tuple(int(i) for i in self.iterations))
+        object.__setattr__(self, "strides", tuple(int(i) for i in self.strides))
+        object.__setattr__(self, "active", tuple(int(i) for i in self.active))
+        object.__setattr__(self, "starts", tuple(self.starts))
+
+    def replace(self, **changes) -> "RefineConfig":
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ValueError(f"unknown refinement setting(s) {sorted(unknown)}; valid: "
+                             f"{[f.name for f in dataclasses.fields(self)]}")
+        return dataclasses.replace(self, **changes)
+
+
+# ----------------------------------------------------------------------------- image features
+def gray(image: jax.Array) -> jax.Array:
+    """``[H, W]`` float32 grey (mean over channels) of ``[H, W]``, ``[H, W, 1]`` or ``[H, W, 3]``."""
+    x = jnp.asarray(image, jnp.float32)
+    return x.mean(axis=-1) if x.ndim == 3 else x
+
+
+def local_normalize(g: jax.Array, sigma: float = 4.0, epsilon: float = 2.0, presmooth: float = 1.0) -> jax.Array:
+    """Locally normalised intensity ``(I - G*I) / sqrt(G*(I - G*I)^2 + eps^2)`` of a grey ``[H, W]``.
+
+    A gain a and bias b (``a I + b``, a > 0) leave it unchanged up to the ``epsilon`` floor
+    (relative to a); so do gain and bias fields that vary slowly across the ``sigma`` window.
+    """
+    g = geometry.gaussian_blur(jnp.asarray(g, jnp.float32), presmooth)
+    d = g - geometry.gaussian_blur(g, sigma)
+    return d / jnp.sqrt(geometry.gaussian_blur(d * d, sigma) + epsilon ** 2)
+
+
+def image_gradients(phi: jax.Array) -> jax.Array:
+    """``[H, W, 2]`` (d/dx, d/dy) by central differences (one-sided at the borders)."""
+    gx = jnp.gradient(phi, axis=1)
+    gy = jnp.gradient(phi, axis=0)
+    return jnp.stack([gx, gy], axis=-1)
+
+
+# ----------------------------------------------------------------------------- pyramid
+def pyramid_sizes(h: int, w: int, levels: int) -> list[tuple[int, int]]:
+    """Level sizes, finest first: each is ``ceil(previous / 2)``."""
+    sizes = [(h, w)]
+    for _ in range(levels - 1):
+        h, w = (h + 1) // 2, (w + 1) // 2
+        sizes.append((h, w))
+    return sizes
+
+
+def downsample2(x: jax.Array) -> jax.Array:
+    """Halves ``[..., H, W, C]`` by 2x2 averaging (the last row / column is repeated when odd).
+
+    Pixel x of the result sits at 2x + 0.5 on the input grid (half-pixel centres), so a flow
+    field downsampled this way and divided by 2 is the same motion in pixels of the new grid.
+    """
+    h, w = x.shape[-3], x.shape[-2]
+    if h % 2 or w % 2:
+        pad = [(0, 0)] * (x.ndim - 3) + [(0, h % 2), (0, w % 2), (0, 0)]
+        x = jnp.pad(x, pad, mode="edge")
+    return 0.25 * (x[..., 0::2, 0::2, :] + x[..., 1::2, 0::2, :] + x[..., 0::2, 1::2, :] + x[..., 1::2, 1::2, :])
+
+
+def _half(x: jax.Array) -> jax.Array:
+    """:func:`downsample2` of ``[..., H, W]`` (no channel axis)."""
+    h, w = x.shape[-2], x.shape[-1]
+    if h % 2 or w % 2:
+        x = jnp.pad(x, [(0, 0)] * (x.ndim - 2) + [(0, h % 2), (0, w % 2)], mode="edge")
+    return 0.25 * (x[..., 0::2, 0::2] + x[..., 1::2, 0::2] + x[..., 0::2, 1::2] + x[..., 1::2, 1::2])
+
+
+def resample_bases(bases: jax.Array, h: int, w: int) -> jax.Array:
+    """Bases (or flows) ``[N, H, W, 2]`` resampled to ``h x w`` (half-pixel centres) with u
+    scaled by w/W and v by h/H: the same motions in pixels of the new grid. Linear, so
+    coefficients keep their meaning. Sizes of :func:`pyramid_sizes` are reached by repeated
+    :func:`downsample2` (2x2 averaging, exact and cheap); other sizes by bilinear resampling."""
+    n, H, W, _ = bases.shape
+    while (H, W) != (h, w) and ((H + 1) // 2, (W + 1) // 2) >= (h, w) and h <= (H + 1) // 2 and w <= (W + 1) // 2:
+        bases = downsample2(bases) * 0.5
+        n, H, W, _ = bases.shape
+    if (h, w) == (H, W):
+        return bases
+    out = jax.image.resize(bases, (n, h, w, 2), method="linear", antialias=False)
+    return out * jnp.array([w / W, h / H], out.dtype)
+
+
+def _resize_gray(g: jax.Array, h: int, w: int) -> jax.Array:
+    while g.shape != (h, w) and h <= (g.shape[0] + 1) // 2 and w <= (g.shape[1] + 1) // 2:
+        g = downsample2(g[..., None])[..., 0]
+    if g.shape == (h, w):
+        return g
+    return jax.image.resize(g, (h, w), method="linear", antialias=False)
+
+
+# ----------------------------------------------------------------------------- residual, Jacobian
+def _robust(r, inside, sigma):
+    """(Cauchy cost per pixel, IRLS weight per pixel) with out-of-frame pixels at a fixed cost."""
+    c = CAUCHY_C * sigma
+    z = (r / c) ** 2
+    rho = 0.5 * c ** 2 * jnp.log1p(z)
+    rho_out = 0.5 * c ** 2 * jnp.log1p(OUT_OF_FRAME_WIDTHS ** 2)
+    return jnp.where(inside, rho, rho_out), jnp.where(inside, 1.0 / (1.0 + z), 0.0)
+
+
+def residual(phi1_pts, phi2_stack, grid_pts, bu, bv, coeffs):
+    """Residual at a set of P pixels.
+
+    Args:
+      phi1_pts: ``[P]`` phi(I_1) at the pixels. phi2_stack: ``[H, W, 3]`` = (phi(I_2), d/dx, d/dy).
+      grid_pts: ``[2, P]`` pixel coordinates (x; y) of the pixels.
+      bu, bv: ``[N, P]`` the bases' u and v at the pixels. coeffs: ``[N]``.
+    Returns:
+      ``(r [P], grad [P, 2], inside [P] bool)``: r = phi2(x + F) - phi1(x), the gradient of
+      phi2 sampled at x + F, and whether x + F lies inside image 2
+      (:func:`camflow_jax.geometry.in_frame`, the library's one validity rule).
+    """
+    x = grid_pts[0] + coeffs @ bu
+    y = grid_pts[1] + coeffs @ bv
+    h, w = phi2_stack.shape[:2]
+    s = geometry.sample_bilinear(phi2_stack, x, y, mode="edge")
+    return s[:, 0] - phi1_pts, s[:, 1:], geometry.in_frame(x, y, h, w)
+
+
+def jacobian(grad, bu, bv):
+    """``[N, P]`` (transposed) dr/dw_k = grad phi2(x + F) . b_k(x)."""
+    return grad[None, :, 0] * bu + grad[None, :, 1] * bv
+
+
+# ----------------------------------------------------------------------------- one level
+def _level_images(g1, g2, cfg: RefineConfig):
+    """(phi1 ``[h, w]``, (phi2, d/dx, d/dy) stacked ``[h, w, 3]``) of one level's grey images."""
+    phi1 = local_normalize(g1, cfg.local_sigma, cfg.epsilon, cfg.presmooth)
+    phi2 = local_normalize(g2, cfg.local_sigma, cfg.epsilon, cfg.presmooth)
+    return phi1, jnp.concatenate([phi2[..., None], image_gradients(phi2)], axis=-1)
+
+
+def _level_data(phi1, stack2, bu, bv, stride: int):
+    """The arrays a level's iterations read, at every ``stride``-th pixel: phi1 there, the
+    (phi2, grad phi2) stack, the pixels' coordinates ``[2, P]`` and the bases' u and v there
+    ``[N, P]``."""
+    h, w = phi1.shape
+    ys, xs = jnp.meshgrid(jnp.arange(0, h, stride, dtype=jnp.float32),
+                          jnp.arange(0, w, stride, dtype=jnp.float32), indexing="ij")
+    n = bu.shape[0]
+    sl = (slice(None), slice(None, None, stride), slice(None, None, stride))
+    return (phi1[sl[1:]].reshape(-1), stack2, jnp.stack([xs.reshape(-1), ys.reshape(-1)]),
+            bu[sl].reshape(n, -1), bv[sl].reshape(n, -1))
+
+
+def _robust_sigma(r, inside, cfg):
+    step = max(1, r.shape[0] // 8192)  # the median of ~8k samples is plenty for a scale
+    ok = inside[::step] & jnp.isfinite(r[::step])
+    mad = bases_lib.quantile_nonneg(jnp.where(ok, jnp.abs(r[::step]), 0.0), 0.5, ok)
+    mad = jnp.where(jnp.any(ok) & jnp.isfinite(mad), mad, 1.0 / 1.4826)
+    return jnp.maximum(1.4826 * mad, cfg.sigma_min)
+
+
+def _evaluate(data, coeffs, sigma):
+    """(mean robust cost, J^T W J, J^T W r) at ``coeffs`` (means over the level's pixels)."""
+    r, grad, inside = residual(*data, coeffs)
+    rho, wts = _robust(r, inside, sigma)
+    Jt = jacobian(grad, data[3], data[4])
+    Jw = Jt * wts[None, :]
+    p = r.shape[0]
+    return rho.sum() / p, jnp.einsum("np,mp->nm", Jw, Jt) / p, Jw @ r / p
+
+
+def _solve(A, g, lam, mask):
+    """LM step; coefficients with ``mask`` 0 stay where they are."""
+    n = A.shape[0]
+    A = A * mask[:, None] * mask[None, :] + jnp.diag(1.0 - mask)
+    g = g * mask
+    d = jnp.diag(A)
+    reg = A + lam * jnp.diag(d) + (1e-9 * jnp.trace(A) / n + 1e-12) * jnp.eye(n, dtype=A.dtype)
+    return -jnp.linalg.solve(reg, g)
+
+
+def _level(data, coeffs0, sigma, max_iters: int, cfg: RefineConfig, bmax, mask):
+    """LM iterations at one level from ``coeffs0`` with a fixed robust scale ``sigma``.
+    Returns (coeffs, cost, iterations)."""
+    cost0, A0, g0 = _evaluate(data, coeffs0, sigma)
+
+    def cond(s):
+        return (s["it"] < max_iters) & ~s["done"]
+
+    def body(s):
+        delta = _solve(s["A"], s["g"], s["lam"], mask)
+        delta = jnp.where(jnp.all(jnp.isfinite(delta)), delta, 0.0)
+        cand = s["w"] + delta
+        cost, A, g = _evaluate(data, cand, sigma)
+        ok = jnp.isfinite(cost) & (cost < s["cost"])
+        change = jnp.sum(jnp.abs(delta) * bmax)
+        new = {
+            "w": jnp.where(ok, cand, s["w"]),
+            "cost": jnp.where(ok, cost, s["cost"]),
+            "A": jnp.where(ok, A, s["A"]),
+            "g": jnp.where(ok, g, s["g"]),
+            "lam": jnp.where(ok, jnp.maximum(s["lam"] / 3.0, 1e-7), s["lam"] * 4.0),
+            "it": s["it"] + 1,
+        }
+        new["done"] = (ok & (change < cfg.tol)) | (new["lam"] > 1e6)
+        return new
+
+    state = {"w": coeffs0, "cost": cost0, "A": A0, "g": g0,
+             "lam": jnp.asarray(cfg.damping, jnp.float32), "it": jnp.int32(0),
+             "done": jnp.asarray(max_iters == 0)}
+    state = jax.lax.while_loop(cond, body, state)
+    return state["w"], state["cost"], state["it"]
+
+
+# ----------------------------------------------------------------------------- public API
+def project_flow(flow: jax.Array, bases: jax.Array, size: tuple[int, int] | None = None) -> jax.Array:
+    """Least-squares coefficients ``[N]`` of ``flow`` ``[H, W, 2]`` in the span of ``bases``
+    ``[N, H, W, 2]`` (both resampled to ``size`` first, e.g. a coarse level, to save time).
+    Non-finite flow values are ignored."""
+    flow = jnp.asarray(flow, jnp.float32)
+    if size is not None and tuple(size) != tuple(flow.shape[:2]):
+        flow = resample_bases(flow[None], *size)[0]
+        bases = resample_bases(bases, *size)
+    n = bases.shape[0]
+    ok = jnp.all(jnp.isfinite(flow), axis=-1)
+    A = bases.reshape(n, -1).T
+    m = jnp.repeat(ok.reshape(-1), 2).astype(jnp.float32)
+    b = jnp.where(jnp.isfinite(flow), flow, 0.0).reshape(-1)
+    AtA = (A * m[:, None]).T @ A
+    Atb = (A * m[:, None]).T @ b
+    AtA = AtA + (1e-9 * jnp.trace(AtA) / n + 1e-12) * jnp.eye(n)
+    return jnp.linalg.solve(AtA, Atb)
+
+
+def refine_motion(img1, img2, bases, starts, cfg: RefineConfig = RefineConfig()) -> dict:
+    """Refines the motion image 1 -> image 2 in the span of ``bases``.
+
+    Args:
+      img1, img2: ``[H, W]`` or ``[H, W, C]`` (any intensity scale; grey levels 0..255 for the
+        default ``epsilon``).
+      bases: ``[N, H, W, 2]`` on image 1's grid (pixels of that grid), or its components
+        ``(u [N, H, W], v [N, H, W])`` (saves a copy); the refined flow is ``sum_k coeffs_k bases_k``.
+      starts: ``[S, N]`` candidate start coefficients; ``starts[0]`` is the reference (the
+        network's), returned unchanged when refinement cannot lower its cost.
+      cfg: :class:`RefineConfig` (static).
+    Returns:
+      dict: ``coeffs [N]``, ``flow [H, W, 2]``, ``weights [H, W]`` (final IRLS weights at the
+      working resolution, 0 outside the frame: an inlier map), ``cost_before`` (start 0) and
+      ``cost_after`` (robust cost at the finest level, full grid, same scale), ``iterations``
+      ``[levels]`` (coarsest first), ``start`` (index of the start that won), ``improved`` (bool:
+      False means the reference start was returned), ``sigma`` (the final robust scale).
+    """
+    g1, g2 = gray(img1), gray(img2)
+    H, W = g1.shape
+    if isinstance(bases, (tuple, list)):
+        bu, bv = (jnp.asarray(b, jnp.float32) for b in bases)
+    else:
+        bases = jnp.asarray(bases, jnp.float32)
+        bu, bv = bases[..., 0], bases[..., 1]
+    starts = jnp.asarray(starts, jnp.float32)
+    # The pyramid, finest first: grey images and basis components halved level by level, and
+    # each level's arrays (shared by every start).
+    pyr = [(g1, g2, bu, bv)]
+    for _ in range(cfg.levels - 1):
+        a, b, u, v = pyr[-1]
+        pyr.append((_half(a), _half(b), _half(u) * 0.5, _half(v) * 0.5))
+    n = bu.shape[0]
+    levels = []
+    for li, (a, b, u, v) in enumerate(pyr[::-1]):  # coarsest first
+        phi1, stack2 = _level_images(a, b, cfg)
+        data = _level_data(phi1, stack2, u, v, cfg.strides[li])
+        bmax = jnp.maximum(jnp.max(jnp.abs(data[3]), axis=1), jnp.max(jnp.abs(data[4]), axis=1))
+        mask = (jnp.arange(n) < (cfg.active[li] or n)).astype(jnp.float32)
+        levels.append((data, bmax, mask))
+    full = _level_data(phi1, stack2, bu, bv, 1)  # the finest level, every pixel
+
+    def coarse_to_fine(coeffs):
+        its = []
+        for li, (data, bmax, mask) in enumerate(levels):
+            r0, _, in0 = residual(*data, coeffs)
+            sigma = _robust_sigma(r0, in0, cfg)
+            coeffs, _, it = _level(data, coeffs, sigma, cfg.iterations[li], cfg, bmax, mask)
+            its.append(it)
+        return coeffs, jnp.stack(its)
+
+    # Every start runs coarse to fine (one after the other: a batched while_loop would run
+    # each for as long as the slowest); the lowest final cost wins, on one robust scale (the
+    # reference start's result's), at the finest level's every pixel.
+    runs = [coarse_to_fine(starts[i]) for i in range(starts.shape[0])]
+    r_ref, _, in_ref = residual(*full, runs[0][0])
+    sigma = _robust_sigma(r_ref, in_ref, cfg)
+    costs, maps = [], []
+    for c, _ in runs:
+        r, _, inside = residual(*full, c)
+        rho, wts = _robust(r, inside, sigma)
+        costs.append(jnp.where(jnp.all(jnp.isfinite(c)), rho.mean(), jnp.inf))
+        maps.append(wts)
+    costs = jnp.stack(costs)
+    best = jnp.argmin(jnp.where(jnp.isfinite(costs), costs, jnp.inf))
+    coeffs = jnp.stack([c for c, _ in runs])[best]
+    its = jnp.stack([i for _, i in runs])[best]
+    cost_after, wts = costs[best], jnp.stack(maps)[best]
+    r0, _, in0 = residual(*full, starts[0])
+    rho0, wts0 = _robust(r0, in0, sigma)
+    cost_before = rho0.mean()
+    improved = jnp.isfinite(cost_after) & (cost_after < cost_before) & jnp.all(jnp.isfinite(coeffs))
+    coeffs = jnp.where(improved, coeffs, starts[0])
+    wts = jnp.where(improved, wts, wts0)
+    flow = jnp.stack([jnp.einsum("n,nhw->hw", coeffs, bu), jnp.einsum("n,nhw->hw", coeffs, bv)], axis=-1)
+    return {
+        "coeffs": coeffs,
+        "flow": flow,
+        "weights": wts.reshape(H, W),
+        "cost_before": cost_before,
+        "cost_after": jnp.where(improved, cost_after, cost_before),
+        "iterations": its,
+        "start": jnp.where(improved, best, 0),
+        "improved": improved,
+        "sigma": sigma,
+    }
+
+
+def refine_pair(img1, img2, bases_f, bases_b, starts_f, starts_b, cfg: RefineConfig = RefineConfig()) -> dict:
+    """Both directions in one batched call: forward (image 1 -> 2, ``bases_f`` on image 1's
+    grid) and backward (image 2 -> 1, ``bases_b`` on image 2's grid). Every output of
+    :func:`refine_motion` gains a leading axis of 2 (forward, backward)."""
+    imgs_a = jnp.stack([gray(img1), gray(img2)])
+    imgs_b = jnp.stack([gray(img2), gray(img1)])
+    if isinstance(bases_f, list):
+        bases_f, bases_b = tuple(bases_f), tuple(bases_b)
+    bases = jax.tree.map(lambda f, b: jnp.stack([f, b]), bases_f, bases_b)
+    # Not vmap: a batched while_loop runs every direction for as long as the slowest, and
+    # batched gathers are slower on CPU; the two directions one after the other measure faster.
+    outs = [refine_motion(imgs_a[i], imgs_b[i], jax.tree.map(lambda x: x[i], bases),
+                          (starts_f, starts_b)[i], cfg) for i in range(2)]
+    return jax.tree.map(lambda f, b: jnp.stack([f, b]), *outs)
