@@ -280,7 +280,9 @@ def _solve(A, g, lam, mask):
     A = A * mask[:, None] * mask[None, :] + jnp.diag(1.0 - mask)
     g = g * mask
     d = jnp.diag(A)
-    reg = A + lam * jnp.diag(d) + (1e-9 * jnp.trace(A) / n + 1e-12) * jnp.eye(n, dtype=A.dtype)
+    # The absolute floor (1e-6, in the normal equations' units: normalised intensity x pixels)
+    # keeps a step from a textureless image, where A and g are round-off, at round-off size.
+    reg = A + lam * jnp.diag(d) + (1e-9 * jnp.trace(A) / n + 1e-6) * jnp.eye(n, dtype=A.dtype)
     return -jnp.linalg.solve(reg, g)
 
 
@@ -346,7 +348,8 @@ def refine_motion(img1, img2, bases, starts, cfg: RefineConfig = RefineConfig())
       bases: ``[N, H, W, 2]`` on image 1's grid (pixels of that grid), or its components
         ``(u [N, H, W], v [N, H, W])`` (saves a copy); the refined flow is ``sum_k coeffs_k bases_k``.
       starts: ``[S, N]`` candidate start coefficients; ``starts[0]`` is the reference (the
-        network's), returned unchanged when refinement cannot lower its cost.
+        network's), returned unchanged when refinement cannot lower its cost (non-finite
+        values are read as 0, so the result is always finite).
       cfg: :class:`RefineConfig` (static).
     Returns:
       dict: ``coeffs [N]``, ``flow [H, W, 2]``, ``weights [H, W]`` (final IRLS weights at the
@@ -363,6 +366,7 @@ def refine_motion(img1, img2, bases, starts, cfg: RefineConfig = RefineConfig())
         bases = jnp.asarray(bases, jnp.float32)
         bu, bv = bases[..., 0], bases[..., 1]
     starts = jnp.asarray(starts, jnp.float32)
+    starts = jnp.where(jnp.isfinite(starts), starts, 0.0)  # never propagate NaN from a start
     # The pyramid, finest first: grey images and basis components halved level by level, and
     # each level's arrays (shared by every start).
     pyr = [(g1, g2, bu, bv)]
