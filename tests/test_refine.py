@@ -184,3 +184,45 @@ def test_config_is_checked():
     with pytest.raises(ValueError, match="unknown refinement setting"):
         R.RefineConfig().replace(level=2)
     assert hash(R.RefineConfig()) == hash(R.RefineConfig())  # a static jit argument
+
+
+# ----------------------------------------------------------------------------- the Predictor
+@pytest.fixture(scope="module")
+def shipped():
+    from camflow_jax.predictor import Predictor
+
+    return Predictor.from_pretrained()
+
+
+def test_predictor_refines_by_default_and_keeps_the_network_result(shipped):
+    from camflow_jax.data.synthetic import SyntheticScenes
+
+    p = SyntheticScenes(seed=5, num_samples=1, height=H, width=W, categories=("RE",))[0]
+    cam = dict(depth1=p["depth1"], depth2=p["depth2"], intrinsics=p["K"])
+    out = shipped(p["img1"], p["img2"], **cam)
+    net = shipped(p["img1"], p["img2"], refine=False, **cam)
+    assert out["refined"] and not net["refined"] and "net_flow_f" not in net
+    for key in ("flow_f", "flow_b", "homography", "coeffs_f", "coeffs_b"):
+        np.testing.assert_allclose(out["net_" + key], net[key], rtol=1e-5, atol=1e-4)
+    assert out["weights_f"].shape == (H, W) and out["weights_b"].shape == (H, W)
+    info = out["refine_info"]
+    assert info["start"] == ["network", "network"] and len(info["iterations"]) == 2
+    valid = np.asarray(p["valid_f"]).reshape(H, W) > 0
+    e = lambda f: np.linalg.norm(f - p["flow_f"], axis=-1)[valid].mean()  # noqa: E731
+    assert e(out["flow_f"]) < 0.5 * e(net["flow_f"])
+    # The homography is a fit of the refined flow (OpenCV's DLT on its correspondences agrees).
+    ys, xs = np.mgrid[0:H:8, 0:W:8]
+    src = np.stack([xs.ravel(), ys.ravel()], -1).astype(np.float32)
+    dst = src + out["flow_f"][ys.ravel(), xs.ravel()]
+    Hcv, _ = cv2.findHomography(src, dst, 0)
+    assert interior_epe(fx.homography_flow(out["homography"], H, W), fx.homography_flow(Hcv, H, W)) < 0.3
+    # Portrait input: the same pair turned by 90 degrees gives the same motion, turned.
+    rot = lambda a: np.ascontiguousarray(np.rot90(a, k=-1, axes=(0, 1)))  # noqa: E731
+    K = np.asarray(p["K"], np.float64)  # (fx, fy, cx, cy); rot90 k=-1 maps (x, y) -> (H-1-y, x)
+    Kr = (K[1], K[0], H - 1 - K[3], K[2])
+    outp = shipped(rot(p["img1"]), rot(p["img2"]), depth1=rot(p["depth1"]), depth2=rot(p["depth2"]),
+                   intrinsics=Kr)
+    assert outp["rotated"] and outp["refined"] and outp["weights_f"].shape == (W, H)
+    back = np.rot90(outp["flow_f"], k=1, axes=(0, 1))
+    back = np.stack([back[..., 1], -back[..., 0]], -1)  # vectors turned back with the grid
+    assert interior_epe(back, out["flow_f"]) < 0.05
