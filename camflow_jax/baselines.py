@@ -12,7 +12,6 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from camflow_jax import geometry_np
 
 __all__ = ["to_gray_u8", "feature_homography", "dis_flow", "ecc_homography"]
 
@@ -127,26 +126,3 @@ def ecc_homography(img1, img2, *, min_side: int = 64, gauss_size: int = 5, itera
             continue
         H = W.astype(np.float64) / W[2, 2]
     return H / H[2, 2], note
-
-
-# ----------------------------------------------------------------------------- transitional
-# Kept only for callers not yet switched to camflow_jax.estimators / camflow_jax.geometry_np
-# (evaluate.py, trainer.py, tools/eval_real.py, data/train_sources.py): remove with them.
-homography_flow_np = geometry_np.homography_flow
-
-
-def estimate_flow(method: str, img1, img2) -> tuple[np.ndarray, dict]:
-    """Transitional: ``estimators.get(method, forward_only=True)(img1, img2)`` as
-    ``(flow_f, {"homography": H or None, "fallback": bool})``."""
-    from camflow_jax import estimators
-
-    m = estimators.get(method, forward_only=True)(img1, img2)
-    return m.flow_f, {"homography": m.homography, "fallback": m.fallback}
-
-
-def __getattr__(name: str):
-    if name == "METHODS":  # transitional: the registry's classical names
-        from camflow_jax import estimators
-
-        return estimators.CLASSICAL
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -28,7 +28,6 @@ def test_names_are_defined_once_and_unknown_names_fail_in_one_line():
     assert estimators.NAMES == ("identity", "sift_ransac", "sift_magsac", "orb_ransac", "orb_magsac",
                                 "ecc", "dis", "camflow", "camflow_net")
     assert "camflow" not in estimators.CLASSICAL and "ecc" in estimators.CLASSICAL
-    assert baselines.METHODS == estimators.CLASSICAL  # the transitional name list is the registry's
     with pytest.raises(ValueError) as e:
         estimators.get("raft")
     msg = str(e.value)

@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     import jax
 
     from camflow_jax import checkpoint
-    from camflow_jax.evaluate import evaluate
+    from camflow_jax.evaluation.benchmark import evaluate
     from camflow_jax.trainer import train_and_evaluate
 
     from camflow_jax import configs
