@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, Mesh
 
 from camflow_jax import bases as bases_lib, losses, models
 
