@@ -149,7 +149,8 @@ def fit_homography(flow: jax.Array, mask: jax.Array | None = None, *,
 def in_frame(x: jax.Array, y: jax.Array, h: int, w: int) -> jax.Array:
     """The library's one validity rule for a bilinear sample at (x, y) of an ``h x w`` image:
     ``0 <= x < w-1`` and ``0 <= y < h-1`` (the reference semantics: the last row and column
-    count as outside, so all four neighbours exist)."""
+    count as outside, so all four neighbours exist). Elementwise comparisons only, so numpy
+    arrays work too (:mod:`camflow_jax.geometry_np` uses it on the host)."""
     return (x >= 0) & (x < w - 1) & (y >= 0) & (y < h - 1)
 
 

@@ -8,7 +8,8 @@ image-1 pixels to image-2 pixels and its flow is ``H(p) - p``; ``warp(img2, flow
 :func:`warp` and :func:`warp_validity` follow the JAX warp's rule exactly
 (:func:`camflow_jax.geometry.sample_bilinear`, mode "zero"): a sample at (x, y) is defined iff
 ``0 <= x < W-1`` and ``0 <= y < H-1`` and is exactly 0 elsewhere — so the last row and column
-are 0 even at integer coordinates. The rule lives in :func:`_inside` alone.
+are 0 even at integer coordinates. The rule lives in :func:`camflow_jax.geometry.in_frame`
+alone (elementwise comparisons: it takes numpy arrays as well as jax ones).
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ __all__ = ["warp", "warp_validity", "homography_flow", "resize_flow"]
 
 
 def _inside(x: np.ndarray, y: np.ndarray, h: int, w: int) -> np.ndarray:
-    """Where bilinear samples at (x, y) are defined (the JAX warp's rule, module doc)."""
-    return (x >= 0) & (x < w - 1) & (y >= 0) & (y < h - 1)
+    """Where bilinear samples at (x, y) are defined: the library's one rule, on numpy arrays."""
+    from camflow_jax.geometry import in_frame
+
+    return np.asarray(in_frame(np.asarray(x), np.asarray(y), h, w))
 
 
 def _targets(flow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

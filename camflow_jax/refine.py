@@ -8,8 +8,8 @@ pair directly over ``w`` is a small nonlinear least-squares problem with N unkno
 
 * ``phi``: locally normalised intensity (the grey image minus its Gaussian-weighted local mean,
   divided by the local standard deviation): invariant to a gain and a bias, and to slowly varying
-  ones (fog, exposure), while keeping the texture (docs/refinement.md says why it beat the
-  alternatives we measured: raw grey and gradients).
+  ones (fog, exposure), while keeping the texture; one channel, so a step stays cheap
+  (docs/refinement.md, "Choices").
 * ``rho``: the Cauchy penalty ``c^2/2 log(1 + (r/c)^2)`` with ``c = 2.385 sigma`` and sigma a
   robust scale (1.4826 x the median absolute residual) fixed per pyramid level: IRLS weights
   ``1 / (1 + (r/c)^2)`` turn moving objects, occlusions and weather particles into outliers.
