@@ -58,7 +58,7 @@ def test_tiny_ablation_trains_evaluates_and_resumes(tool, tmp_path, capsys):
             "--steps=1", "--num=2", "--baselines=identity"]
     assert tool.main(args) == 0
     results = json.loads((out / "results.json").read_text())
-    assert set(results) == {"identity", "camflow:b8", "camflow:b36"}
+    assert set(results) == {"identity", "camflow_net:b8", "camflow_net:b36"}
     for method in results.values():
         assert np.isfinite(method["AVG"]["epe"])
     assert json.loads((wd / "b8" / "model.json").read_text())["model_config"]["group_sizes"] == [8]

@@ -2,7 +2,7 @@
 
 Trains one model per basis set with the same config, budget and seed (``configs/synthetic.py``
 unless ``--config`` says otherwise), then evaluates them side by side on held-out synthetic
-scenes with :func:`camflow_jax.evaluate.evaluate`:
+scenes with :func:`camflow_jax.evaluation.benchmark.evaluate` (the network alone, `camflow_net`: the ablation compares trained networks, not the test-time refinement):
 
     python tools/basis_ablation.py --workdir=workdirs/ablation --out=workdirs/ablation/eval
 
@@ -81,7 +81,7 @@ def main(argv=None) -> int:
 
     out = args.out or os.path.join(args.workdir, "eval")
     ckpts = ",".join(f"b{n}={os.path.join(args.workdir, f'b{n}')}" for n in names)
-    methods = [m.strip() for m in args.baselines.split(",") if m.strip()] + [f"camflow:b{n}" for n in names]
+    methods = [m.strip() for m in args.baselines.split(",") if m.strip()] + [f"camflow_net:b{n}" for n in names]
     evaluate("synthetic", methods, checkpoints=ckpts, num=args.num, seed=int(base.data.eval_seed),
              size=(int(base.model.height), int(base.model.width)), out_dir=out)
     if timings:
