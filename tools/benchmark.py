@@ -19,6 +19,12 @@ Measurements (``--mode``; ``all`` runs the four in this order):
           options are the config's (``data.read_threads``, ``data.prefetch``) unless
           ``--prefetch-threads``/``--prefetch-buffer`` replace them.
   all     infer at batch 1, infer at ``--batch``, train, train_data.
+  refine  the shipped model's ``Predictor`` (``from_pretrained()``) on a held-out synthetic pair
+          (seed 1000, sample 0, with depth and K) at ``--height``x``--width``:
+          ``pred(..., refine=False)`` and ``pred(...)`` interleaved, ``--repeats`` each after
+          ``--warmup``; the refinement's added time as a fraction of the network's; first-call
+          seconds and jit cache sizes on that pair and on a second one (sample 1) of the same
+          size (one compilation per size).
 
 The network structure is the released CamFlow's (embed 24, depths (2, 4, 6), heads (3, 12, 24);
 ``--arch release``, the default) in every mode, or the ``model`` section of ``--config``
@@ -69,7 +75,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = ("infer", "train", "all")
+MODES = ("infer", "train", "all", "refine")
 
 # Fields of ``Compiled.memory_analysis()`` reported when the installed jaxlib has them.
 _MEMORY_FIELDS = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
@@ -316,6 +322,58 @@ def bench_infer(args, batch: int, config) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------
+# Test-time refinement (the Predictor's, shipped model)
+# ----------------------------------------------------------------------------------------------
+
+def bench_refine(args) -> dict:
+    import numpy as np
+
+    from camflow_jax.data.synthetic import SyntheticScenes
+    from camflow_jax.predictor import Predictor
+
+    src = SyntheticScenes(seed=1000, num_samples=2, height=args.height, width=args.width)
+    pairs = [(s["img1"], s["img2"], {"depth1": s["depth1"], "depth2": s["depth2"], "intrinsics": s["K"]})
+             for s in (src[0], src[1])]
+    pred = Predictor.from_pretrained()
+
+    def cache_sizes():
+        return {k: getattr(getattr(pred, k), "_cache_size", lambda: None)() for k in ("_forward", "_refine")}
+
+    first = []
+    for i, (a, b, cam) in enumerate(pairs):  # a second pair of the same size must not recompile
+        for refine in (False, True):
+            t0 = time.perf_counter()
+            pred(a, b, **cam, refine=refine)
+            first.append({"pair": i, "refine": refine, "seconds": round(time.perf_counter() - t0, 3),
+                          "jit_cache_sizes": cache_sizes()})
+    a, b, cam = pairs[0]
+    for _ in range(args.warmup):
+        pred(a, b, **cam, refine=False)
+        pred(a, b, **cam, refine=True)
+    load_before = _loadavg()
+    net, ref = [], []
+    for _ in range(args.repeats):  # interleaved, so load changes hit both alike
+        t0 = time.perf_counter()
+        pred(a, b, **cam, refine=False)
+        net.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        info = pred(a, b, **cam, refine=True)["refine_info"]
+        ref.append(time.perf_counter() - t0)
+    net_med, ref_med = statistics.median(net), statistics.median(ref)
+    return {
+        "measurement": "refine", "height": args.height, "width": args.width,
+        "repeats": args.repeats, "warmup": args.warmup, "first_calls": first,
+        "net_median_s": round(net_med, 4), "refined_median_s": round(ref_med, 4),
+        "added_median_s": round(ref_med - net_med, 4),
+        "added_fraction_of_net": round((ref_med - net_med) / net_med, 3),
+        "paired_added_median_s": round(statistics.median(np.subtract(ref, net)), 4),
+        "net_s": [round(t, 4) for t in net], "refined_s": [round(t, 4) for t in ref],
+        "refine_info": {k: info[k] for k in ("iterations", "start", "improved", "working_size_hw")},
+        "loadavg_before": load_before, "loadavg_after": _loadavg(),
+    }
+
+
+# ----------------------------------------------------------------------------------------------
 # Training
 # ----------------------------------------------------------------------------------------------
 
@@ -469,7 +527,10 @@ def run(args) -> dict:
         results.append(r)
         print(json.dumps(r), flush=True)
 
-    config = load_config(args.config, args.height, args.width, args.batch, args.dtype, args.arch)
+    if args.mode == "refine":
+        emit(bench_refine(args))
+    else:
+        config = load_config(args.config, args.height, args.width, args.batch, args.dtype, args.arch)
     if args.mode == "infer":
         emit(bench_infer(args, args.batch, config))
     if args.mode == "all":

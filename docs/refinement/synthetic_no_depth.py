@@ -1,0 +1,31 @@
+"""Synthetic benchmark (SyntheticScenes seed 1000, 100 pairs, 320x576) with CamFlow given NO depth/K.
+
+The evaluation passes each sample's depth1/depth2/K to CamFlow (evaluation/methods.py); this
+wrapper removes them, so the Predictor uses its constant-depth fallback. Everything else is
+`camflow_jax.evaluation.evaluate` unchanged (rows camflow + camflow_net).
+Usage: python docs/refinement/synthetic_no_depth.py OUT_DIR
+"""
+import sys
+
+from camflow_jax.evaluation import benchmark, datasets
+
+
+class NoDepth:
+    def __init__(self, src):
+        self.src = src
+        self.categories = getattr(src, "categories", None)
+
+    def __len__(self):
+        return len(self.src)
+
+    def __getitem__(self, i):
+        s = dict(self.src[i])
+        for k in ("depth1", "depth2", "K"):
+            s.pop(k, None)
+        return s
+
+
+if __name__ == "__main__":
+    src = datasets.load_dataset("synthetic", None, num=100, seed=1000, size=(320, 576))
+    benchmark.evaluate("synthetic", "camflow", num=100, seed=1000, size=(320, 576), source=NoDepth(src),
+                       out_dir=sys.argv[1], progress=False)
