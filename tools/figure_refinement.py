@@ -1,0 +1,29 @@
+"""Draws docs/images/refinement_aloe.png (needs Debian's opencv-doc: apt-get install opencv-doc).
+
+    python tools/figure_refinement.py [--data DIR] [-o PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from camflow_jax.evaluation import datasets, figures
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", default=datasets.OPENCV_DOC)
+    p.add_argument("-o", "--out", default="docs/images/refinement_aloe.png")
+    args = p.parse_args(argv)
+    if not (Path(args.data) / datasets.STEREO_FILES[0]).exists():
+        print(f"error: {args.data}: {datasets.MISSING_DATA}", file=sys.stderr)
+        return 2
+    means = figures.refinement_figure(args.data, args.out)
+    print(f"wrote {args.out}: mean EPE network {means['network']:.2f} px, refined {means['refined']:.2f} px")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
