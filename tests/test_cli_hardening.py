@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from camflow_jax import bases as B
-from camflow_jax import cli_utils, estimate, geometry, stabilize
+from camflow_jax import cli_utils, estimate, estimation, geometry, stabilize
 from camflow_jax import evaluate as ev
 from camflow_jax.stabilization import clips, video_io
 
@@ -233,7 +233,7 @@ def test_estimate_failure_while_writing_keeps_the_previous_result(tmp_path, monk
             raise OSError("disk full (simulated)")
         cv2.imwrite(path, rgb)
 
-    monkeypatch.setattr(estimate, "_save_png", broken)
+    monkeypatch.setattr(estimation, "_save_png", broken)
     assert estimate.main([a, b, "--method", "sift_magsac", "-o", str(out), "-y"]) == 2
     assert _digest(out) == before and _no_partials(tmp_path)
     calls.clear()
