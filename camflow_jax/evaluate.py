@@ -37,8 +37,6 @@ from camflow_jax.evaluation.datasets import DATASETS
 from camflow_jax.evaluation.methods import ORACLES, parse_checkpoints
 from camflow_jax.evaluation.reports import BENCHMARK_FILES as OUTPUT_FILES
 from camflow_jax.evaluation.reports import benchmark_summary
-# Transitional: trainer.py imports format_table from here; its home is evaluation.reports.
-from camflow_jax.evaluation.reports import format_table  # noqa: F401
 
 __all__ = ["evaluate", "build_parser", "main"]
 
