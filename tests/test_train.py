@@ -160,7 +160,9 @@ def _assert_same_run(wd, ref_wd):
     assert ref.keys() == got.keys()
     for k in ref:
         if k.startswith("batch_stats"):
-            np.testing.assert_allclose(got[k], ref[k], rtol=1e-4, atol=1e-6, err_msg=k)
+            # Running means near zero carry float32 reduction-order noise of a few 1e-6 (two
+            # processes reduce the batch in another order than one): an absolute 1e-5 slack.
+            np.testing.assert_allclose(got[k], ref[k], rtol=1e-4, atol=1e-5, err_msg=k)
         else:
             np.testing.assert_allclose(got[k], ref[k], rtol=1e-3, atol=4 * 1e-4 + 1e-6, err_msg=k)
 
