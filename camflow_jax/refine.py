@@ -439,7 +439,7 @@ def refine_pair(img1, img2, bases_f, bases_b, starts_f, starts_b, cfg: RefineCon
         bases_f, bases_b = tuple(bases_f), tuple(bases_b)
     bases = jax.tree.map(lambda f, b: jnp.stack([f, b]), bases_f, bases_b)
     # Not vmap: a batched while_loop runs every direction for as long as the slowest, and
-    # batched gathers are slower on CPU; the two directions one after the other measure faster.
-    outs = [refine_motion(imgs_a[i], imgs_b[i], jax.tree.map(lambda x: x[i], bases),
-                          (starts_f, starts_b)[i], cfg) for i in range(2)]
-    return jax.tree.map(lambda f, b: jnp.stack([f, b]), *outs)
+    # batched gathers are slower on CPU. lax.map runs the directions one after the other and
+    # compiles the body once (a Python loop would compile it twice).
+    return jax.lax.map(lambda x: refine_motion(x[0], x[1], x[2], x[3], cfg),
+                       (imgs_a, imgs_b, bases, jnp.stack([starts_f, starts_b])))
