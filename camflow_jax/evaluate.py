@@ -31,7 +31,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from camflow_jax import cli_utils
+from camflow_jax import cli_utils, estimators
 from camflow_jax.evaluation.benchmark import evaluate
 from camflow_jax.evaluation.datasets import DATASETS
 from camflow_jax.evaluation.methods import ORACLES, parse_checkpoints
@@ -52,8 +52,6 @@ def _parse_size(text: str) -> tuple[int, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from camflow_jax import estimators
-
     p = argparse.ArgumentParser(prog="python -m camflow_jax.evaluate",
                                 description="Evaluate camera-motion estimators on a benchmark.")
     p.add_argument("--dataset", required=True, choices=DATASETS)
@@ -80,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=("masked", "zeroed"))
     p.add_argument("--channel-order", "--channel_order", dest="channel_order", default="rgb",
                    choices=("rgb", "bgr"), help="colour order of the images as fed to the network")
+    p.add_argument("--no-refine", action="store_true",
+                   help="camflow rows without test-time refinement (camflow -> camflow_net only)")
     p.add_argument("--no-progress", "--no_progress", dest="no_progress", action="store_true")
     return p
 
@@ -91,7 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             ckpts = [path for _, path in parse_checkpoints(args.checkpoint)]
             cli_utils.check_output_dir(args.out, OUTPUT_FILES, args.overwrite,
                                        inputs=[args.data, args.depth_dir, args.list_file] + ckpts)
-        run = evaluate(args.dataset, args.methods, data=args.data, checkpoints=args.checkpoint,
+        methods = args.methods
+        if args.no_refine:
+            methods = ",".join(estimators.without_refinement(m.strip()) for m in methods.split(","))
+        run = evaluate(args.dataset, methods, data=args.data, checkpoints=args.checkpoint,
                        num=args.num, seed=args.seed, size=args.size, depth_dir=args.depth_dir,
                        intrinsics=args.intrinsics, list_file=args.list_file, out_dir=args.out,
                        iqa_form=args.iqa_form, channel_order=args.channel_order,

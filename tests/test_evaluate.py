@@ -236,3 +236,17 @@ def test_one_json_writer_marks_or_refuses_non_finite_values(tmp_path):
         cli_utils.strict_json(obj)
     reports.write_json(tmp_path / "r.json", obj)
     assert (tmp_path / "r.json").read_text() == cli_utils.strict_json(obj, nonfinite="mark", indent=2)
+
+
+def test_no_refine_keeps_only_the_network_rows(monkeypatch, capsys):
+    """--no-refine turns every camflow method into its network-only twin before evaluating."""
+    seen = {}
+
+    def fake_evaluate(dataset, methods, **kw):
+        seen["methods"] = methods
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(ev, "evaluate", fake_evaluate)
+    assert ev.main(["--dataset=synthetic", "--methods=identity,camflow,camflow:b8", "--no-refine"]) == 2
+    assert seen["methods"] == "identity,camflow_net,camflow_net:b8"
+    assert "stop here" in capsys.readouterr().err
