@@ -34,7 +34,8 @@ import numpy as np
 __all__ = ["EXIT_BAD_INPUT", "finite_float", "check_number", "intrinsics_problem", "check_intrinsics",
            "check_depth", "flow_problem", "check_flow", "homography_problem", "check_homography",
            "strict_json", "same_file", "check_not_inputs", "existing_outputs", "check_output_dir",
-           "check_output_file", "check_writable", "atomic_file", "atomic_dir", "write_text_atomic"]
+           "check_output_file", "check_writable", "atomic_file", "atomic_dir", "write_text_atomic",
+           "describe_error", "EXPECTED_ERRORS"]
 
 #: Exit code of every CLI for bad input, bad arguments or a refused output.
 EXIT_BAD_INPUT = 2
@@ -54,6 +55,47 @@ MAX_AREA_CHANGE = 1e3
 #: The projective denominator at the image corners (normalized coordinates, H[2,2] = 1) must
 #: stay above this: below it the image corners approach the horizon (the image folds).
 MIN_CORNER_DENOMINATOR = 0.05
+
+
+# ----------------------------------------------------------------------------- errors
+#: Failures a CLI reports as one line (exit :data:`EXIT_BAD_INPUT`) instead of a traceback:
+#: bad values, missing or unreadable files, damaged files of any format (numpy headers raise
+#: ``tokenize.TokenError``/``SyntaxError``, truncated archives ``zipfile.BadZipFile``, which
+#: are ``Exception`` subclasses outside ``ValueError``/``OSError``), and OS errors.
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    import tokenize
+    import zipfile
+
+    return (ValueError, OSError, EOFError, tokenize.TokenError, SyntaxError, zipfile.BadZipFile)
+
+
+EXPECTED_ERRORS = _expected_errors()
+
+_ERRNO_WORDS = {
+    "ENOSPC": "disk full", "EDQUOT": "disk quota exceeded", "EROFS": "read-only file system",
+    "EACCES": "permission denied", "EPERM": "operation not permitted", "ENOENT": "no such file or directory",
+    "ENOTDIR": "not a directory", "EISDIR": "is a directory", "EEXIST": "already exists",
+    "EFBIG": "file too large", "EMFILE": "too many open files", "EIO": "input/output error",
+}
+
+
+def describe_error(e: BaseException, context: str | None = None) -> str:
+    """One line for an expected failure: OS errors in plain words with the path (``disk full:
+    out/flow_f.npy``), others as their message, prefixed by ``context`` (e.g. the file being
+    read) when given. Never more than one line and never empty."""
+    import errno as _errno
+
+    if isinstance(e, OSError) and e.errno is not None:
+        words = _ERRNO_WORDS.get(_errno.errorcode.get(e.errno, ""), e.strerror or type(e).__name__)
+        paths = [p for p in (e.filename, e.filename2) if p not in (None, "")]
+        msg = f"{words}: {' -> '.join(map(str, paths))}" if paths else words
+    else:
+        msg = " ".join(str(e).split()) or type(e).__name__
+        if isinstance(e, (SyntaxError,)) or type(e).__module__ in ("tokenize", "zipfile"):
+            msg = f"damaged or unreadable file ({type(e).__name__}: {msg})"
+    if context:
+        msg = f"{context}: {msg}"
+    return msg[:500]
 
 
 # ----------------------------------------------------------------------------- numbers
