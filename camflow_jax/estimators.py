@@ -40,6 +40,7 @@ from typing import Any, Callable
 import numpy as np
 
 from camflow_jax import baselines, geometry_np
+from camflow_jax import plausibility as plausibility_lib
 
 __all__ = ["Motion", "Estimator", "register", "get", "resolve", "describe", "without_refinement",
            "is_camflow", "check_pair", "NAMES", "CLASSICAL", "ALIASES", "ORACLES"]
@@ -100,8 +101,36 @@ class Estimator:
     """
 
     name = "estimator"
+    checked = True  # the plausibility checks apply (camflow_jax.plausibility)
 
     def __call__(self, img1, img2, *, depth1=None, depth2=None, intrinsics=None) -> Motion:
+        """The motion of the pair, checked by :mod:`camflow_jax.plausibility`: identical images
+        give zero motion; a featureless image, or an answer that aligns the pair worse than no
+        motion, gives the identity with ``fallback`` set and a note saying why (the dropped
+        answer is kept as ``extras["dropped"]``). :meth:`raw` skips the checks (as does the
+        ``identity`` estimator, a reference whose answer is zero anyway)."""
+        a, b = check_pair(img1, img2)
+        if not self.checked:
+            return self._estimate(a, b, depth1, depth2, intrinsics)
+        h, w = a.shape[:2]
+        if np.array_equal(a, b):
+            return _identity_motion(h, w, "identical images: zero motion")
+        reason = plausibility_lib.featureless(a, b)
+        if reason:
+            return _identity_motion(h, w, f"identity fallback: {reason}", fallback=True)
+        m = self._estimate(a, b, depth1, depth2, intrinsics)
+        if m.fallback:
+            return m
+        reason = plausibility_lib.worse_than_identity(a, b, m.flow_f)
+        if reason:
+            return dataclasses.replace(
+                _identity_motion(h, w, f"identity fallback: the {self.name} estimate was dropped: {reason}",
+                                 fallback=True), extras={"dropped": m})
+        return m
+
+    def raw(self, img1, img2, *, depth1=None, depth2=None, intrinsics=None) -> Motion:
+        """The estimator's own answer, without the plausibility checks (what the evaluation
+        tables measure)."""
         a, b = check_pair(img1, img2)
         return self._estimate(a, b, depth1, depth2, intrinsics)
 
@@ -135,6 +164,7 @@ def register(name: str, summary: str):
 # ----------------------------------------------------------------------------- classical
 @register("identity", "zero motion (a control)")
 class _Identity(Estimator):
+    checked = False
     def __init__(self, forward_only: bool = False):
         pass
 

@@ -115,7 +115,7 @@ def test_ecc_keeps_the_coarser_estimate_when_a_finer_level_fails(monkeypatch):
 @pytest.mark.parametrize("name", ["sift_magsac", "orb_ransac", "ecc"])
 def test_failure_is_an_identity_fallback_with_a_note(name):
     flat = np.full((64, 80, 3), 120, np.uint8)
-    m = estimators.get(name)(flat, flat)
+    m = estimators.get(name).raw(flat, flat)  # the estimator's own failure path (no plausibility checks)
     assert m.fallback and m.note.startswith("identity fallback:")
     assert not m.flow_f.any() and not m.flow_b.any()
     np.testing.assert_array_equal(m.homography, np.eye(3))
@@ -156,12 +156,13 @@ def test_camflow_estimators_wrap_the_predictor():
     fake = _FakePredictor("stopped early")
     img = np.zeros((10, 12, 3), np.uint8)
     depth = np.ones((10, 12), np.float32)
-    m = estimators.get("camflow", predictor=fake)(img, img, depth1=depth, depth2=depth,
-                                                  intrinsics=(10, 10, 5.5, 4.5))
+    # raw: the wrapping itself (the plausibility checks are tests/test_plausibility.py's)
+    m = estimators.get("camflow", predictor=fake).raw(img, img, depth1=depth, depth2=depth,
+                                                      intrinsics=(10, 10, 5.5, 4.5))
     assert fake.calls[-1]["refine"] is True and fake.calls[-1]["depth1"] is depth
     assert m.weights is not None and m.weights.shape == (10, 12) and m.note == "stopped early"
     assert m.extras["refined"] and m.flow_b[0, 0, 0] == -1.5 and m.homography[0, 2] == 1.5
-    m = estimators.get("camflow_net", predictor=fake)(img, img)
+    m = estimators.get("camflow_net", predictor=fake).raw(img, img)
     assert fake.calls[-1]["refine"] is False and m.weights is None and m.note == ""
     with pytest.raises(ValueError, match="not both"):
         estimators.get("camflow:/x", predictor=fake)

@@ -71,12 +71,15 @@ def parse_checkpoints(spec) -> list[tuple[str, str]]:
 def from_estimator(name: str, est, note: str = "") -> Method:
     """A row from a registry estimator ``est(img1, img2, *, depth1, depth2, intrinsics) -> Motion``.
 
-    The backward flow (CAHomo's protocol) is the estimator's own ``flow_b``, else the inverse
+    The estimator's own answer is measured (:meth:`camflow_jax.estimators.Estimator.raw`, no
+    plausibility checks). The backward flow (CAHomo's protocol) is the estimator's own ``flow_b``, else the inverse
     of its homography, else the estimator run on the swapped pair.
     """
+    call = getattr(est, "raw", est)  # the estimator itself, without the plausibility checks
+
     def run(s, need_b):
         cam = {"depth1": s.get("depth1"), "depth2": s.get("depth2"), "intrinsics": s.get("K")}
-        motion = est(s["img1"], s["img2"], **cam)
+        motion = call(s["img1"], s["img2"], **cam)
         flow_b = None
         if need_b:
             h, w = s["img1"].shape[:2]
@@ -86,7 +89,7 @@ def from_estimator(name: str, est, note: str = "") -> Method:
                 flow_b = geometry_np.homography_flow(np.linalg.inv(motion.homography), h, w)
             else:
                 swapped = {"depth1": cam["depth2"], "depth2": cam["depth1"], "intrinsics": cam["intrinsics"]}
-                flow_b = est(s["img2"], s["img1"], **swapped).flow_f
+                flow_b = call(s["img2"], s["img1"], **swapped).flow_f
         return motion.flow_f, flow_b, {"fallback": bool(motion.fallback)}
 
     return Method(name, run, note, est)

@@ -354,6 +354,7 @@ def stereo_experiment(data, width: int, methods: Sequence[str], ests: Mapping[st
                 "span of 12 H + 12 stochastic + 12 depth bases (GT depth, K above)")
             continue
         est = ests[name]
+        est = est if isinstance(est, str) else getattr(est, "raw", est)  # no plausibility checks
         if not estimators.is_camflow(name):
             if isinstance(est, str):
                 skip(name, est)
@@ -367,7 +368,7 @@ def stereo_experiment(data, width: int, methods: Sequence[str], ests: Mapping[st
             continue
         add(plain, est(left, right).flow_f, "constant depth if the model has depth bases",
             time.perf_counter() - t)
-        if not getattr(est.predictor, "num_depth", 0):
+        if not getattr(getattr(ests[name], "predictor", None), "num_depth", 0):
             skip(with_depth, "the model has no depth bases")
             continue
         scales = (1.0,) + (tuple(fx_scales) if name.split(":", 1)[0] == "camflow_net" else ())

@@ -159,7 +159,10 @@ class CamFlowEstimator(Estimator):
 
     def _estimate(self, a, b):
         d1, d2, K = self._camera(self.calls, a.shape[0], a.shape[1])
-        flow = np.asarray(self.motion_estimator(a, b, depth1=d1, depth2=d2, intrinsics=K).flow_f, np.float32)
+        m = self.motion_estimator(a, b, depth1=d1, depth2=d2, intrinsics=K)
+        if m.fallback:  # featureless, or worse than no motion (camflow_jax.plausibility)
+            return None
+        flow = np.asarray(m.flow_f, np.float32)
         if flow.ndim == 4 and flow.shape[0] == 1:
             flow = flow[0]
         if flow.ndim != 3 or flow.shape[-1] != 2:

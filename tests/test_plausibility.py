@@ -1,0 +1,141 @@
+"""Plausibility checks on every estimator's answer (camflow_jax.plausibility, applied by
+camflow_jax.estimators.Estimator.__call__): featureless input, identical images, an answer worse
+than no motion, and inputs too wide for the network."""
+
+import subprocess
+import sys
+
+import cv2
+import numpy as np
+import pytest
+
+from camflow_jax import estimators, plausibility
+from camflow_jax.data.synthetic import SyntheticScenes
+
+
+def _texture_image(h=64, w=96, seed=0):
+    rng = np.random.default_rng(seed)
+    img = cv2.GaussianBlur(rng.uniform(0, 255, (h, w)).astype(np.float32), (0, 0), 1.5)
+    img = (img - img.min()) / (img.max() - img.min()) * 255
+    return np.repeat(img[..., None], 3, -1).astype(np.uint8)
+
+
+class _FakePredictor:
+    """Stands in for the network: returns a fixed translation (never touches the images)."""
+
+    num_depth = 0
+
+    def __init__(self, shift):
+        self.shift = np.float32(shift)
+        self.calls = 0
+
+    def __call__(self, a, b, *, depth1=None, depth2=None, intrinsics=None, refine=None):
+        self.calls += 1
+        f = np.broadcast_to(self.shift, a.shape[:2] + (2,)).copy()
+        return {"flow_f": f, "flow_b": -f, "homography": np.eye(3)}
+
+
+def _remap_error(img1, img2, flow, valid):
+    """Mean |img1 - img2(x + flow)| over ``valid``, with cv2.remap (an independent warp)."""
+    g1, g2 = (cv2.cvtColor(i, cv2.COLOR_RGB2GRAY).astype(np.float32) for i in (img1, img2))
+    h, w = g1.shape
+    xs, ys = np.meshgrid(np.arange(w, dtype=np.float32), np.arange(h, dtype=np.float32))
+    warped = cv2.remap(g2, xs + flow[..., 0], ys + flow[..., 1], cv2.INTER_LINEAR)
+    return np.abs(g1 - warped)[valid].mean()
+
+
+@pytest.mark.parametrize("name", ["camflow", "camflow_net", "sift_magsac", "ecc", "dis"])
+@pytest.mark.parametrize("value", [0, 128])
+def test_featureless_pair_gives_identity_with_a_note(name, value):
+    """A black or constant grey pair: zero motion, fallback, a note, never invented motion (the
+    model is never loaded: the check comes first)."""
+    img = np.full((60, 120, 3), value, np.uint8)
+    img2 = img.copy()
+    img2[0, 0] = value + 1  # not identical: the featureless rule decides
+    est = estimators.get(name)
+    m = est(img, img2)
+    assert m.fallback and "featureless" in m.note
+    assert np.all(m.flow_f == 0) and np.all(m.flow_b == 0)
+    np.testing.assert_array_equal(m.homography, np.eye(3))
+    if name.startswith("camflow"):
+        assert est._predictor is None  # the network never ran
+
+
+def test_identical_images_give_exactly_zero_motion():
+    img = _texture_image()
+    for name in ("camflow", "sift_ransac"):
+        m = estimators.get(name)(img, img.copy())
+        assert not m.fallback and "identical" in m.note
+        assert np.all(m.flow_f == 0) and np.all(m.flow_b == 0)
+
+
+def test_texture_separates_flat_images_from_dark_textured_scenes():
+    assert plausibility.texture(np.zeros((50, 80))) == 0.0
+    ramp = np.tile(np.linspace(0, 255, 300, dtype=np.float32), (200, 1))
+    assert plausibility.texture(ramp) < plausibility.MIN_TEXTURE  # ~1 grey level per pixel at 256 px
+    rng = np.random.default_rng(0)
+    assert plausibility.texture(128 + rng.normal(0, 1, (120, 160))) < plausibility.MIN_TEXTURE
+    # the darkest category of the synthetic scenes (low light) is textured enough to align
+    ds = SyntheticScenes(seed=1000, num_samples=10, height=80, width=144, categories=("LL",))
+    lows = [min(plausibility.texture(ds[i]["img1"]), plausibility.texture(ds[i]["img2"])) for i in range(10)]
+    assert min(lows) > 1.5 * plausibility.MIN_TEXTURE
+
+
+def test_an_answer_worse_than_no_motion_is_dropped_and_named():
+    """The pair moves 2 px; a 'network' answering 15 px aligns worse than no motion: the answer
+    is replaced by the identity, the note names the estimator and both errors, and those errors
+    match an independent cv2.remap computation."""
+    img = _texture_image(80, 120, seed=1)
+    img1, img2 = img[:, 2:], img[:, :-2]  # img1(x) = img2(x + 2)
+    bad = _FakePredictor([15.0, 0.0])
+    m = estimators.get("camflow", predictor=bad)(img1, img2)
+    assert bad.calls == 1 and m.fallback and np.all(m.flow_f == 0)
+    assert "camflow" in m.note and "worse than no motion" in m.note
+    h, w = img1.shape[:2]
+    valid = np.zeros((h, w), bool)
+    valid[: h - 1, : w - 16] = True  # the library's rule: 0 <= x + u < w - 1, 0 <= y + v < h - 1
+    nums = [float(t) for t in m.note.replace(")", " ").split() if t.replace(".", "").isdigit()]
+    aligned = _remap_error(img1, img2, np.broadcast_to(np.float32([15, 0]), (h, w, 2)), valid)
+    inp = _remap_error(img1, img2, np.zeros((h, w, 2), np.float32), valid)
+    assert nums[-2:] == pytest.approx([aligned, inp], abs=0.02)
+    np.testing.assert_array_equal(m.extras["dropped"].flow_f[..., 0], 15.0)
+    # the right answer is kept, as is the raw answer when the checks are skipped
+    good = estimators.get("camflow", predictor=_FakePredictor([2.0, 0.0]))
+    assert not good(img1, img2).fallback
+    assert not estimators.get("camflow", predictor=_FakePredictor([15.0, 0.0])).raw(img1, img2).fallback
+
+
+def test_a_correct_subpixel_answer_on_a_noisy_pair_is_kept():
+    """A true 0.4 px motion under independent sensor noise (sigma 3): the right answer is kept
+    although bilinear warping blurs the noise differently; a wrong one (2 px) is dropped."""
+    rng = np.random.default_rng(3)
+    base = _texture_image(80, 120, seed=2).astype(np.float32)
+    M = np.float32([[1, 0, 0.4], [0, 1, 0]])  # dst(x) = src(x - 0.4): img1(x) = img2(x + 0.4)
+    moved = cv2.warpAffine(base, M, (120, 80), flags=cv2.INTER_CUBIC, borderMode=cv2.BORDER_REFLECT)
+    a = np.clip(base + rng.normal(0, 3, base.shape), 0, 255).astype(np.uint8)
+    b = np.clip(moved + rng.normal(0, 3, base.shape), 0, 255).astype(np.uint8)
+    assert not estimators.get("camflow", predictor=_FakePredictor([0.4, 0.0]))(a, b).fallback
+    assert estimators.get("camflow", predictor=_FakePredictor([2.0, 0.0]))(a, b).fallback
+
+
+def test_too_wide_an_input_is_refused_by_the_predictor_and_the_cli(tmp_path):
+    from camflow_jax.predictor import MAX_SQUASH, Predictor
+
+    pred = Predictor.from_pretrained()
+    limit = MAX_SQUASH * pred.width / pred.height
+    h = 16
+    strip = _texture_image(h, int(h * limit) + 40)
+    with pytest.raises(ValueError, match="crop it"):
+        pred(strip, strip[:, ::-1].copy(), refine=False)
+    # portrait strips are turned first, so the same rule holds
+    with pytest.raises(ValueError, match="crop it"):
+        pred(np.ascontiguousarray(strip.transpose(1, 0, 2)), np.ascontiguousarray(strip.transpose(1, 0, 2)[::-1]))
+    p1, p2 = tmp_path / "a.png", tmp_path / "b.png"
+    cv2.imwrite(str(p1), strip)
+    cv2.imwrite(str(p2), strip[:, ::-1])
+    r = subprocess.run([sys.executable, "-m", "camflow_jax.estimate", str(p1), str(p2), "-o", str(tmp_path / "o")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error")]
+    assert len(lines) == 1 and "crop it" in lines[0]
+    assert not (tmp_path / "o").exists()
