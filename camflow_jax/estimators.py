@@ -119,7 +119,9 @@ class Estimator:
         if reason:
             return _identity_motion(h, w, f"identity fallback: {reason}", fallback=True)
         m = self._estimate(a, b, depth1, depth2, intrinsics)
-        if m.fallback:
+        if m.fallback or np.shape(m.flow_f) != (h, w, 2) or not np.all(np.isfinite(m.flow_f)):
+            # a non-finite flow is the caller's to refuse (a damaged model, not a bad pair); a
+            # flow at another size (a predictor's network-size output) the caller's to resize
             return m
         reason = plausibility_lib.worse_than_identity(a, b, m.flow_f)
         if reason:

@@ -264,7 +264,8 @@ def test_poor_images_are_refused(tmp_path, capsys):
     assert np.array_equal(read_rgb(tmp_path / "d16.png"), img[..., ::-1])
     tiny = tmp_path / "tiny.png"
     cv2.imwrite(str(tiny), img[:12, :100])
-    assert estimate.main([str(tiny), str(tiny), "--method", "dis", "-o", str(tmp_path / "o")]) == 2
+    cv2.imwrite(str(tmp_path / "tiny2.png"), img[1:13, :100])  # not identical (that is zero motion)
+    assert estimate.main([str(tiny), str(tmp_path / "tiny2.png"), "--method", "dis", "-o", str(tmp_path / "o")]) == 2
     assert "at least 32x32" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
@@ -381,7 +382,7 @@ def test_stabilize_corrupt_middle_frame_is_an_error(tmp_path, clip, capsys):
 
 def test_stabilize_estimator_failing_everywhere_is_an_error(tmp_path, capsys):
     """Bad: an estimator failing on every frame reported success (the input, 'stability nan')."""
-    flat = np.full((8, 64, 96, 3), 128, np.uint8)
+    flat = np.full((8, 64, 96, 3), 128, np.uint8) + np.arange(8, dtype=np.uint8)[:, None, None, None]
     src = tmp_path / "flat.avi"
     video_io.write_frames(str(src), flat, fps=24.0)
     assert stabilize.main([str(src), "-o", str(tmp_path / "o.avi"), "--estimator=sift_ransac", "-q"]) == 2

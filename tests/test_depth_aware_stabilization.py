@@ -30,6 +30,11 @@ def _depth_folder(tmp_path, n, h, w):
     return d
 
 
+def _frames(h, w):
+    rng = np.random.default_rng(0)
+    return [cv2.GaussianBlur(rng.integers(0, 255, (h, w, 3)).astype(np.uint8), (0, 0), 1.5) for _ in range(2)]
+
+
 def test_frame_t_gets_depth_t_and_t_plus_1_and_scaled_intrinsics(tmp_path):
     from camflow_jax.data.depth import depth_files
 
@@ -37,7 +42,7 @@ def test_frame_t_gets_depth_t_and_t_plus_1_and_scaled_intrinsics(tmp_path):
     rec = _Recorder()
     est = estimators.CamFlowEstimator(rec, depth_files=files, intrinsics=(100.0, 100.0, 79.5, 59.5),
                                       frame_size=(120, 160))
-    frames = [np.zeros((120, 160, 3), np.uint8)] * 2
+    frames = _frames(120, 160)  # two different textured frames (identical ones need no estimate)
     est(*frames)
     est(*frames)
     (_, d1, d2, K), (_, e1, e2, _) = rec.calls
@@ -48,7 +53,7 @@ def test_frame_t_gets_depth_t_and_t_plus_1_and_scaled_intrinsics(tmp_path):
     rec2 = _Recorder()
     est2 = estimators.CamFlowEstimator(rec2, depth_files=files, intrinsics=(100.0, 100.0, 79.5, 59.5),
                                        frame_size=(120, 160))
-    est2(np.zeros((60, 80, 3), np.uint8), np.zeros((60, 80, 3), np.uint8))
+    est2(*_frames(60, 80))
     np.testing.assert_allclose(rec2.calls[0][3], [50.0, 50.0, 39.5, 29.5])
     # A field of view instead: fx = (W / 2) / tan(fov / 2).
     rec3 = _Recorder()
@@ -62,7 +67,7 @@ def test_depth_of_another_aspect_or_too_few_files_is_named(tmp_path):
     files = depth_files(_depth_folder(tmp_path, 2, 60, 60))
     est = estimators.CamFlowEstimator(_Recorder(), depth_files=files)
     with pytest.raises(ValueError, match="0000.npy: depth is 60x60"):
-        est(np.zeros((120, 160, 3), np.uint8), np.zeros((120, 160, 3), np.uint8))
+        est(*_frames(120, 160))
 
 
 def test_cli_refuses_depth_flags_for_other_estimators(tmp_path, capsys):

@@ -122,22 +122,28 @@ def test_estimate_cli_reports_refinement_and_fallback(tmp_path, monkeypatch, cap
 
     fake = Fake()
     monkeypatch.setattr(Predictor, "load", classmethod(lambda cls, *a, **k: fake))
-    flat = np.full((64, 96, 3), 90, np.uint8)
-    cv2.imwrite(str(tmp_path / "a.png"), flat)
-    a = str(tmp_path / "a.png")
-    assert estimate.main([a, a, "-o", str(tmp_path / "r")]) == 0
+    rng = np.random.default_rng(0)
+    tex = cv2.GaussianBlur(rng.integers(0, 255, (66, 98, 3)).astype(np.uint8), (0, 0), 1.5)
+    # image 1 at (x, y) is image 2 at (x + 1, y + 1): the fake's flow of 1 px is the truth
+    cv2.imwrite(str(tmp_path / "a.png"), tex[1:65, 1:97])
+    cv2.imwrite(str(tmp_path / "b.png"), tex[0:64, 0:96])
+    a, b = str(tmp_path / "a.png"), str(tmp_path / "b.png")
+    assert estimate.main([a, b, "-o", str(tmp_path / "r")]) == 0
     summary = json.loads((tmp_path / "r" / "homography.json").read_text())
     assert fake.asked == [True] and summary["method"] == "camflow" and summary["refined"] is True
     assert summary["note"] == "kept the start"
     assert "camflow (refined):" in capsys.readouterr().out
-    assert estimate.main([a, a, "--no-refine", "--checkpoint", a, "-o", str(tmp_path / "n")]) == 0
+    assert estimate.main([a, b, "--no-refine", "--checkpoint", a, "-o", str(tmp_path / "n")]) == 0
     summary = json.loads((tmp_path / "n" / "homography.json").read_text())
     assert fake.asked == [True, False] and summary["method"] == "camflow_net" and not summary["refined"]
     capsys.readouterr()
-    assert estimate.main([a, a, "--method", "sift_magsac", "-o", str(tmp_path / "f")]) == 0  # no texture
+    for name, value in (("f1.png", 90), ("f2.png", 91)):  # no texture at all
+        cv2.imwrite(str(tmp_path / name), np.full((64, 96, 3), value, np.uint8))
+    assert estimate.main([str(tmp_path / "f1.png"), str(tmp_path / "f2.png"), "--method", "sift_magsac",
+                          "-o", str(tmp_path / "f")]) == 0
     summary = json.loads((tmp_path / "f" / "homography.json").read_text())
     assert summary["fallback"] is True and summary["note"].startswith("identity fallback:")
-    assert "warning: identity fallback: too few feature matches" in capsys.readouterr().err
+    assert "warning: identity fallback: image 1 is featureless" in capsys.readouterr().err
 
 
 def test_estimate_cli_without_checkpoint_runs_the_shipped_model(tmp_path, capsys):
@@ -159,6 +165,7 @@ class _ClassicalPredictor(Predictor):
     """The Predictor's orientation handling around a classical landscape-only estimator."""
 
     refine_config = None  # the network's answer only (no test-time refinement)
+    height, width = 128, 256  # the network's aspect ratio (Predictor.check_aspect)
 
     def __init__(self):  # no network: only the rotation path is under test
         self.num_depth = 0

@@ -56,7 +56,7 @@ def test_homography_estimator_recovers_known_motion(planar):
     want = p[..., :2] / p[..., 2:] - np.stack([xs, ys], -1)
     assert np.abs(flow - want)[10:-10, 10:-10].mean() < 0.3
     blank = np.zeros((96, 160, 3), np.uint8)
-    zero = est(blank, blank)  # no features: identity fallback, counted
+    zero = est(blank, blank + 1)  # no features: identity fallback, counted
     assert np.all(zero == 0) and est.stats()["failures"] == 1 and est.stats()["calls"] == 2
     assert est.last_homography is None and est.last_note.startswith("identity fallback")
     again = est.fresh()  # the same estimator, counters at zero
@@ -79,17 +79,20 @@ def test_camflow_adapter_with_fake_predictor():
         f[..., 0], f[..., 1] = 2.0, -1.0
         return {"flow_f": jnp.asarray(f)}
 
+    # a textured pair whose true motion is the fake's (4, -2): img1(x, y) = img2(x + 4, y - 2)
+    tex = cv2.GaussianBlur(np.random.default_rng(0).integers(0, 255, (60, 90, 3)).astype(np.uint8), (0, 0), 2)
+    img1, img2 = tex[0:48, 4:84], tex[2:50, 0:80]
     est = estimators.CamFlowEstimator(predictor)
-    flow = est(np.zeros((48, 80, 3), np.uint8), np.zeros((48, 80, 3), np.uint8))
+    flow = est(img1, img2)
     assert flow.shape == (48, 80, 2)
     np.testing.assert_allclose(flow[..., 0], 4.0, atol=1e-5)  # u scaled by 80 / 40
     np.testing.assert_allclose(flow[..., 1], -2.0, atol=1e-5)  # v scaled by 48 / 24
     assert est.name == "camflow" and estimators.CamFlowEstimator(predictor, refine=False).name == "camflow_net"
     nan = estimators.CamFlowEstimator(lambda a, b, **kw: {"flow_f": np.full((48, 80, 2), np.nan)})
-    assert np.all(nan(np.zeros((48, 80, 3)), np.zeros((48, 80, 3))) == 0) and nan.failures == 1
+    assert np.all(nan(img1, img2) == 0) and nan.failures == 1
     bad = estimators.CamFlowEstimator(lambda a, b, **kw: {"flow": 0})
     with pytest.raises(ValueError, match="flow_f"):
-        bad(np.zeros((48, 80, 3)), np.zeros((48, 80, 3)))
+        bad(img1, img2)
     shipped = estimators.make_estimator("camflow")  # no checkpoint: the model in the package
     assert "shipped model" in shipped.predictor.description
     with pytest.raises(ValueError, match="unknown estimator"):
