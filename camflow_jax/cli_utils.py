@@ -491,8 +491,9 @@ def check_writable(folder: str) -> None:
         fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=folder)
         os.close(fd)
         os.remove(probe)
-    except OSError as e:
-        raise OSError(f"cannot write to {folder}: {e.strerror or e}") from None
+    except OSError as e:  # the errno in plain words ("read-only file system", "disk full"...)
+        why = describe_error(OSError(e.errno, e.strerror)) if e.errno else str(e)
+        raise OSError(f"cannot write to {folder}: {why}") from None
 
 
 def check_output_dir(path, owned, overwrite: bool, inputs: Iterable = ()) -> None:
@@ -554,10 +555,11 @@ def _at_destination(e: OSError, tmp: str, path: str) -> OSError:
         if fn in (None, "") and e.errno not in _WRITE_ERRNOS:
             return e
         return type(e)(e.errno, e.strerror, path)
+    # No errno (OpenCV's False, numpy's "6144 requested and 4064 written"): a full disk under
+    # the destination explains it; otherwise at least name the destination, not the temporary.
+    if _disk_full(os.path.dirname(os.path.abspath(path))):
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
     if tmp in str(e):
-        folder = os.path.dirname(os.path.abspath(path))
-        if _disk_full(folder):
-            return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
         return type(e)(str(e).replace(tmp, path))
     return e
 
@@ -633,7 +635,9 @@ class AtomicOutputs:
             if exc_type is None:
                 self._commit()
             elif isinstance(exc, OSError):
-                for _, tmp, path, _ in self._entries:
+                # A named temporary is mapped to its destination; an unnamed write failure
+                # (ENOSPC...) to the output added last, the one being written.
+                for _, tmp, path, _ in reversed(self._entries):
                     better = _at_destination(exc, tmp, path)
                     if better is not exc:
                         raise better from exc

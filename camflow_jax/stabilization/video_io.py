@@ -81,6 +81,22 @@ def output_kind(path: str) -> str:
                      "extension)")
 
 
+def _packets(path: str) -> Iterator[tuple[float, bytes]]:
+    """(timestamp in ms, the first 64 KiB of the packet) of every packet of a video, demuxed
+    without decoding (OpenCV's raw mode); nothing when the backend has no raw mode."""
+    cap = cv2.VideoCapture(path)
+    try:
+        if not cap.isOpened() or not cap.set(cv2.CAP_PROP_FORMAT, -1):
+            return
+        while True:
+            ok, packet = cap.read()
+            if not ok or packet is None:
+                return
+            yield cap.get(cv2.CAP_PROP_POS_MSEC), packet.reshape(-1)[:65536].tobytes()
+    finally:
+        cap.release()
+
+
 def _packet_size(data: bytes) -> tuple[int, int] | None:
     """(width, height) stored in a compressed frame that carries its own size (JPEG, PNG)."""
     if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24:
@@ -153,28 +169,19 @@ class FrameSource:
 
     def _scan_packets(self) -> None:
         """Walks the packets without decoding (module doc): frame size changes, real timing."""
-        cap = cv2.VideoCapture(self.path)
         stamps, first = [], None
-        try:
-            if not cap.isOpened() or not cap.set(cv2.CAP_PROP_FORMAT, -1):
-                return
-            while True:
-                ok, packet = cap.read()
-                if not ok or packet is None:
-                    break
-                size = _packet_size(packet.tobytes()[:65536])
-                if size is not None:
-                    if first is None:
-                        first = size
-                    elif size != first:
-                        raise ValueError(
-                            f"{self.path}: frame {len(stamps)} is {size[0]}x{size[1]} but frame 0 is "
-                            f"{first[0]}x{first[1]}: the frame size changes mid-stream (OpenCV would "
-                            "squash the frames to the first size silently). Re-encode it at one size "
-                            "(e.g. ffmpeg -i IN -vf scale=W:H OUT.mp4) or extract its frames")
-                stamps.append(cap.get(cv2.CAP_PROP_POS_MSEC))
-        finally:
-            cap.release()
+        for ms, packet in _packets(self.path):
+            size = _packet_size(packet)
+            if size is not None:
+                if first is None:
+                    first = size
+                elif size != first:
+                    raise ValueError(
+                        f"{self.path}: frame {len(stamps)} is {size[0]}x{size[1]} but frame 0 is "
+                        f"{first[0]}x{first[1]}: the frame size changes mid-stream (OpenCV would "
+                        "squash the frames to the first size silently). Re-encode it at one size "
+                        "(e.g. ffmpeg -i IN -vf scale=W:H OUT.mp4) or extract its frames")
+            stamps.append(ms)
         if len(stamps) < 2:
             return
         self.count_hint = len(stamps)  # what the container holds (its "frame count" may be a guess)
@@ -297,12 +304,30 @@ class FrameSink:
         if self._writer is not None:
             self._writer.release()
             self._writer = None
+            self._check_written()
+
+    def _check_written(self) -> None:
+        """OpenCV's video writer reports no write errors (a full disk leaves a truncated file
+        and no sign): the frames of the closed file are counted (demuxed, not decoded)."""
+        found = sum(1 for _ in _packets(self.path))
+        if found < self.count:
+            import errno
+
+            st = os.statvfs(os.path.dirname(os.path.abspath(self.path)))
+            full = st.f_bavail * st.f_frsize < (1 << 20)
+            code = errno.ENOSPC if full else errno.EIO
+            raise OSError(code, f"{os.strerror(code)} (the video holds {found} of the {self.count} "
+                                "frames written)", self.path)
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        if exc_type is None:
+            self.close()
+        elif self._writer is not None:  # failing already: release without the check
+            self._writer.release()
+            self._writer = None
         return False
 
 
