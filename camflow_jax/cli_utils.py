@@ -10,8 +10,12 @@ One policy for every tool (``estimate``, ``evaluate``, ``stabilize``,
 * an output is never the input: identity is decided by the file system (``os.path.samefile``:
   symlinks and hard links included), not by comparing path strings;
 * outputs are written to a hidden temporary file or folder next to their destination and moved
-  into place (``os.replace``) only when complete, so an interrupted or failed run never leaves
-  half a result and never damages the previous one;
+  into place only when complete, so an interrupted or failed run never leaves half a result and
+  never damages the previous one; without ``-y`` the move fails if the destination appeared in
+  the meantime (another run), instead of replacing it; outputs follow the umask;
+* failures: :func:`run_cli` turns every expected failure (:data:`EXPECTED_ERRORS`) into one line
+  (:func:`describe_error`), exit 2, and SIGINT/SIGTERM into a clean stop (temporaries removed),
+  exit 130/143; a traceback only with ``--verbose`` (:func:`add_verbose_flag`);
 * results are checked before they are written: finite flows, a non-degenerate homography,
   strict JSON (no ``NaN`` tokens).
 
@@ -22,11 +26,16 @@ Numeric checks (:func:`check_intrinsics`, :func:`check_depth`, :func:`flow_probl
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
 import shutil
+import signal
+import sys
 import tempfile
+import threading
+import traceback
 from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
@@ -35,7 +44,8 @@ __all__ = ["EXIT_BAD_INPUT", "finite_float", "check_number", "intrinsics_problem
            "check_depth", "flow_problem", "check_flow", "homography_problem", "check_homography",
            "strict_json", "same_file", "check_not_inputs", "existing_outputs", "check_output_dir",
            "check_output_file", "check_writable", "atomic_file", "atomic_dir", "write_text_atomic",
-           "describe_error", "EXPECTED_ERRORS"]
+           "describe_error", "EXPECTED_ERRORS", "Interrupted", "signals_as_interrupts", "run_cli",
+           "add_verbose_flag", "reading", "AtomicOutputs", "camflow_only_flags"]
 
 #: Exit code of every CLI for bad input, bad arguments or a refused output.
 EXIT_BAD_INPUT = 2
@@ -96,6 +106,107 @@ def describe_error(e: BaseException, context: str | None = None) -> str:
     if context:
         msg = f"{context}: {msg}"
     return msg[:500]
+
+
+#: Exit status after SIGINT / SIGTERM (128 + the signal number, as a shell reports a signal).
+EXIT_INTERRUPTED = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM, raised in the main thread like Ctrl-C so that every ``finally`` block
+    and context manager on the way out runs (temporary files and folders are removed)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+
+
+@contextlib.contextmanager
+def signals_as_interrupts() -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM raise :class:`Interrupted` in the main thread (the
+    default SIGTERM action would kill the process without any cleanup). Once one arrived,
+    further ones are ignored so the cleanup itself is not cut short. Previous handlers are
+    restored on exit. Outside the main thread: a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    sigs = (signal.SIGINT, signal.SIGTERM)
+
+    def handler(signum, frame):
+        for s in sigs:
+            signal.signal(s, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    previous = {s: signal.signal(s, handler) for s in sigs}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def add_verbose_flag(parser) -> None:
+    """``--verbose``: on an error, print the traceback too (the one-line message stays last)."""
+    parser.add_argument("--verbose", action="store_true",
+                        help="on an error, also print the full traceback (for bug reports)")
+
+
+def run_cli(body: Callable[[], int | None], verbose: bool = False) -> int:
+    """Runs a CLI's work with the shared failure policy; returns the exit status.
+
+    * an expected failure (:data:`EXPECTED_ERRORS`) prints ``error: <one line>``
+      (:func:`describe_error`) and returns :data:`EXIT_BAD_INPUT`; the traceback goes first
+      only with ``verbose``;
+    * SIGINT / SIGTERM (and Ctrl-C) stop the work like an exception, so partial outputs and
+      temporaries are removed by the writers' own cleanup and previous outputs stay; returns
+      130 / 143;
+    * anything else is a bug: it propagates with its traceback.
+    """
+    try:
+        with signals_as_interrupts():
+            return int(body() or 0)
+    except KeyboardInterrupt as e:  # Interrupted included
+        signum = getattr(e, "signum", signal.SIGINT)
+        if verbose:
+            traceback.print_exc()
+        print(f"error: interrupted by {signal.Signals(signum).name}: nothing was written or "
+              "replaced (partial outputs removed)", file=sys.stderr)
+        return EXIT_INTERRUPTED.get(signum, 128 + int(signum))
+    except EXPECTED_ERRORS as e:
+        if verbose:
+            traceback.print_exc()
+        print(f"error: {describe_error(e)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+@contextlib.contextmanager
+def reading(path, what: str = "file") -> Iterator[None]:
+    """Names ``path`` in an expected failure raised while reading it (damaged numpy headers and
+    archives raise errors that do not say which file): re-raised as ValueError ``cannot read
+    <what> PATH: <cause>`` unless the message already names the file."""
+    try:
+        yield
+    except EXPECTED_ERRORS as e:
+        if path is None:
+            raise
+        p = os.fspath(path)
+        named = isinstance(e, OSError) and e.filename not in (None, "")
+        if named or p in str(e):
+            raise
+        raise ValueError(describe_error(e, f"cannot read {what} {p}")) from e
+
+
+def camflow_only_flags(method: str, **given) -> None:
+    """The one rule for depth and intrinsics flags: they feed CamFlow's depth bases only, so a
+    classical estimator (sift_ransac, orb, dis, ecc, identity...) given any of them is refused
+    (ValueError naming the flags) instead of ignoring them silently. ``given``: flag -> value
+    (``None``/``False`` = not given)."""
+    from camflow_jax import estimators
+
+    used = [flag for flag, v in given.items() if v is not None and v is not False]
+    if used and not estimators.is_camflow(method):
+        raise ValueError(f"{', '.join(used)} only apply to camflow estimators (CamFlow+'s depth "
+                         f"bases); {method} does not use them: drop them or choose camflow")
 
 
 # ----------------------------------------------------------------------------- numbers
@@ -380,8 +491,9 @@ def check_writable(folder: str) -> None:
         fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=folder)
         os.close(fd)
         os.remove(probe)
-    except OSError as e:
-        raise OSError(f"cannot write to {folder}: {e.strerror or e}") from None
+    except OSError as e:  # the errno in plain words ("read-only file system", "disk full"...)
+        why = describe_error(OSError(e.errno, e.strerror)) if e.errno else str(e)
+        raise OSError(f"cannot write to {folder}: {why}") from None
 
 
 def check_output_dir(path, owned, overwrite: bool, inputs: Iterable = ()) -> None:
@@ -420,35 +532,181 @@ def _temp_name(path: str) -> tuple[str, str]:
     return folder, f".{stem}.partial-"
 
 
-@contextlib.contextmanager
-def atomic_file(path, suffix: str | None = None) -> Iterator[str]:
-    """Yields a temporary path next to ``path`` (same extension, so writers that pick a format
-    by extension still work); moved onto ``path`` with ``os.replace`` when the block succeeds,
-    removed when it fails. A symlink at ``path`` is replaced, never its target."""
-    path = os.fspath(path)
-    folder, prefix = _temp_name(path)
-    os.makedirs(folder, exist_ok=True)
-    ext = os.path.splitext(path)[1] if suffix is None else suffix
-    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=ext, dir=folder)
-    os.close(fd)
+#: OS failures of a write that say nothing about which file (the data, not the name, failed).
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS)
+
+
+def _disk_full(folder: str) -> bool:
     try:
-        yield tmp
-        if not os.path.exists(tmp):
-            raise OSError(f"nothing was written for {path}")
-        os.replace(tmp, path)
-    finally:
-        if os.path.lexists(tmp):
-            os.remove(tmp)
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < (64 << 10)
 
 
-def write_text_atomic(path, text: str) -> None:
-    with atomic_file(path) as tmp:
+def _at_destination(e: OSError, tmp: str, path: str) -> OSError:
+    """``e`` (raised while writing ``tmp``) told in terms of the destination ``path``: OS errors
+    name the temporary path or none at all (a full disk fails the write, not the open), and
+    OpenCV writers return False without a reason (checked against the free space here)."""
+    fn = e.filename
+    if e.errno is not None:
+        if fn not in (None, "") and not str(fn).startswith(tmp):
+            return e  # about another file (e.g. an input read inside the block)
+        if fn in (None, "") and e.errno not in _WRITE_ERRNOS:
+            return e
+        return type(e)(e.errno, e.strerror, path)
+    # No errno (OpenCV's False, numpy's "6144 requested and 4064 written"): a full disk under
+    # the destination explains it; otherwise at least name the destination, not the temporary.
+    if _disk_full(os.path.dirname(os.path.abspath(path))):
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+    if tmp in str(e):
+        return type(e)(str(e).replace(tmp, path))
+    return e
+
+
+def _raced(path: str) -> FileExistsError:
+    return FileExistsError(f"refusing to overwrite {path}: it appeared while this run was writing "
+                           "(another run writing the same output?); pass -y/--overwrite to replace")
+
+
+def _link_exclusive(src: str, dst: str) -> None:
+    """Puts the file ``src`` at ``dst`` only if ``dst`` does not exist (atomically: link(2)
+    fails with EEXIST); falls back to an O_EXCL reservation where hard links are unsupported."""
+    try:
+        os.link(src, dst)
+        return
+    except FileExistsError:
+        raise _raced(dst) from None
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
+            raise
+    try:
+        fd = os.open(dst, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        raise _raced(dst) from None
+    os.close(fd)
+    os.replace(src, dst)  # onto our own reservation
+
+
+class AtomicOutputs:
+    """The outputs of one run, written to hidden temporaries next to their destinations and all
+    moved into place when the ``with`` block succeeds, in the order they were added (put the
+    main output first); on an exception (or SIGINT/SIGTERM, see :func:`run_cli`) every
+    temporary is removed and no destination is touched.
+
+    ``overwrite=False``: a destination is never replaced, not even one that appeared while the
+    run was writing (another process): the move uses link(2) / rename(2) onto a missing path,
+    which fails instead of replacing, so the check cannot race; the outputs already moved by
+    this run are then taken back and the run fails with ``refusing to overwrite PATH``.
+    ``overwrite=True``: destinations are replaced (``os.replace``). Files and folders get the
+    permissions the umask gives (not mkstemp's 0600).
+    """
+
+    def __init__(self, overwrite: bool = True):
+        self.overwrite = bool(overwrite)
+        self._entries: list[tuple[str, str, str, Callable[[str], bool]]] = []  # kind, tmp, path, owned
+
+    def file(self, path, suffix: str | None = None) -> str:
+        """A temporary path for the file ``path`` (same extension unless ``suffix``, so writers
+        that choose a format by extension still work)."""
+        path = os.fspath(path)
+        folder, prefix = _temp_name(path)
+        os.makedirs(folder, exist_ok=True)
+        ext = os.path.splitext(path)[1] if suffix is None else suffix
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=ext, dir=folder)
+        os.close(fd)
+        self._entries.append(("file", tmp, path, _owned(None)))
+        return tmp
+
+    def dir(self, path, owned=None) -> str:
+        """A temporary folder whose files become ``path``'s (see :func:`atomic_dir`)."""
+        path = os.fspath(path)
+        folder, prefix = _temp_name(path)
+        os.makedirs(folder, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=prefix, dir=folder)
+        self._entries.append(("dir", tmp, path, _owned(owned)))
+        return tmp
+
+    def __enter__(self) -> "AtomicOutputs":
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            if exc_type is None:
+                self._commit()
+            elif isinstance(exc, OSError):
+                # A named temporary is mapped to its destination; an unnamed write failure
+                # (ENOSPC...) to the output added last, the one being written.
+                for _, tmp, path, _ in reversed(self._entries):
+                    better = _at_destination(exc, tmp, path)
+                    if better is not exc:
+                        raise better from exc
+        finally:
+            self._cleanup()
+        return False
+
+    def _cleanup(self) -> None:
+        for kind, tmp, _, _ in self._entries:
+            if kind == "file" and os.path.lexists(tmp):
+                os.remove(tmp)
+            elif kind == "dir" and os.path.lexists(tmp):
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    def _commit(self) -> None:
+        done: list[tuple[str, list[str]]] = []  # kind, paths this run created (undone on a race)
+        mode = 0o666 & ~_umask()
+        try:
+            for kind, tmp, path, owned in self._entries:
+                try:
+                    if kind == "file":
+                        if not os.path.exists(tmp):
+                            raise OSError(f"nothing was written for {path}")
+                        os.chmod(tmp, mode)
+                        if self.overwrite:
+                            os.replace(tmp, path)  # a symlink at path is replaced, never its target
+                        else:
+                            _link_exclusive(tmp, path)
+                            done.append(("file", [path]))
+                    else:
+                        created = _commit_dir(tmp, path, owned, self.overwrite)
+                        done.append(("dir" if created is None else "files", [path] if created is None else created))
+                except OSError as e:
+                    raise _at_destination(e, tmp, path) from e
+        except BaseException:
+            if not self.overwrite:
+                _undo(done)
+            raise
+
+
+def _undo(done) -> None:
+    """Removes what an exclusive commit created before a later output of the run failed."""
+    for kind, paths in reversed(done):
+        for p in paths:
+            with contextlib.suppress(OSError):
+                if kind == "dir":
+                    shutil.rmtree(p)
+                else:
+                    os.remove(p)
+
+
+@contextlib.contextmanager
+def atomic_file(path, suffix: str | None = None, *, overwrite: bool = True) -> Iterator[str]:
+    """Yields a temporary path next to ``path`` (same extension, so writers that pick a format
+    by extension still work); moved onto ``path`` when the block succeeds, removed when it
+    fails. ``overwrite=False``: fails instead of replacing a ``path`` that exists by then
+    (:class:`AtomicOutputs`). A symlink at ``path`` is replaced, never its target."""
+    with AtomicOutputs(overwrite) as outs:
+        yield outs.file(path, suffix)
+
+
+def write_text_atomic(path, text: str, *, overwrite: bool = True) -> None:
+    with atomic_file(path, overwrite=overwrite) as tmp:
         with open(tmp, "w") as fh:
             fh.write(text)
 
 
 @contextlib.contextmanager
-def atomic_dir(path, owned=None) -> Iterator[str]:
+def atomic_dir(path, owned=None, *, overwrite: bool = True) -> Iterator[str]:
     """Yields a temporary folder next to ``path``; when the block succeeds its files become
     ``path``'s, otherwise it is deleted and ``path`` is untouched.
 
@@ -456,28 +714,48 @@ def atomic_dir(path, owned=None) -> Iterator[str]:
     holding files: each new file replaces its namesake with ``os.replace`` and files the tool
     wrote before (``owned``, see :func:`existing_outputs`) that the new run did not write are
     removed; other files are left alone. Overwrite permission is the caller's check
-    (:func:`check_output_dir`).
+    (:func:`check_output_dir`); ``overwrite=False`` also refuses, at the move, a result that
+    appeared meanwhile (:class:`AtomicOutputs`).
     """
-    path = os.fspath(path)
-    folder, prefix = _temp_name(path)
-    os.makedirs(folder, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=prefix, dir=folder)
-    try:
-        yield tmp
-        _commit_dir(tmp, path, _owned(owned))
-    finally:
-        if os.path.lexists(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
+    with AtomicOutputs(overwrite) as outs:
+        yield outs.dir(path, owned)
 
 
-def _commit_dir(tmp: str, path: str, owned: Callable[[str], bool]) -> None:
+def _commit_dir(tmp: str, path: str, owned: Callable[[str], bool], overwrite: bool = True):
+    """Moves ``tmp``'s files into ``path``. Returns None when ``tmp`` itself became ``path``,
+    else the paths created (for :func:`_undo`; only tracked without ``overwrite``)."""
     if os.path.lexists(path) and not os.path.isdir(path):
         raise FileExistsError(f"output {path} exists and is not a folder")
     if not os.path.lexists(path) or (not os.path.islink(path) and not os.listdir(path)):
         os.chmod(tmp, 0o777 & ~_umask())
-        os.replace(tmp, path)  # rename(2) replaces a missing or empty folder atomically
-        return
+        try:
+            os.rename(tmp, path)  # rename(2) replaces only a missing or empty folder, atomically
+            return None
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            if not overwrite:  # another run filled it meanwhile
+                raise _raced(path) from None
     new = os.listdir(tmp)
+    if not overwrite:
+        created = []
+        try:
+            for name in new:
+                src, target = os.path.join(tmp, name), os.path.join(path, name)
+                if os.path.isdir(src) and not os.path.islink(src):
+                    try:
+                        os.mkdir(target)  # an exclusive reservation...
+                    except FileExistsError:
+                        raise _raced(target) from None
+                    created.append(target)
+                    os.rename(src, target)  # ...that rename(2) may replace (it is empty)
+                else:
+                    _link_exclusive(src, target)
+                    created.append(target)
+        except BaseException:
+            _undo([("file" if os.path.isfile(p) else "dir", [p]) for p in created])
+            raise
+        return created
     trash = None
     try:
         for name in new:
@@ -497,9 +775,17 @@ def _commit_dir(tmp: str, path: str, owned: Callable[[str], bool]) -> None:
             os.remove(target)
         elif os.path.isdir(target):
             shutil.rmtree(target)
+    return []
 
 
 def _umask() -> int:
+    try:  # Linux: read it without changing it (os.umask would race with other threads)
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     mask = os.umask(0)
     os.umask(mask)
     return mask

@@ -29,6 +29,9 @@ homography.json          3x3 homography image 1 -> image 2 (pixels) and a summar
                          whether test-time refinement ran, the estimator's note)
 =======================  ===================================================================
 
+Depth and intrinsics feed CamFlow+'s depth bases: with a classical ``--method`` they are refused
+(the same rule as ``stabilize``). Failures are one ``error:`` line, exit 2 (``--verbose`` adds
+the traceback); SIGINT / SIGTERM stop the run cleanly (exit 130 / 143, nothing written).
 Nothing is written unless the result is usable: non-finite flows or a degenerate homography
 (e.g. from a damaged checkpoint or absurd intrinsics) are an error (exit 2). OUTDIR is filled
 atomically (a hidden temporary folder moved into place), an existing result in it is replaced
@@ -42,7 +45,6 @@ images (PNG, TIFF, EXR) read with OpenCV; aligned with their image.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 
@@ -76,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--depth1", default=None, help="depth of image 1 (CamFlow+)")
     p.add_argument("--depth2", default=None, help="depth of image 2 (CamFlow+)")
     p.add_argument("--intrinsics", type=cli_utils.intrinsics_arg, default=None,
-                   help="fx,fy,cx,cy of the input images in pixels")
+                   help="fx,fy,cx,cy of the input images in pixels (camflow only, with depth)")
+    cli_utils.add_verbose_flag(p)
     return p
 
 
@@ -98,31 +101,34 @@ def _make_estimator(args):
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        img1, img2 = read_image(args.img1), read_image(args.img2)
-        h, w = img1.shape[:2]
-        if (args.depth1 is None) != (args.depth2 is None):
-            raise ValueError("give both --depth1 and --depth2, or neither")
-        d1 = cli_utils.check_depth(read_depth(args.depth1), args.depth1, (h, w)) if args.depth1 else None
-        d2 = cli_utils.check_depth(read_depth(args.depth2), args.depth2, img2.shape[:2]) if args.depth2 else None
-        if args.intrinsics is not None:
-            cli_utils.check_intrinsics(args.intrinsics, h, w)
-        est = _make_estimator(args)
-        cli_utils.check_output_dir(args.out, OUTPUT_FILES, args.overwrite,
-                                   inputs=[args.img1, args.img2, args.depth1, args.depth2, args.checkpoint,
-                                           getattr(est, "checkpoint", None)])
-        if estimators.is_camflow(est.name):
-            print(f"model: {est.predictor.description}", file=sys.stderr)
-            if est.predictor.num_depth and d1 is None:
-                print("note: no --depth1/--depth2: the depth bases use a constant depth "
-                      "(CamFlow behaviour; give depth for CamFlow+)", file=sys.stderr)
-        result = estimate_pair(img1, img2, method=est, depth1=d1, depth2=d2, intrinsics=args.intrinsics)
-        check_result(result, h, w)
-        with cli_utils.atomic_dir(args.out, OUTPUT_FILES) as tmp:
-            summary = write_outputs(tmp, img1, img2, result)
-    except (ValueError, FileNotFoundError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return cli_utils.EXIT_BAD_INPUT
+    return cli_utils.run_cli(lambda: _run(args), verbose=args.verbose)
+
+
+def _run(args) -> int:
+    img1, img2 = read_image(args.img1), read_image(args.img2)
+    h, w = img1.shape[:2]
+    if (args.depth1 is None) != (args.depth2 is None):
+        raise ValueError("give both --depth1 and --depth2, or neither")
+    d1 = cli_utils.check_depth(read_depth(args.depth1), args.depth1, (h, w)) if args.depth1 else None
+    d2 = cli_utils.check_depth(read_depth(args.depth2), args.depth2, img2.shape[:2]) if args.depth2 else None
+    if args.intrinsics is not None:
+        cli_utils.check_intrinsics(args.intrinsics, h, w)
+    est = _make_estimator(args)
+    cli_utils.camflow_only_flags(est.name, **{"--depth1": args.depth1, "--depth2": args.depth2,
+                                              "--intrinsics": args.intrinsics})
+    cli_utils.check_output_dir(args.out, OUTPUT_FILES, args.overwrite,
+                               inputs=[args.img1, args.img2, args.depth1, args.depth2, args.checkpoint,
+                                       getattr(est, "checkpoint", None)])
+    if estimators.is_camflow(est.name):
+        print(f"model: {est.predictor.description}", file=sys.stderr)
+        if est.predictor.num_depth and d1 is None:
+            print("note: no --depth1/--depth2: the depth bases use a constant depth "
+                  "(CamFlow behaviour; give depth for CamFlow+)", file=sys.stderr)
+    result = estimate_pair(img1, img2, method=est, depth1=d1, depth2=d2, intrinsics=args.intrinsics)
+    check_result(result, h, w)
+    # Without -y the move into place also refuses a result another run wrote meanwhile.
+    with cli_utils.atomic_dir(args.out, OUTPUT_FILES, overwrite=args.overwrite) as tmp:
+        summary = write_outputs(tmp, img1, img2, result)
     H = np.asarray(summary["homography"])
     refined = " (refined)" if summary["refined"] else ""
     print(f"{summary['method']}{refined}: {img1.shape[1]}x{img1.shape[0]} pair, mean |flow| "

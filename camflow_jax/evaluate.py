@@ -21,7 +21,8 @@ Outputs in ``--out``: ``results.json``, ``results.csv``, ``results.md``, ``per_s
 holds these files unless ``-y/--overwrite`` is given, and an unwritable one before the
 evaluation starts; the files are written to a temporary folder and moved in when complete
 (docs/what_the_tools_refuse.md). Flags are spelled with hyphens (``--no-progress``); the older
-underscore spellings still work. Bad input: one ``error:`` line, exit status 2.
+underscore spellings still work. Bad input (a damaged ``--data`` file is named, ``--num`` below 1
+is refused): one ``error:`` line, exit status 2; ``--verbose`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ from collections.abc import Sequence
 
 from camflow_jax import cli_utils, estimators
 from camflow_jax.evaluation.benchmark import evaluate
-from camflow_jax.evaluation.datasets import DATASETS
+from camflow_jax.evaluation.datasets import DATASETS, load_dataset
 from camflow_jax.evaluation.methods import ORACLES, parse_checkpoints
 from camflow_jax.evaluation.reports import BENCHMARK_FILES as OUTPUT_FILES
-from camflow_jax.evaluation.reports import benchmark_summary
+from camflow_jax.evaluation.reports import benchmark_summary, write_benchmark
 
 __all__ = ["evaluate", "build_parser", "main"]
 
@@ -49,6 +50,16 @@ def _parse_size(text: str) -> tuple[int, int]:
     if h <= 0 or w <= 0:
         raise argparse.ArgumentTypeError(f"size must be positive, got {text!r}")
     return h, w
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (an empty table is not a result), got {text!r}")
+    return v
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--out", default=None, help="output folder for results.json/.csv/.md")
     p.add_argument("-y", "--overwrite", action="store_true",
                    help="replace an existing result in the output folder")
-    p.add_argument("--num", type=int, default=None,
+    p.add_argument("--num", type=_positive_int, default=None,
                    help="synthetic: number of held-out samples (default 100); others: first N only")
     p.add_argument("--seed", type=int, default=1000, help="synthetic held-out seed")
     p.add_argument("--size", type=_parse_size, default=(320, 576), help="synthetic image size HxW")
@@ -81,27 +92,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-refine", action="store_true",
                    help="camflow rows without test-time refinement (camflow -> camflow_net only)")
     p.add_argument("--no-progress", "--no_progress", dest="no_progress", action="store_true")
+    cli_utils.add_verbose_flag(p)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        if args.out is not None:  # refused or unwritable: said before the evaluation runs
-            ckpts = [path for _, path in parse_checkpoints(args.checkpoint)]
-            cli_utils.check_output_dir(args.out, OUTPUT_FILES, args.overwrite,
-                                       inputs=[args.data, args.depth_dir, args.list_file] + ckpts)
-        methods = args.methods
-        if args.no_refine:
-            methods = ",".join(estimators.without_refinement(m.strip()) for m in methods.split(","))
-        run = evaluate(args.dataset, methods, data=args.data, checkpoints=args.checkpoint,
-                       num=args.num, seed=args.seed, size=args.size, depth_dir=args.depth_dir,
-                       intrinsics=args.intrinsics, list_file=args.list_file, out_dir=args.out,
-                       iqa_form=args.iqa_form, channel_order=args.channel_order,
-                       progress=not args.no_progress, verbose=False)
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return cli_utils.EXIT_BAD_INPUT
+    return cli_utils.run_cli(lambda: _run(args), verbose=args.verbose)
+
+
+def _run(args) -> int:
+    if args.out is not None:  # refused or unwritable: said before the evaluation runs
+        ckpts = [path for _, path in parse_checkpoints(args.checkpoint)]
+        cli_utils.check_output_dir(args.out, OUTPUT_FILES, args.overwrite,
+                                   inputs=[args.data, args.depth_dir, args.list_file] + ckpts)
+    methods = args.methods
+    if args.no_refine:
+        methods = ",".join(estimators.without_refinement(m.strip()) for m in methods.split(","))
+    with cli_utils.reading(args.data, "benchmark data"):  # a damaged file is named
+        source = load_dataset(args.dataset, args.data, num=args.num, seed=args.seed, size=args.size,
+                              depth_dir=args.depth_dir, intrinsics=args.intrinsics,
+                              list_file=args.list_file)
+    run = evaluate(args.dataset, methods, data=args.data, checkpoints=args.checkpoint,
+                   num=args.num, seed=args.seed, size=args.size, depth_dir=args.depth_dir,
+                   intrinsics=args.intrinsics, list_file=args.list_file, out_dir=None,
+                   iqa_form=args.iqa_form, channel_order=args.channel_order,
+                   progress=not args.no_progress, verbose=False, source=source)
+    if args.out is not None:
+        # Without -y the move into place also refuses results another run wrote meanwhile.
+        with cli_utils.atomic_dir(args.out, OUTPUT_FILES, overwrite=args.overwrite) as tmp:
+            write_benchmark(tmp, run)
     print(benchmark_summary(run))
     if args.out is not None:
         print(f"wrote {os.path.join(args.out, 'results.json')} (+ .csv, .md, per_sample.csv, meta.json)")

@@ -4,10 +4,14 @@ SteadyFlow-style pipeline (``camflow_jax.stabilization``): dense per-frame camer
 the chosen estimator -> per-pixel motion profiles -> smoothing -> inverse warping -> crop/zoom.
 Only the estimator changes between runs; all other settings are shared.
 
-INPUT is a video file or a folder of frames; OUTPUT is a video (.mp4/.m4v/.mov/.avi/.mkv) or,
-for any other name, a folder of PNG frames. Writes ``<OUTPUT stem>.json`` (metrics, settings,
-timings) and two plots unless ``--no-metrics`` / ``--no-plots``. Frame count and fps are kept;
-audio is not (OpenCV cannot copy it). Existing files are never replaced without ``-y``.
+INPUT is a video file or a folder of frames; OUTPUT is a video (.mp4/.m4v/.mov/.avi/.mkv) or a
+folder of PNG frames (a name without extension; other extensions are refused). Writes
+``<OUTPUT stem>.json`` (metrics, settings, timings) and two plots unless ``--no-metrics`` /
+``--no-plots``. Frame count and fps are kept;
+audio is not (OpenCV cannot copy it); a variable-frame-rate video is written at its mean rate
+(same duration). Existing files are never replaced without ``-y``, not even by a run that
+finishes second. Failures: one ``error:`` line, exit 2 (``--verbose`` adds the traceback);
+SIGINT / SIGTERM: partial outputs and temporaries removed, exit 130 / 143.
 
 Examples::
 
@@ -101,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-plots", action="store_true", help="skip the plots")
     p.add_argument("-y", "--overwrite", action="store_true", help="replace existing outputs")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    cli_utils.add_verbose_flag(p)
     return p
 
 
@@ -113,9 +118,9 @@ def _estimator(args, estimators):
     name, note = registry.resolve(name)
     if note:
         print(f"note: {note}", file=sys.stderr)
+    cli_utils.camflow_only_flags(name, **{"--depth": args.depth, "--intrinsics": args.intrinsics,
+                                          "--fov": args.fov})
     if not registry.is_camflow(name):
-        if args.depth or args.intrinsics or args.fov is not None:
-            raise ValueError("--depth, --intrinsics and --fov are for --estimator=camflow")
         if args.no_refine:
             print(f"note: --estimator {name} ignores --no-refine", file=sys.stderr)
         return estimators.make_estimator(name)
@@ -146,29 +151,32 @@ def _estimator(args, estimators):
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    from camflow_jax.stabilization import estimators, pipeline, profiles, runner
+    return cli_utils.run_cli(lambda: _run(args), verbose=args.verbose)
 
+
+def _run(args) -> int:
     try:
-        config = pipeline.StabilizerConfig(
-            smoothing=profiles.SmoothingParams(max_radius=args.smoothing,
-                                               min_radius=min(3, args.smoothing),
-                                               strength=args.strength),
-            crop=args.crop, max_zoom=args.max_zoom, border=args.border)
-        paths = runner.report_paths(args.output, args.report)
-        wanted = [paths["json"]] + ([] if args.no_plots else [paths["path_plot"],
-                                                              paths["tracks_plot"]])
-        runner.check_outputs(args.input, args.output, wanted + [args.save_motion],
-                             args.overwrite, inputs=[args.load_motion, args.depth, args.checkpoint,
-                                     args.estimator.partition(":")[2] or None])
-        est = None if args.load_motion else _estimator(args, estimators)
-        result = runner.stabilize_video(
-            args.input, args.output, est, config, overwrite=args.overwrite, fps=args.fps,
-            with_metrics=not args.no_metrics, with_plots=not args.no_plots, report=args.report,
-            save_motion=args.save_motion, load_motion=args.load_motion,
-            progress=not args.quiet, checked=True)
-    except (OSError, ValueError, ImportError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        from camflow_jax.stabilization import estimators, pipeline, profiles, runner
+    except ImportError as e:  # e.g. an optional plotting dependency
+        raise ValueError(f"missing dependency: {e}") from e
+
+    config = pipeline.StabilizerConfig(
+        smoothing=profiles.SmoothingParams(max_radius=args.smoothing,
+                                           min_radius=min(3, args.smoothing),
+                                           strength=args.strength),
+        crop=args.crop, max_zoom=args.max_zoom, border=args.border)
+    paths = runner.report_paths(args.output, args.report)
+    wanted = [paths["json"]] + ([] if args.no_plots else [paths["path_plot"],
+                                                          paths["tracks_plot"]])
+    runner.check_outputs(args.input, args.output, wanted + [args.save_motion],
+                         args.overwrite, inputs=[args.load_motion, args.depth, args.checkpoint,
+                                                 args.estimator.partition(":")[2] or None])
+    est = None if args.load_motion else _estimator(args, estimators)
+    result = runner.stabilize_video(
+        args.input, args.output, est, config, overwrite=args.overwrite, fps=args.fps,
+        with_metrics=not args.no_metrics, with_plots=not args.no_plots, report=args.report,
+        save_motion=args.save_motion, load_motion=args.load_motion,
+        progress=not args.quiet, checked=True)
     for w in result.get("warnings", []):
         print(f"warning: {w}", file=sys.stderr)
     if not args.quiet:

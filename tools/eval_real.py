@@ -12,7 +12,9 @@ the estimator registry's names (:mod:`camflow_jax.estimators`; old names such as
 with a note); ``--methods`` also takes the evaluation-only oracles. The CamFlow rows use ``--checkpoint`` or, without it, the model shipped
 in the package; when neither exists they are skipped with a note.
 
-Exit status: 0, or 2 with one line when the data (or an argument) is missing.
+Exit status: 0, or 2 with one line when the data (or an argument) is missing or a file cannot
+be read or written (``--verbose`` adds the traceback); 130 / 143 after SIGINT / SIGTERM. The two
+result files are written together (a hidden folder moved in when both are complete).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # camflow_jax from this checkout, installed or not
     sys.path.insert(0, str(ROOT))
 
+from camflow_jax import cli_utils  # noqa: E402
 from camflow_jax.evaluation import datasets, real, reports  # noqa: E402
 
 PARTS = ("stereo", "video")
@@ -55,24 +58,25 @@ def parse_args(argv=None):
     p.add_argument("--image-metrics", action="store_true",
                    help="also render the stabilized clips and measure stability/cropping/distortion "
                         "with SIFT (metrics.MetricsAccumulator; ~2 min more per clip and estimator on 2 cores)")
+    cli_utils.add_verbose_flag(p)
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    try:
-        parts = _items(args.parts)
-        bad = [v for v in parts if v not in PARTS]
-        if bad:
-            raise ValueError(f"unknown part {', '.join(bad)}; choose from {', '.join(PARTS)}")
-        methods, notes = real.check_pair_methods(_items(args.methods))
-        video_names, video_notes = real.check_video_estimators(_items(args.estimators))
-        fx_scales = tuple(float(v) for v in _items(args.fx_scales))
-        if args.frames < 4:
-            raise ValueError("--frames must be >= 4")
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    return cli_utils.run_cli(lambda: _run(args, argv), verbose=args.verbose)
+
+
+def _run(args, argv) -> int:
+    parts = _items(args.parts)
+    bad = [v for v in parts if v not in PARTS]
+    if bad:
+        raise ValueError(f"unknown part {', '.join(bad)}; choose from {', '.join(PARTS)}")
+    methods, notes = real.check_pair_methods(_items(args.methods))
+    video_names, video_notes = real.check_video_estimators(_items(args.estimators))
+    fx_scales = tuple(float(v) for v in _items(args.fx_scales))
+    if args.frames < 4:
+        raise ValueError("--frames must be >= 4")
     for note in notes + video_notes:
         print(f"note: {note}", file=sys.stderr)
     data = Path(args.data or datasets.OPENCV_DOC)
@@ -86,15 +90,11 @@ def main(argv=None) -> int:
     methods = methods if "stereo" in parts else []
     video_names = video_names if "video" in parts else []
     model, note = None, "not requested"
-    try:
-        if any(n in ("camflow", "camflow_net") for n in methods + video_names):
-            model, note = real.load_model(args.checkpoint)
-            print(f"CamFlow: {note}")
-        pair = real.pair_estimators(methods, model, note)
-        video = real.video_estimators(video_names, model, note)
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    if any(n in ("camflow", "camflow_net") for n in methods + video_names):
+        model, note = real.load_model(args.checkpoint)
+        print(f"CamFlow: {note}")
+    pair = real.pair_estimators(methods, model, note)
+    video = real.video_estimators(video_names, model, note)
     results = {"command": "python tools/eval_real.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                "data": str(data)}
     if "stereo" in parts:
@@ -105,10 +105,10 @@ def main(argv=None) -> int:
     md = reports.real_markdown(results)
     print(md)
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        reports.write_json(os.path.join(args.out, "results.json"), results, indent=1)
-        with open(os.path.join(args.out, "results.md"), "w") as fh:
-            fh.write(md + "\n")
+        with cli_utils.atomic_dir(args.out, ("results.json", "results.md")) as tmp:
+            reports.write_json(os.path.join(tmp, "results.json"), results, indent=1)
+            with open(os.path.join(tmp, "results.md"), "w") as fh:
+                fh.write(md + "\n")
         print(f"wrote {os.path.join(args.out, 'results.json')} and {os.path.join(args.out, 'results.md')}")
     return 0
 

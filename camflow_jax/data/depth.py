@@ -15,6 +15,8 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
+from camflow_jax.cli_utils import EXPECTED_ERRORS, describe_error
+
 __all__ = ["check_depth_aspect", "resize_depth", "read_depth", "depth_files", "DEPTH_EXTENSIONS"]
 
 #: Depth files we read: numpy arrays, or single-channel (e.g. 16-bit) images.
@@ -40,8 +42,10 @@ def read_depth(path: str) -> np.ndarray:
             d = cv2.imread(path, cv2.IMREAD_ANYDEPTH | cv2.IMREAD_GRAYSCALE)
             if d is None:
                 raise ValueError(f"cannot decode depth image {path}")
-    except (OSError, EOFError) as e:
-        raise ValueError(f"cannot read depth file {path}: {e}") from e
+    except ValueError:
+        raise
+    except EXPECTED_ERRORS as e:  # damaged headers / archives raise errors that name no file
+        raise ValueError(describe_error(e, f"cannot read depth file {path}")) from e
     d = np.asarray(d, np.float32)
     if d.ndim == 3 and d.shape[-1] == 1:
         d = d[..., 0]

@@ -7,7 +7,11 @@ processed silently (docs/what_the_tools_refuse.md):
   the missing part grey and only print a libjpeg warning;
 * a 16-bit image whose values all stay below 4096 (e.g. 12-bit sensor data in a 16-bit PNG):
   converted to 8 bits it would be almost black (at most 15 of 255). Full-range 16-bit images
-  are read as OpenCV reads them (the top 8 bits).
+  are read as OpenCV reads them (the top 8 bits);
+* a float image (32-bit TIFF, EXR, PFM) must hold values in [0, 1] (the usual convention for
+  float images: 0 black, 1 white); they are scaled to 0..255 and rounded. Values outside
+  [0, 1] (beyond :data:`FLOAT_RANGE_SLACK`, e.g. 0..255 floats or HDR radiance) or NaN/inf are
+  refused with the range found, since any fixed mapping of them would be a guess.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ __all__ = ["read_rgb", "jpeg_is_truncated"]
 
 #: A 16-bit image whose maximum is below this is refused (it holds at most 12 significant bits).
 MIN_16BIT_PEAK = 4096
+
+#: Float images may stray this far outside [0, 1] (rounding in the tool that wrote them).
+FLOAT_RANGE_SLACK = 1e-3
 
 _NO_LENGTH_MARKERS = set(range(0xD0, 0xD8)) | {0x01, 0xD8}  # RSTn, TEM, SOI
 _CHUNK = 1 << 16
@@ -79,6 +86,18 @@ def jpeg_is_truncated(path) -> bool:
             prev = chunk[-1:]
 
 
+def _float_to_uint8(img: np.ndarray, path: str) -> np.ndarray:
+    finite = np.isfinite(img)
+    if not finite.all():
+        raise ValueError(f"image {path} holds {int((~finite).sum())} NaN/inf values")
+    lo, hi = float(img.min(initial=0.0)), float(img.max(initial=0.0))
+    if lo < -FLOAT_RANGE_SLACK or hi > 1 + FLOAT_RANGE_SLACK:
+        raise ValueError(f"image {path} is a float image with values in [{lo:g}, {hi:g}]; float "
+                         "images are read as 0 = black, 1 = white, so values must lie in [0, 1]: "
+                         "scale it (or save it as 8/16-bit) first")
+    return np.round(np.clip(img, 0.0, 1.0) * 255.0).astype(np.uint8)
+
+
 def read_rgb(path) -> np.ndarray:
     """uint8 RGB ``[H, W, 3]`` (EXIF orientation applied); FileNotFoundError / ValueError naming
     the file otherwise (see the module doc for what is refused)."""
@@ -102,8 +121,9 @@ def read_rgb(path) -> np.ndarray:
                              f"{peak}: 12-bit or less data?); read as 16-bit it would be almost black. "
                              "Scale it to the full 16-bit range or convert it to 8-bit first")
         img = (img >> 8).astype(np.uint8)  # what cv2.IMREAD_COLOR does
-    elif img.dtype != np.uint8:  # float / 32-bit images: OpenCV's own 8-bit conversion
-        img = cv2.imread(path, cv2.IMREAD_COLOR)
-        if img is None:
-            raise ValueError(f"cannot decode image {path}")
+    elif img.dtype.kind == "f":  # float TIFF / EXR / PFM: values in [0, 1] (module doc)
+        img = _float_to_uint8(img, path)
+    elif img.dtype != np.uint8:
+        raise ValueError(f"image {path} has {img.dtype} samples; 8-bit, 16-bit or float images "
+                         "(values in [0, 1]) are read")
     return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)

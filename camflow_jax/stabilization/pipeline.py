@@ -37,6 +37,7 @@ from typing import Callable, Iterable, Iterator
 import cv2
 import numpy as np
 
+from camflow_jax.cli_utils import EXPECTED_ERRORS, describe_error
 from camflow_jax.geometry_np import resize_flow
 from camflow_jax.stabilization import profiles as profiles_lib
 from camflow_jax.stabilization import render as render_lib
@@ -189,8 +190,9 @@ class Motion:
                 stats = json.loads(str(z["stats"])) if "stats" in z else {}
         except FileNotFoundError:
             raise FileNotFoundError(f"motion file not found: {path}") from None
-        except (OSError, KeyError, ValueError) as e:
-            raise ValueError(f"{path} is not a motion file written by Motion.save ({e})") from e
+        except (KeyError, *EXPECTED_ERRORS) as e:  # truncated: zipfile.BadZipFile, EOFError...
+            raise ValueError(describe_error(e, f"{path} is not a readable motion file written by "
+                                               "--save-motion (damaged or truncated?)")) from e
         if flows.ndim != 4 or flows.shape[-1] != 2 or len(size) != 2:
             raise ValueError(f"{path}: flows must be [T-1, h, w, 2], got {flows.shape}")
         if not np.all(np.isfinite(flows)):
@@ -268,6 +270,8 @@ class Plan:
     frame_zooms: np.ndarray | None  # [T] zoom each frame alone would need (auto crop)
     frame_size: tuple[int, int]
     config: StabilizerConfig
+    #: Where the motion came from, for messages ("loaded from m.npz" with --load-motion).
+    motion_origin: str = "estimated in pass 1"
 
 
 def update_fields(flows, params: profiles_lib.SmoothingParams, threshold: float,
@@ -358,7 +362,8 @@ def render(frames: Iterable[np.ndarray], plan: Plan,
     t = -1
     for t, frame in enumerate(it):
         if t >= n:
-            raise ValueError(f"the input now has more frames than the {n} estimated in pass 1")
+            raise ValueError(f"the input has more frames than the {n} of the motion "
+                             f"{plan.motion_origin}")
         frame = np.asarray(frame)
         H, W = frame.shape[:2]
         if (H, W) != tuple(plan.frame_size):
@@ -370,7 +375,8 @@ def render(frames: Iterable[np.ndarray], plan: Plan,
                         borderMode=render_lib.BORDERS[cfg.border], borderValue=0)
         yield frame, out, render_lib.border_fraction(mx, my)
     if t + 1 != n:
-        raise ValueError(f"the input now has {t + 1} frames, pass 1 estimated {n}")
+        raise ValueError(f"the input has {t + 1} frames but the motion {plan.motion_origin} "
+                         f"covers {n}")
 
 
 def stabilize(frames, estimator: Callable, config: StabilizerConfig | None = None,

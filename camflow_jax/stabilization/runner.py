@@ -19,7 +19,6 @@ error, not an unstabilized "result".
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import re
@@ -31,7 +30,7 @@ import numpy as np
 from camflow_jax import cli_utils
 from camflow_jax.stabilization import metrics as metrics_lib
 from camflow_jax.stabilization import pipeline, plots, render
-from camflow_jax.stabilization.video_io import IMAGE_EXTENSIONS, FrameSink, FrameSource, is_video_path
+from camflow_jax.stabilization.video_io import IMAGE_EXTENSIONS, FrameSink, FrameSource, output_kind
 
 __all__ = ["report_paths", "check_outputs", "stabilize_video"]
 
@@ -58,8 +57,9 @@ def check_outputs(input_path: str, output: str, paths: list[str], overwrite: boo
     outputs without ``overwrite``; unwritable output folders."""
     all_inputs = [input_path] + [p for p in inputs if p]
     outs = [output] + [p for p in paths if p]
+    kind = output_kind(output)  # an extension we cannot write is refused
     cli_utils.check_not_inputs(outs, all_inputs, input_folder_exts=IMAGE_EXTENSIONS)
-    if is_video_path(output):
+    if kind == "video":
         cli_utils.check_output_file(output, overwrite, all_inputs)
     else:
         cli_utils.check_output_dir(output, _is_frame, overwrite, all_inputs)
@@ -105,11 +105,14 @@ def stabilize_video(input_path: str, output_path: str, estimator,
     source = FrameSource(input_path, default_fps=fps or 30.0)
     if fps:
         source.fps = float(fps)
+        source.timing_note = None  # the user chose the rate
 
     def bar(desc, total):
         return lambda it: tqdm(it, total=total, desc=desc, unit="frame", disable=not progress,
                                dynamic_ncols=True)
 
+    # The scratch folder (memmaps) is removed on success, failure and SIGINT/SIGTERM alike
+    # (cli_utils.run_cli turns those signals into an exception).
     with tempfile.TemporaryDirectory(prefix="camflow_stabilize_") as scratch:
         return _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
                     with_plots, save_motion, load_motion, low_hz, scratch, bar)
@@ -147,10 +150,12 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
                         "pairs; the identity motion was used there")
     decoded = getattr(source, "decoded_count", None)
     if source.count_hint and decoded is not None and decoded < source.count_hint:
-        warnings.append(f"the container announces {source.count_hint} frames but only {decoded} "
+        warnings.append(f"the container holds {source.count_hint} frames but only {decoded} "
                         "decode (the end of the video may be damaged)")
+    if getattr(source, "timing_note", None):
+        warnings.append(source.timing_note)
     if not load_motion and save_motion:
-        with cli_utils.atomic_file(save_motion, suffix=".npz") as tmp:
+        with cli_utils.atomic_file(save_motion, suffix=".npz", overwrite=overwrite) as tmp:
             motion.save(tmp)
     n = motion.num_frames
     used = pipeline.smoothing_for_clip(config.smoothing, n).max_radius
@@ -161,19 +166,22 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
     timings["estimate_ms_per_frame"] = 1000 * (time.perf_counter() - t0) / n
     t0 = time.perf_counter()
     plan = pipeline.plan_stabilization(motion, config, spill_dir=scratch)
+    if load_motion:
+        plan.motion_origin = f"loaded from {load_motion}"
     timings["smooth_ms_per_frame"] = 1000 * (time.perf_counter() - t0) / n
 
     acc = metrics_lib.MetricsAccumulator(source.fps, low_hz) if with_metrics else None
     track_in = track_out = None
     borders = []
     t_render = t_metrics = 0.0
-    # Every output goes to a temporary file / folder next to it; all are moved into place when
-    # the stack closes without an exception (and removed when it closes with one).
-    with contextlib.ExitStack() as outputs:
-        if is_video_path(output_path):
-            target = outputs.enter_context(cli_utils.atomic_file(output_path))
+    # Every output goes to a temporary file / folder next to it; all are moved into place, the
+    # video first, when the block ends without an exception (and removed when it ends with one).
+    # Without overwrite the move refuses an output another run created meanwhile.
+    with cli_utils.AtomicOutputs(overwrite) as outputs:
+        if output_kind(output_path) == "video":
+            target = outputs.file(output_path)
         else:
-            target = outputs.enter_context(cli_utils.atomic_dir(output_path, _is_frame))
+            target = outputs.dir(output_path, _is_frame)
         with FrameSink(target, source.fps, overwrite=True) as sink:
             t1 = time.perf_counter()
             for t, (frame, out, border) in enumerate(pipeline.render(source, plan,
@@ -224,12 +232,12 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
             result["metrics"] = {"input": m["input"], "output": m["output"],
                                  "homography_failures": m["failures"]}
             if with_plots:
-                tmp = outputs.enter_context(cli_utils.atomic_file(paths["path_plot"]))
+                tmp = outputs.file(paths["path_plot"])
                 plots.plot_camera_path(m["path_input"], m["path_output"], source.fps,
                                        tmp, f"camera path ({motion.estimator})")
                 written["path_plot"] = paths["path_plot"]
         if with_plots and track_in is not None:
-            tmp = outputs.enter_context(cli_utils.atomic_file(paths["tracks_plot"]))
+            tmp = outputs.file(paths["tracks_plot"])
             plots.plot_trajectories(track_in.tracks, track_out.tracks, source.fps,
                                     tmp, f"tracked points ({motion.estimator})")
             written["tracks_plot"] = paths["tracks_plot"]
@@ -237,7 +245,7 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
             result["plots"] = {k: os.path.abspath(v) for k, v in written.items()}
         result["report"] = os.path.abspath(paths["json"])
         report = {k: v for k, v in result.items() if k != "report"}
-        tmp = outputs.enter_context(cli_utils.atomic_file(paths["json"]))
+        tmp = outputs.file(paths["json"])
         with open(tmp, "w") as f:
             f.write(cli_utils.strict_json(_jsonable(report), indent=2))
     del plan, motion  # release the memmaps before the scratch folder goes

@@ -8,12 +8,28 @@ never trust ``CAP_PROP_FRAME_COUNT`` except as a hint for progress bars and for 
 a frame fails to decode, a few more reads are tried, and if a later frame decodes the video is
 damaged in the middle, which is an error naming the frame (a silently shortened clip would pass
 as a result). Damaged frames at the very end cannot be told from the end of the stream; the
-CLI warns when fewer frames decode than the container announces. In frame folders, an image
+CLI warns when fewer frames decode than the container holds. In frame folders, an image
 that does not decode (or is truncated, see :func:`camflow_jax.data.images.read_rgb`) is an
 error naming its frame index.
 
-A *sink* is a video file (by extension, see :data:`VIDEO_EXTENSIONS`) or, for any other path, a
-folder of ``frame_000000.png`` files. Audio is not carried over (OpenCV has no audio support).
+Opening a video also walks its packets without decoding them (cheap) for two things OpenCV's
+decoder hides:
+
+* **frame size changes**: OpenCV's FFmpeg reader scales every frame to the first frame's size
+  and reports nothing. Packets that carry their own size (Motion-JPEG, PNG: every frame of an
+  MJPG ``.avi``) are checked, and a change is an error naming the frame. For other codecs
+  (H.264...) the size is inside the compressed stream and cannot be checked here: re-encode
+  such a video at one size first.
+* **variable frame rate**: the presentation timestamps give the real duration. When the frame
+  intervals vary (:data:`VFR_SPREAD`), ``fps`` becomes the mean rate (frames / duration), so
+  the constant-rate output keeps the input's duration (the timing inside the clip is evened
+  out), and :attr:`FrameSource.timing_note` says so. The packet count replaces the container's
+  frame count, which for such videos is duration x nominal rate, not a count.
+
+A *sink* is a video file (by extension, see :data:`VIDEO_EXTENSIONS`) or a folder of
+``frame_000000.png`` files (a path without extension, or an existing folder); any other
+extension (``.webm``, ``.png``...) is refused (:func:`output_kind`). Audio is not carried over
+(OpenCV has no audio support).
 """
 
 from __future__ import annotations
@@ -28,13 +44,16 @@ import numpy as np
 from camflow_jax.data.images import read_rgb
 
 __all__ = ["IMAGE_EXTENSIONS", "VIDEO_EXTENSIONS", "FrameSource", "FrameSink", "is_video_path",
-           "write_frames"]
+           "output_kind", "write_frames"]
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
 #: Output extensions written as a video (codec by extension); anything else is a frame folder.
 VIDEO_EXTENSIONS = {".mp4": "mp4v", ".m4v": "mp4v", ".mov": "mp4v", ".avi": "MJPG",
                     ".mkv": "XVID"}
 
+
+#: Frame intervals are "variable" when the longest exceeds the shortest by this factor.
+VFR_SPREAD = 1.5
 
 #: Reads tried after a frame fails to decode, beyond the container's announced frame count.
 RETRIES_AFTER_FAILURE = 8
@@ -47,6 +66,61 @@ def _natural_key(name: str):
 def is_video_path(path: str) -> bool:
     """True when ``path`` names a video container we write (by extension)."""
     return os.path.splitext(str(path))[1].lower() in VIDEO_EXTENSIONS
+
+
+def output_kind(path: str) -> str:
+    """``"video"`` (a :data:`VIDEO_EXTENSIONS` name) or ``"frames"`` (a name without extension,
+    or an existing folder); ValueError for any other extension, listing what can be written."""
+    ext = os.path.splitext(os.path.normpath(str(path)))[1].lower()
+    if ext in VIDEO_EXTENSIONS:
+        return "video"
+    if not ext or os.path.isdir(path):
+        return "frames"
+    raise ValueError(f"cannot write {path}: {ext} is not an output this tool writes; use a video "
+                     f"({', '.join(VIDEO_EXTENSIONS)}) or a folder of PNG frames (a name without "
+                     "extension)")
+
+
+def _packets(path: str) -> Iterator[tuple[float, bytes]]:
+    """(timestamp in ms, the first 64 KiB of the packet) of every packet of a video, demuxed
+    without decoding (OpenCV's raw mode); nothing when the backend has no raw mode."""
+    cap = cv2.VideoCapture(path)
+    try:
+        if not cap.isOpened() or not cap.set(cv2.CAP_PROP_FORMAT, -1):
+            return
+        while True:
+            ok, packet = cap.read()
+            if not ok or packet is None:
+                return
+            yield cap.get(cv2.CAP_PROP_POS_MSEC), packet.reshape(-1)[:65536].tobytes()
+    finally:
+        cap.release()
+
+
+def _packet_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) stored in a compressed frame that carries its own size (JPEG, PNG)."""
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24:
+        return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    if data[:2] != b"\xff\xd8":
+        return None
+    i = 2
+    while i + 4 <= len(data):
+        if data[i] != 0xFF:
+            return None
+        m = data[i + 1]
+        if m == 0xFF:
+            i += 1
+            continue
+        if m in (0x01, 0xD8) or 0xD0 <= m <= 0xD7:
+            i += 2
+            continue
+        length = int.from_bytes(data[i + 2:i + 4], "big")
+        if 0xC0 <= m <= 0xCF and m not in (0xC4, 0xC8, 0xCC) and i + 9 <= len(data):
+            return int.from_bytes(data[i + 7:i + 9], "big"), int.from_bytes(data[i + 5:i + 7], "big")
+        if m in (0xDA, 0xD9):
+            return None
+        i += 2 + length
+    return None
 
 
 class FrameSource:
@@ -84,10 +158,46 @@ class FrameSource:
                 self.count_hint = int(n) if np.isfinite(n) and n > 0 else None
             finally:
                 cap.release()
+            self._scan_packets()
         first = next(iter(self), None)
         if first is None:
             raise ValueError(f"no frame of {self.path} could be decoded")
         self.height, self.width = first.shape[:2]
+
+    #: Set when the video has a variable frame rate (see the module doc); None otherwise.
+    timing_note: str | None = None
+
+    def _scan_packets(self) -> None:
+        """Walks the packets without decoding (module doc): frame size changes, real timing."""
+        stamps, first = [], None
+        for ms, packet in _packets(self.path):
+            size = _packet_size(packet)
+            if size is not None:
+                if first is None:
+                    first = size
+                elif size != first:
+                    raise ValueError(
+                        f"{self.path}: frame {len(stamps)} is {size[0]}x{size[1]} but frame 0 is "
+                        f"{first[0]}x{first[1]}: the frame size changes mid-stream (OpenCV would "
+                        "squash the frames to the first size silently). Re-encode it at one size "
+                        "(e.g. ffmpeg -i IN -vf scale=W:H OUT.mp4) or extract its frames")
+            stamps.append(ms)
+        if len(stamps) < 2:
+            return
+        self.count_hint = len(stamps)  # what the container holds (its "frame count" may be a guess)
+        t = np.sort(np.asarray(stamps, np.float64))
+        steps = np.diff(t)
+        if not np.all(np.isfinite(steps)) or steps.min() <= 0:
+            return
+        if steps.max() > VFR_SPREAD * steps.min():
+            duration = (t[-1] - t[0] + float(np.median(steps))) / 1000.0
+            nominal = self.fps
+            self.fps = len(t) / duration
+            self.timing_note = (
+                f"variable frame rate (frame intervals {steps.min():.0f} to {steps.max():.0f} ms; the "
+                f"container's nominal rate is {nominal:g} fps): written at the mean rate "
+                f"{self.fps:.3f} fps so the output keeps the input's duration ({duration:.2f} s); "
+                "the timing inside the clip is evened out")
 
     def __iter__(self) -> Iterator[np.ndarray]:
         if self.is_folder:
@@ -148,10 +258,10 @@ class FrameSink:
     def __init__(self, path: str, fps: float, overwrite: bool = False):
         self.path = str(path)
         self.fps = float(fps)
-        self.is_video = is_video_path(self.path)
         if os.path.exists(self.path) and not overwrite:
             raise FileExistsError(f"output {self.path} exists (pass -y / overwrite=True to "
                                   "replace it)")
+        self.is_video = output_kind(self.path) == "video"
         if self.is_video:
             parent = os.path.dirname(os.path.abspath(self.path))
             if not os.path.isdir(parent):
@@ -194,12 +304,30 @@ class FrameSink:
         if self._writer is not None:
             self._writer.release()
             self._writer = None
+            self._check_written()
+
+    def _check_written(self) -> None:
+        """OpenCV's video writer reports no write errors (a full disk leaves a truncated file
+        and no sign): the frames of the closed file are counted (demuxed, not decoded)."""
+        found = sum(1 for _ in _packets(self.path))
+        if found < self.count:
+            import errno
+
+            st = os.statvfs(os.path.dirname(os.path.abspath(self.path)))
+            full = st.f_bavail * st.f_frsize < (1 << 20)
+            code = errno.ENOSPC if full else errno.EIO
+            raise OSError(code, f"{os.strerror(code)} (the video holds {found} of the {self.count} "
+                                "frames written)", self.path)
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        if exc_type is None:
+            self.close()
+        elif self._writer is not None:  # failing already: release without the check
+            self._writer.release()
+            self._writer = None
         return False
 
 

@@ -1,0 +1,485 @@
+"""Results you can trust, and nothing lost: failures, signals, races and odd videos at the CLIs.
+
+Each test reproduces one case a probing user found (named in its docstring) and checks real
+behaviour: CLIs run in a subprocess where the case is about signals or processes (real
+SIGTERM / SIGINT / SIGKILL, two real concurrent runs, a real full or read-only file system in
+a private mount namespace when the sandbox allows one), in-process otherwise. Inputs are tiny.
+The table of refusals is docs/what_the_tools_refuse.md.
+"""
+
+import errno
+import hashlib
+import os
+import shutil
+import signal
+import stat
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from camflow_jax import cli_utils, estimate, flowio, stabilize
+from camflow_jax import evaluate as ev
+from camflow_jax.stabilization import clips, video_io
+
+REPO = Path(__file__).resolve().parents[1]
+FAST = ["--estimator=identity", "-q", "--no-metrics", "--no-plots"]
+
+
+def _digest(path) -> str:
+    path = Path(path)
+    h = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for f in files:
+        h.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _partials(folder) -> list[str]:
+    return [n for n in os.listdir(folder) if ".partial-" in n]
+
+
+def _pair(folder, h=48, w=64, name=("a.png", "b.png")):
+    rng = np.random.default_rng(0)
+    img = cv2.GaussianBlur(rng.integers(0, 256, (h, w, 3), dtype=np.uint8), (3, 3), 0)
+    a, b = Path(folder) / name[0], Path(folder) / name[1]
+    cv2.imwrite(str(a), img)
+    cv2.imwrite(str(b), np.roll(img, 2, axis=1))
+    return str(a), str(b)
+
+
+def _env(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO), TMPDIR=str(tmp_path / "systmp"))
+    (tmp_path / "systmp").mkdir(exist_ok=True)
+    return env
+
+
+def _popen(tmp_path, module, *args):
+    return subprocess.Popen([sys.executable, "-m", module, *map(str, args)], cwd=tmp_path,
+                            env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _wait_for(cond, proc, timeout=60.0) -> bool:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if cond():
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.005)
+    return False
+
+
+def _one_error_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert "Traceback" not in err, err
+    assert lines and lines[-1].startswith("error: "), err
+    return lines[-1]
+
+
+# ----------------------------------------------------------------------------- test videos
+def _mjpeg_avi(path, frames, fps=10, drops=()):
+    """A Motion-JPEG AVI written byte by byte from numpy frames (BGR), so that frames may differ
+    in size (cv2.VideoWriter cannot) and ``drops`` ({index: n}) inserts n empty chunks (AVI's
+    dropped frames: a variable frame rate) before frame ``index``."""
+    def chunk(fourcc, data):
+        return fourcc + struct.pack("<I", len(data)) + data + (b"\0" if len(data) % 2 else b"")
+
+    jpgs = [cv2.imencode(".jpg", f)[1].tobytes() for f in frames]
+    entries = []
+    for i, j in enumerate(jpgs):
+        entries += [b""] * dict(drops).get(i, 0) + [j]
+    h, w = frames[0].shape[:2]
+    n = len(entries)
+    avih = struct.pack("<14I", int(1e6 / fps), 0, 0, 0x10, n, 0, 1, 0, w, h, 0, 0, 0, 0)
+    strh = b"vidsMJPG" + struct.pack("<IHHIIIIIIIIhhhh", 0, 0, 0, 0, 1, fps, 0, n, 0, 0xFFFFFFFF,
+                                     0, 0, 0, w, h)
+    strf = struct.pack("<IiiHH4sIiiII", 40, w, h, 1, 24, b"MJPG", w * h * 3, 0, 0, 0, 0)
+    strl = chunk(b"LIST", b"strl" + chunk(b"strh", strh) + chunk(b"strf", strf))
+    hdrl = chunk(b"LIST", b"hdrl" + chunk(b"avih", avih) + strl)
+    movi, idx = b"", b""
+    for e in entries:
+        idx += b"00dc" + struct.pack("<III", 0x10, 4 + len(movi), len(e))
+        movi += chunk(b"00dc", e)
+    body = b"AVI " + hdrl + chunk(b"LIST", b"movi" + movi) + chunk(b"idx1", idx)
+    Path(path).write_bytes(b"RIFF" + struct.pack("<I", len(body)) + body)
+
+
+def _frames(n=20, h=48, w=64, seed=0):
+    rng = np.random.default_rng(seed)
+    base = cv2.GaussianBlur(rng.integers(0, 256, (h + 8, w + 8, 3), dtype=np.uint8), (5, 5), 0)
+    return [np.ascontiguousarray(base[t % 5:t % 5 + h, (t * 3) % 7:(t * 3) % 7 + w]) for t in range(n)]
+
+
+@pytest.fixture(scope="module")
+def clip():
+    return clips.planar_clip(12, 48, 64, seed=2)
+
+
+def _video(folder, clip, name="in.avi", fps=24.0):
+    src = Path(folder) / name
+    video_io.write_frames(str(src), clip.frames, fps=fps)
+    return src
+
+
+# ----------------------------------------------------------------------------- 1. one error path
+def test_damaged_files_are_one_line_errors_naming_the_file(tmp_path, clip, capsys):
+    """Bad: a damaged .npy header (tokenize.TokenError) and a truncated --load-motion file
+    (zipfile.BadZipFile) escaped with tracebacks."""
+    a, b = _pair(tmp_path)
+    good = tmp_path / "d.npy"
+    np.save(good, np.ones((48, 64), np.float32))
+    data = good.read_bytes()
+    bad = tmp_path / "bad.npy"
+    bad.write_bytes(data[:20] + b"((((" + data[24:])  # an unclosed bracket in the header dict
+    assert estimate.main([a, b, "--depth1", str(bad), "--depth2", str(good), "-o", str(tmp_path / "o")]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert str(bad) in line and "TokenError" in line
+    obj = tmp_path / "g.npy"
+    np.save(obj, np.array([{"k": 1}], dtype=object), allow_pickle=True)
+    od = obj.read_bytes()
+    obj.write_bytes(od[:20] + b"((((" + od[24:])
+    assert ev.main(["--dataset=ghof_cam", f"--data={obj}", "--no-progress"]) == 2
+    assert str(obj) in _one_error_line(capsys.readouterr().err)
+    src = _video(tmp_path, clip)
+    assert stabilize.main([str(src), "-o", str(tmp_path / "s.avi"), "--save-motion",
+                           str(tmp_path / "m.npz")] + FAST) == 0
+    (tmp_path / "cut.npz").write_bytes((tmp_path / "m.npz").read_bytes()[:300])
+    capsys.readouterr()
+    assert stabilize.main([str(src), "-o", str(tmp_path / "t.avi"), "--load-motion",
+                           str(tmp_path / "cut.npz"), "-q"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "cut.npz" in line and "BadZipFile" in line
+    # --verbose: the same last line, with the traceback before it.
+    assert stabilize.main([str(src), "-o", str(tmp_path / "t.avi"), "--load-motion",
+                           str(tmp_path / "cut.npz"), "-q", "--verbose"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.strip().splitlines()[-1] == line
+    assert not (tmp_path / "o").exists() and not (tmp_path / "t.avi").exists()
+
+
+def test_a_full_disk_is_named_and_keeps_the_previous_result(tmp_path, clip, monkeypatch, capsys):
+    """Bad: OS errors while writing came out as tracebacks or without the path (ENOSPC fails
+    the write, which names no file). In-process simulation; the real file system is below."""
+    a, b = _pair(tmp_path)
+    out = tmp_path / "out"
+    assert estimate.main([a, b, "--method", "dis", "-o", str(out)]) == 0
+    before = _digest(out)
+
+    def full(path, flow):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(flowio, "write_flo", full)
+    capsys.readouterr()
+    assert estimate.main([a, b, "--method", "sift_magsac", "-o", str(out), "-y"]) == 2
+    assert _one_error_line(capsys.readouterr().err) == f"error: disk full: {out}"
+    assert _digest(out) == before and not _partials(tmp_path)
+
+    src = _video(tmp_path, clip)
+    assert stabilize.main([str(src), "-o", str(tmp_path / "s.avi")] + FAST) == 0
+    before = _digest(tmp_path / "s.avi"), _digest(tmp_path / "s.json")
+    real_write = video_io.FrameSink.write
+
+    def write(self, frame):
+        if self.count == 5:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_write(self, frame)
+
+    monkeypatch.setattr(video_io.FrameSink, "write", write)
+    assert stabilize.main([str(src), "-o", str(tmp_path / "s.avi"), "-y", "--crop", "0.8"] + FAST) == 2
+    assert _one_error_line(capsys.readouterr().err) == f"error: disk full: {tmp_path / 's.avi'}"
+    assert (_digest(tmp_path / "s.avi"), _digest(tmp_path / "s.json")) == before
+    assert not _partials(tmp_path)
+
+
+# ----------------------------------------------------------------------------- 2. signals
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_stabilize_stops_cleanly_on_signals(tmp_path, sig, code):
+    """Bad: SIGTERM during stabilize left a hidden partial output and memmapped temporaries in
+    the system temporary folder."""
+    c = clips.planar_clip(150, 96, 128, seed=1)
+    src = _video(tmp_path, c)
+    first = subprocess.run([sys.executable, "-m", "camflow_jax.stabilize", str(src), "-o", "o.avi"]
+                           + FAST, cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    before = _digest(tmp_path / "o.avi"), _digest(tmp_path / "o.json"), _digest(src)
+    p = _popen(tmp_path, "camflow_jax.stabilize", src, "-o", "o.avi", "-y", "--estimator=dis",
+               "--crop", "0.8", "-q", "--no-plots")
+    # During rendering: the hidden partial video exists and the memmaps are in TMPDIR.
+    assert _wait_for(lambda: _partials(tmp_path), p), p.communicate()
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == code, err
+    assert f"interrupted by {sig.name}" in _one_error_line(err)
+    assert (_digest(tmp_path / "o.avi"), _digest(tmp_path / "o.json"), _digest(src)) == before
+    assert not _partials(tmp_path) and os.listdir(tmp_path / "systmp") == []
+
+
+def test_estimate_stops_cleanly_on_sigterm(tmp_path):
+    """SIGTERM while estimate writes its result: nothing half-written, the old result kept."""
+    a, b = _pair(tmp_path, 600, 800)
+    first = subprocess.run([sys.executable, "-m", "camflow_jax.estimate", a, b, "--method",
+                            "identity", "-o", "out"], cwd=tmp_path, env=_env(tmp_path),
+                           capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    before = _digest(tmp_path / "out"), _digest(a), _digest(b)
+    p = _popen(tmp_path, "camflow_jax.estimate", a, b, "--method", "dis", "-o", "out", "-y")
+    assert _wait_for(lambda: _partials(tmp_path), p), p.communicate()
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 143, err
+    assert (_digest(tmp_path / "out"), _digest(a), _digest(b)) == before
+    assert not _partials(tmp_path)
+
+
+# ----------------------------------------------------------------------------- 7. kill -9
+def test_kill_9_never_damages_inputs_or_the_last_good_output(tmp_path):
+    """SIGKILL cannot be handled: whenever it lands, the inputs stay byte-identical and the
+    output is the last good one (a hidden .partial-* may stay behind, never the output)."""
+    c = clips.planar_clip(120, 96, 128, seed=3)
+    src = _video(tmp_path, c)
+    args = [src, "-o", "o.avi", "-y", "--estimator=dis", "-q", "--no-plots", "--no-metrics"]
+    first = subprocess.run([sys.executable, "-m", "camflow_jax.stabilize", *map(str, args)],
+                           cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    before = _digest(tmp_path / "o.avi"), _digest(tmp_path / "o.json"), _digest(src)
+    for when in ("scratch", "partial"):
+        p = _popen(tmp_path, "camflow_jax.stabilize", *args[:-3], "--crop", "0.8", "-q",
+                   "--no-plots", "--no-metrics")
+        if when == "scratch":  # pass 1: the memmaps exist, no output yet
+            ok = _wait_for(lambda: os.listdir(tmp_path / "systmp"), p)
+        else:  # pass 2: the hidden partial video is being written
+            ok = _wait_for(lambda: _partials(tmp_path), p)
+        assert ok, p.communicate()
+        p.kill()
+        p.communicate()
+        assert p.returncode == -signal.SIGKILL
+        assert (_digest(tmp_path / "o.avi"), _digest(tmp_path / "o.json"), _digest(src)) == before
+        for n in _partials(tmp_path):  # what SIGKILL leaves: hidden, never taken for a result
+            assert n.startswith(".o.")
+            (tmp_path / n).unlink()
+        shutil.rmtree(tmp_path / "systmp")
+        (tmp_path / "systmp").mkdir()
+
+
+# ----------------------------------------------------------------------------- 3. concurrency
+def test_a_result_that_appears_meanwhile_is_not_replaced(tmp_path):
+    """Bad: two runs writing one output without -y both said 'wrote' (one result silently
+    replaced). Deterministic race: the destination appears between the up-front check and the
+    move into place."""
+    out = tmp_path / "o.avi"
+    with pytest.raises(FileExistsError, match="refusing to overwrite .*o.avi"):
+        with cli_utils.AtomicOutputs(overwrite=False) as outs:
+            Path(outs.file(out)).write_text("mine")
+            second = Path(outs.file(tmp_path / "o.json"))
+            second.write_text("{}")
+            out.write_text("theirs")  # the other run commits first
+    assert out.read_text() == "theirs" and not (tmp_path / "o.json").exists()
+    assert not _partials(tmp_path)
+    # A folder output (estimate, evaluate, frame folders) the same way.
+    folder = tmp_path / "res"
+    with pytest.raises(FileExistsError, match="refusing to overwrite"):
+        with cli_utils.atomic_dir(folder, overwrite=False) as tmp:
+            Path(tmp, "flow_f.npy").write_text("mine")
+            folder.mkdir()
+            (folder / "flow_f.npy").write_text("theirs")
+    assert (folder / "flow_f.npy").read_text() == "theirs" and not _partials(tmp_path)
+    # With -y the later run replaces, as asked.
+    with cli_utils.atomic_file(out, overwrite=True) as tmp:
+        Path(tmp).write_text("mine")
+    assert out.read_text() == "mine"
+
+
+def test_two_concurrent_stabilize_runs_one_wins(tmp_path):
+    """Two real processes, one output, no -y: exactly one writes it, the other fails naming it."""
+    c = clips.planar_clip(40, 48, 64, seed=4)
+    src = _video(tmp_path, c)
+    procs = [_popen(tmp_path, "camflow_jax.stabilize", src, "-o", "o.avi", "--estimator=identity",
+                    "--no-plots", "--no-metrics") for _ in range(2)]
+    results = [(p.wait(timeout=120), *p.communicate()) for p in procs]
+    codes = sorted(r[0] for r in results)
+    assert codes == [0, 2], results
+    loser = next(r for r in results if r[0] == 2)
+    assert "refusing to overwrite" in _one_error_line(loser[2]) and "o.avi" in loser[2]
+    assert sum("wrote" in r[1] for r in results) == 1
+    assert not _partials(tmp_path)
+
+
+# ----------------------------------------------------------------------------- 4. permissions
+def test_outputs_follow_the_umask(tmp_path, clip):
+    """Bad: outputs were created 0600 (mkstemp) under umask 022."""
+    src = _video(tmp_path, clip)
+    a, b = _pair(tmp_path)
+    old = os.umask(0o022)
+    try:
+        assert stabilize.main([str(src), "-o", str(tmp_path / "s.avi"), "--estimator=identity", "-q",
+                               "--save-motion", str(tmp_path / "m.npz")]) == 0
+        assert stabilize.main([str(src), "-o", str(tmp_path / "frames"), "-q"] + FAST[:1]) == 0
+        assert estimate.main([a, b, "--method", "dis", "-o", str(tmp_path / "e")]) == 0
+        os.umask(0o027)
+        assert estimate.main([a, b, "--method", "dis", "-o", str(tmp_path / "e2")]) == 0
+    finally:
+        os.umask(old)
+    mode = lambda p: stat.S_IMODE(os.stat(p).st_mode)  # noqa: E731
+    for name in ("s.avi", "s.json", "s_path.png", "s_tracks.png", "m.npz", "frames.json",
+                 "frames/frame_000000.png", "e/homography.json", "e/flow_f.npy"):
+        assert mode(tmp_path / name) == 0o644, name
+    assert mode(tmp_path / "e") == 0o755 and mode(tmp_path / "frames") == 0o755
+    assert mode(tmp_path / "e2" / "homography.json") == 0o640 and mode(tmp_path / "e2") == 0o750
+
+
+# ----------------------------------------------------------------------------- 5. videos
+def test_frame_size_change_mid_stream_is_an_error(tmp_path, capsys):
+    """Bad: a video going from 64x48 to 96x48 at frame 10 was squashed silently ('no warnings')."""
+    frames = _frames(20)
+    frames[10:] = [cv2.resize(f, (96, 48)) for f in frames[10:]]
+    _mjpeg_avi(tmp_path / "mixed.avi", frames)
+    assert stabilize.main([str(tmp_path / "mixed.avi"), "-o", str(tmp_path / "o.avi")] + FAST) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "frame 10 is 96x48 but frame 0 is 64x48" in line
+    assert not (tmp_path / "o.avi").exists()
+    _mjpeg_avi(tmp_path / "same.avi", _frames(20))  # the writer itself: a constant size passes
+    assert video_io.FrameSource(str(tmp_path / "same.avi")).count_hint == 20
+
+
+def test_variable_frame_rate_keeps_the_duration(tmp_path, capsys):
+    """Bad: a variable-frame-rate video (5.0 s) came out 2.0 s long, with a warning blaming a
+    damaged end. 20 frames, 10 fps nominal, 30 frames' worth of gaps: 5.0 s in all."""
+    _mjpeg_avi(tmp_path / "vfr.avi", _frames(20), fps=10, drops={5: 10, 12: 20})
+    assert stabilize.main([str(tmp_path / "vfr.avi"), "-o", str(tmp_path / "o.avi")] + FAST) == 0
+    err = capsys.readouterr().err
+    assert "variable frame rate" in err and "damaged" not in err
+    cap = cv2.VideoCapture(str(tmp_path / "o.avi"))
+    fps, n = cap.get(cv2.CAP_PROP_FPS), cap.get(cv2.CAP_PROP_FRAME_COUNT)
+    assert n == 20 and n / fps == pytest.approx(5.0, abs=0.01)
+    # A constant-rate video keeps its rate and gets no warning.
+    _mjpeg_avi(tmp_path / "cfr.avi", _frames(20), fps=10)
+    assert stabilize.main([str(tmp_path / "cfr.avi"), "-o", str(tmp_path / "c.avi")] + FAST) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert cv2.VideoCapture(str(tmp_path / "c.avi")).get(cv2.CAP_PROP_FPS) == 10
+
+
+def test_an_output_extension_we_cannot_write_is_refused(tmp_path, clip, capsys):
+    """Bad: -o out.webm silently wrote a folder of PNGs named out.webm."""
+    src = _video(tmp_path, clip)
+    for name in ("out.webm", "out.png"):
+        assert stabilize.main([str(src), "-o", str(tmp_path / name)] + FAST) == 2
+        line = _one_error_line(capsys.readouterr().err)
+        assert name in line and ".mp4" in line and "folder of PNG frames" in line
+        assert not (tmp_path / name).exists()
+    assert os.listdir(tmp_path) == ["in.avi"]
+
+
+# ----------------------------------------------------------------------------- 6. small lies
+def test_small_lies(tmp_path, clip, capsys):
+    """Bad: --load-motion said 'pass 1 estimated 20'; evaluate --num 0 wrote empty tables; a
+    float32 TIFF was refused; estimate ignored depth for classical methods (stabilize refused)."""
+    long = clips.planar_clip(20, 48, 64, seed=2)
+    src20, src12 = _video(tmp_path, long, "l.avi"), _video(tmp_path, clip)
+    assert stabilize.main([str(src20), "-o", str(tmp_path / "l2.avi"), "--save-motion",
+                           str(tmp_path / "m.npz")] + FAST) == 0
+    assert stabilize.main([str(src12), "-o", str(tmp_path / "x.avi"), "--load-motion",
+                           str(tmp_path / "m.npz"), "-q", "--no-plots", "--no-metrics"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "pass 1" not in line and "loaded from" in line and "12 frames" in line and "20" in line
+
+    for num in ("0", "-3"):
+        with pytest.raises(SystemExit) as e:
+            ev.main(["--dataset=synthetic", "--num", num, "-o", str(tmp_path / "ev")])
+        assert e.value.code == 2 and "--num" in capsys.readouterr().err
+    assert not (tmp_path / "ev").exists()
+
+    a, b = _pair(tmp_path)
+    img = cv2.imread(a)
+    cv2.imwrite(str(tmp_path / "a.tiff"), img.astype(np.float32) / 255)
+    assert cv2.imread(str(tmp_path / "a.tiff"), cv2.IMREAD_UNCHANGED).dtype == np.float32
+    from camflow_jax.data.images import read_rgb
+
+    np.testing.assert_array_equal(read_rgb(tmp_path / "a.tiff"), img[..., ::-1])
+    assert estimate.main([str(tmp_path / "a.tiff"), b, "--method", "dis", "-o", str(tmp_path / "f")]) == 0
+    cv2.imwrite(str(tmp_path / "hdr.tiff"), img.astype(np.float32))  # 0..255 floats: ambiguous
+    with pytest.raises(ValueError, match=r"values must lie in \[0, 1\]"):
+        read_rgb(tmp_path / "hdr.tiff")
+
+    np.save(tmp_path / "d.npy", np.ones((48, 64), np.float32))
+    d = str(tmp_path / "d.npy")
+    capsys.readouterr()
+    for method in ("sift_ransac", "orb_ransac", "ecc", "dis"):
+        assert estimate.main([a, b, "--method", method, "--depth1", d, "--depth2", d,
+                              "-o", str(tmp_path / "g")]) == 2
+        assert "only apply to camflow" in _one_error_line(capsys.readouterr().err)
+    assert estimate.main([a, b, "--method", "ecc", "--intrinsics", "60,60,32,24", "-o",
+                          str(tmp_path / "g")]) == 2
+    assert "--intrinsics only apply to camflow" in capsys.readouterr().err
+    assert not (tmp_path / "g").exists()
+    frames = tmp_path / "fr"
+    frames.mkdir()
+    for t in range(3):
+        cv2.imwrite(str(frames / f"{t}.png"), img)
+    assert stabilize.main([str(frames), "-o", str(tmp_path / "so"), "--estimator", "ecc",
+                           "--intrinsics", "60,60,32,24", "--depth", str(frames), "-q"]) == 2
+    assert "only apply to camflow" in capsys.readouterr().err  # the same rule
+
+
+# ----------------------------------------------------------------------------- 7. real file systems
+_SMALL_FS = r"""
+set -u
+mount -t tmpfs -o size=256k tmpfs "$MNT" || exit 77
+cd "$MNT"
+cp "$SRC" in.avi; cp "$A" a.png; cp "$B" b.png
+sums() { sha256sum in.avi a.png b.png o.avi o.json e/* | sha256sum; }
+python -m camflow_jax.stabilize in.avi -o o.avi --estimator=identity -q --no-plots --no-metrics || exit 3
+python -m camflow_jax.estimate a.png b.png --method dis -o e > /dev/null || exit 4
+echo "before $(sums)"
+head -c $(( $(df -k --output=avail . | tail -1) * 1024 - 20000 )) /dev/zero > filler 2>/dev/null
+python -m camflow_jax.stabilize in.avi -o o.avi -y --crop 0.8 --estimator=identity -q --no-plots --no-metrics
+echo "stabilize rc=$?"
+rm filler; head -c $(( $(df -k --output=avail . | tail -1) * 1024 - 20000 )) /dev/zero > filler 2>/dev/null
+python -m camflow_jax.estimate a.png b.png --method sift_magsac -o e -y
+echo "estimate rc=$?"
+echo "after-full $(sums)"
+rm filler
+mount -o remount,ro "$MNT"
+python -m camflow_jax.estimate a.png b.png --method sift_magsac -o e -y
+echo "readonly rc=$?"
+echo "after-ro $(sums)"
+ls -a
+"""
+
+
+def test_a_real_full_and_read_only_file_system(tmp_path, clip):
+    """A real 256 KiB file system (tmpfs in a private mount namespace: nothing outside it is
+    touched): filled up, then remounted read-only. Skipped where the sandbox cannot mount."""
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare is not available")
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs none {tmp_path}"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("cannot mount a small file system here (no mount namespaces)")
+    src = _video(tmp_path, clip)
+    a, b = _pair(tmp_path)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    env = dict(_env(tmp_path), MNT=str(mnt), SRC=str(src), A=a, B=b)
+    r = subprocess.run(["unshare", "-rm", "sh", "-c", _SMALL_FS], env=env, capture_output=True,
+                       text=True, timeout=300)
+    if r.returncode == 77:
+        pytest.skip("cannot mount tmpfs here")
+    out, err = r.stdout, r.stderr
+    assert r.returncode == 0, (out, err)
+    val = dict(ln.split(" ", 1) for ln in out.splitlines() if ln.startswith(("before", "after")))
+    assert val["before"] == val["after-full"] == val["after-ro"], (out, err)
+    assert "stabilize rc=2" in out and "estimate rc=2" in out and "readonly rc=2" in out, (out, err)
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert errors[0] == "error: disk full: o.avi", err
+    assert errors[1] == "error: disk full: e", err
+    assert errors[2] == f"error: cannot write to {mnt}: read-only file system", err
+    assert "Traceback" not in err
+    assert ".partial-" not in out
