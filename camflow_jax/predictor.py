@@ -210,6 +210,7 @@ class Predictor:
         self.variables = jax.device_put(variables)
         self._forward = jax.jit(self._forward_impl)
         self._refine = jax.jit(self._refine_impl, static_argnames=("cfg",))
+        self._fit_homography = jax.jit(geometry.fit_homography)
         self.refine_config = self._refine_setting(refine, refine_lib.RefineConfig())
         self._static_cache = {}
         self._warned_no_depth = False
@@ -323,29 +324,23 @@ class Predictor:
         return (jnp.concatenate([u, dep[..., 0] * (w / self.width)]),
                 jnp.concatenate([v, dep[..., 1] * (h / self.height)]))
 
-    def _refine_impl(self, static_uv, g1, g2, depth1, depth2, K, coeffs_f, coeffs_b, hflow_f, hflow_b, *, cfg):
-        """Refines both directions on grey images at the working size (jitted once per size).
-        ``depth1``/``depth2``/``K`` and the homography flows are given at that size too."""
+    def _refine_impl(self, static_uv, g1, g2, depth, K, coeffs, hflow, *, cfg):
+        """Refines one direction (``g1`` -> ``g2``, ``depth`` of ``g1``) on grey images at the
+        working size. Jitted once per size and called for each direction: one compilation, and
+        on CPU faster than one batched call (docs/refinement.md, "Cost"). ``depth``/``K`` and the
+        homography flow are given at the working size too."""
         h, w = g1.shape
-        bases_f = self._refine_bases(static_uv, depth1, K)
-        bases_b = self._refine_bases(static_uv, depth2, K)
+        bases = self._refine_bases(static_uv, depth, K)
         coarse = refine_lib.pyramid_sizes(h, w, cfg.levels)[-1]
-
-        def starts(coeffs, bases, hflow):
-            out = []
-            for name in cfg.starts:
-                if name == "network":
-                    out.append(coeffs)
-                elif name == "zero":
-                    out.append(jnp.zeros_like(coeffs))
-                else:  # "homography": a feature homography's flow, projected on the bases
-                    out.append(refine_lib.project_flow(hflow, jnp.stack(bases, axis=-1), coarse))
-            return jnp.stack(out)
-
-        res = refine_lib.refine_pair(g1, g2, bases_f, bases_b, starts(coeffs_f, bases_f, hflow_f),
-                                     starts(coeffs_b, bases_b, hflow_b), cfg)
-        res["homography"] = geometry.fit_homography(res["flow"][0])
-        return res
+        starts = []
+        for name in cfg.starts:
+            if name == "network":
+                starts.append(coeffs)
+            elif name == "zero":
+                starts.append(jnp.zeros_like(coeffs))
+            else:  # "homography": a feature homography's flow, projected on the bases
+                starts.append(refine_lib.project_flow(hflow, jnp.stack(bases, axis=-1), coarse))
+        return refine_lib.refine_motion(g1, g2, bases, jnp.stack(starts), cfg)
 
     def _feature_start(self, img1, img2):
         """Flows of a SIFT + MAGSAC homography (forward, backward), or zeros when it fails."""
@@ -421,9 +416,13 @@ class Predictor:
             hf, hb = (geometry_np.resize_flow(f, h, w) for f in (hf, hb))
         else:
             hf = hb = np.zeros((1, 1, 2), np.float32)
-        res = self._refine(self._static_refine_bases(size), g1, g2, d1, d2, Kw,
-                           out["coeffs_f"], out["coeffs_b"], hf, hb, cfg=cfg)
-        res = {k: np.asarray(v) for k, v in jax.device_get(res).items()}
+        static_uv = self._static_refine_bases(size)
+        runs = [self._refine(static_uv, a, b, d, Kw, c, hflow, cfg=cfg)
+                for a, b, d, c, hflow in ((g1, g2, d1, out["coeffs_f"], hf), (g2, g1, d2, out["coeffs_b"], hb))]
+        runs[0]["homography"] = self._fit_homography(runs[0]["flow"])
+        runs = [{k: np.asarray(v) for k, v in jax.device_get(r).items()} for r in runs]
+        res = {k: np.stack([r[k] for r in runs]) for k in runs[1]}
+        res["homography"] = runs[0]["homography"]
         new = {"net_" + k: out[k] for k in ("flow_f", "flow_b", "homography", "coeffs_f", "coeffs_b")}
         flows, wts = res["flow"], res["weights"]
         Hw = np.asarray(res["homography"], np.float64)
