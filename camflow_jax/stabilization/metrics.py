@@ -46,7 +46,16 @@ import numpy as np
 from camflow_jax import baselines
 
 __all__ = ["frame_homography", "cropping_distortion", "compose_path", "path_signals",
-           "low_band_ratio", "stability_scores", "MetricsAccumulator"]
+           "low_band_ratio", "half_diagonal", "stability_scores", "border_mask",
+           "border_fraction", "MetricsAccumulator", "frames_metrics", "video_metrics",
+           "NOISE_FLOOR_PX", "BORDER_THRESHOLD"]
+
+#: Noise floor of the stability scores, pixels RMS per path signal (module doc, "Noise floor").
+NOISE_FLOOR_PX = 0.3
+#: Brightest-channel level at or below which an edge-connected pixel counts as border fill.
+BORDER_THRESHOLD = 24
+#: Floors of the published (classic) variant, kept as they were for comparison.
+CLASSIC_FLOOR_PX, CLASSIC_FLOOR_RAD = 0.1, 1e-4
 
 
 def frame_homography(img_a, img_b, max_side: int = 640) -> np.ndarray | None:
@@ -166,41 +175,115 @@ def low_band_ratio(signals, fps: float = 30.0, low_hz: float | None = 1.0,
     return float((low + fl) / (p.sum() + fl)) if p.sum() + fl > 0 else 1.0
 
 
+def half_diagonal(height: int, width: int) -> float:
+    """Lever arm that turns a rotation angle (radians) into pixels: half the frame diagonal
+    (a rotation by theta about the centre moves the corners by about theta * this)."""
+    return 0.5 * float(np.hypot(height, width))
+
+
+def _highband_rms(signals, fps: float, low_hz: float) -> float:
+    """Root of the summed mean squares of the parts of ``signals`` ``[G, N]`` above ``low_hz``
+    (after the same detrending and window as :func:`low_band_ratio`; Parseval on the half
+    spectrum). For (tx, ty, lever * theta) it is the RMS high-band displacement of the frame
+    corners (translation and the rotation's displacement are perpendicular on average)."""
+    s = np.atleast_2d(np.asarray(signals, np.float64))
+    n = s.shape[-1]
+    if n < 3:
+        return float("nan")
+    p = _half_power(s, detrend=True)
+    freqs = np.arange(1, p.shape[-1] + 1) * fps / n
+    high = p[:, freqs > low_hz + 1e-9].sum()
+    return float(np.sqrt(2.0 * high / (n * n)))
+
+
 def stability_scores(Hs, height: int, width: int, fps: float = 30.0, low_hz: float = 1.0,
-                     floor_px: float = 0.1, floor_rad: float = 1e-4) -> dict:
-    """Stability scores of the path composed from consecutive homographies ``[T-1, 3, 3]``."""
+                     floor_px: float | None = None) -> dict:
+    """Stability scores of the path composed from consecutive homographies ``[T-1, 3, 3]``.
+
+    ``floor_px`` (default :data:`NOISE_FLOOR_PX`) is the noise floor in pixels (RMS per
+    signal); rotation is measured in pixels at the half diagonal, so its floor in radians is
+    ``floor_px / half_diagonal``. See the module doc for the definitions.
+    """
+    floor_px = NOISE_FLOOR_PX if floor_px is None else float(floor_px)
     path = compose_path(Hs)
     sig = path_signals(path, height, width)
+    lever = half_diagonal(height, width)
     trans = np.stack([sig["tx"], sig["ty"]])
-    rot = sig["theta"][None]
+    rot_px = lever * sig["theta"][None]
+    both = np.concatenate([trans, rot_px])
     out = {
+        "stability": low_band_ratio(both, fps, low_hz, floor=floor_px),
         "stability_translation": low_band_ratio(trans, fps, low_hz, floor=floor_px),
-        "stability_rotation": low_band_ratio(rot, fps, low_hz, floor=floor_rad),
-        "stability_classic_translation": low_band_ratio(trans, classic_bins=5, floor=floor_px),
-        "stability_classic_rotation": low_band_ratio(rot, classic_bins=5, floor=floor_rad),
+        "stability_rotation": low_band_ratio(rot_px, fps, low_hz, floor=floor_px),
+        "jitter_px": _highband_rms(both, fps, low_hz),
+        "jitter_translation_px": _highband_rms(trans, fps, low_hz),
+        "jitter_rotation_px": _highband_rms(rot_px, fps, low_hz),
+        # Published variant (5 lowest bins, min of translation and rotation, the script's tiny
+        # floors): depends on the clip length and is dominated by rotation noise; comparison only.
+        "stability_classic_translation": low_band_ratio(trans, classic_bins=5,
+                                                        floor=CLASSIC_FLOOR_PX),
+        "stability_classic_rotation": low_band_ratio(sig["theta"][None], classic_bins=5,
+                                                     floor=CLASSIC_FLOOR_RAD),
     }
     # np.minimum propagates NaN (too-short clips); Python's min() would depend on the order.
-    out["stability"] = float(np.minimum(out["stability_translation"],
-                                        out["stability_rotation"]))
     out["stability_classic"] = float(np.minimum(out["stability_classic_translation"],
                                                 out["stability_classic_rotation"]))
     out.update({"low_hz": low_hz, "fps": fps, "frames": int(path.shape[0]),
-                "seconds": path.shape[0] / fps})
+                "seconds": path.shape[0] / fps, "noise_floor_px": floor_px,
+                "rotation_lever_px": lever})
     return out
 
 
+def border_mask(frame, threshold: int = BORDER_THRESHOLD) -> np.ndarray:
+    """Boolean ``[H, W]`` mask of border fill: pixels whose brightest channel is <= ``threshold``
+    that are reached from a frame edge along their row or column through such pixels only.
+
+    The fill a warp leaves is the complement of a convex quadrilateral, so along every row and
+    column it is a run from the edge; a dark object inside the picture is not reached unless
+    it touches the edge. A 3x3 closing of the dark mask first bridges the isolated brighter
+    pixels that codec ringing leaves inside a black band.
+    """
+    img = np.asarray(frame)
+    gray = img.max(axis=2) if img.ndim == 3 else img
+    dark = (gray <= threshold).astype(np.uint8)
+    if not dark.any():
+        return np.zeros(dark.shape, bool)
+    dark = cv2.morphologyEx(dark, cv2.MORPH_CLOSE, np.ones((3, 3), np.uint8),
+                            borderType=cv2.BORDER_REPLICATE).astype(bool)
+
+    def runs(d):  # True where the row is dark from column 0 up to and including the pixel
+        return np.cumprod(d, axis=1).astype(bool)
+
+    m = runs(dark) | runs(dark[:, ::-1])[:, ::-1]
+    m |= runs(dark.T).T | runs(dark.T[:, ::-1])[:, ::-1].T
+    return m
+
+
+def border_fraction(frame, threshold: int = BORDER_THRESHOLD) -> float:
+    """Fraction of the frame that is border fill (:func:`border_mask`)."""
+    return float(border_mask(frame, threshold).mean())
+
+
 class MetricsAccumulator:
-    """Streams (input frame, output frame) pairs and computes all metrics at the end.
+    """Streams output frames (and optionally the matching input frames) and computes all
+    metrics at the end.
 
     Keeps only the previous frames and the 3x3 homographies, so it is memory-bounded.
+    ``update(frame_in, frame_out)``; ``frame_in`` may be None (an output video scored on its
+    own: stability and border only; the input-relative cropping and distortion are then NaN).
     ``finalize()`` returns ``{"input": {...}, "output": {...}}`` plus the camera paths.
+    Feed it what the user gets: the frames read back from the written video, not the frames
+    before encoding (docs/stabilization_metrics.md, "Encoded output").
     """
 
-    def __init__(self, fps: float = 30.0, low_hz: float = 1.0, max_side: int = 640):
+    def __init__(self, fps: float = 30.0, low_hz: float = 1.0, max_side: int = 640,
+                 floor_px: float | None = None):
         self.fps, self.low_hz, self.max_side = fps, low_hz, max_side
+        self.floor_px = floor_px
         self.size = None
         self._prev_in = self._prev_out = None
-        self.h_in, self.h_out, self.m = [], [], []
+        self.h_in, self.h_out, self.m, self.scale_crop = [], [], [], []
+        self.border_in, self.border_out = [], []
         self.failed = {"input_pairs": 0, "output_pairs": 0, "input_output": 0}
 
     def _pair(self, a, b, key, store):
@@ -211,29 +294,95 @@ class MetricsAccumulator:
         store.append(H)
 
     def update(self, frame_in, frame_out) -> None:
-        frame_in, frame_out = np.asarray(frame_in), np.asarray(frame_out)
+        frame_out = np.asarray(frame_out)
+        frame_in = None if frame_in is None else np.asarray(frame_in)
         if self.size is None:
-            self.size = frame_in.shape[:2]
-        if self._prev_in is not None:
-            self._pair(self._prev_in, frame_in, "input_pairs", self.h_in)
+            self.size = frame_out.shape[:2]
+            self.with_input = frame_in is not None
+        if (frame_in is not None) != self.with_input:
+            raise ValueError("give an input frame with every output frame or with none")
+        b_out = border_fraction(frame_out)
+        self.border_out.append(b_out)
+        if frame_in is not None:
+            b_in = border_fraction(frame_in)
+            self.border_in.append(b_in)
+        if self._prev_out is not None:
+            if frame_in is not None:
+                self._pair(self._prev_in, frame_in, "input_pairs", self.h_in)
             self._pair(self._prev_out, frame_out, "output_pairs", self.h_out)
-        M = frame_homography(frame_in, frame_out, self.max_side)
-        if M is None:
-            self.failed["input_output"] += 1
-        else:
-            self.m.append(M)
+        if frame_in is not None:
+            M = frame_homography(frame_in, frame_out, self.max_side)
+            if M is None:
+                self.failed["input_output"] += 1
+                self.scale_crop.append(np.nan)
+            else:
+                self.m.append(M)
+                self.scale_crop.append(cropping_distortion(M[None])["cropping"])
         self._prev_in, self._prev_out = frame_in, frame_out
 
+    def _border_stats(self, fractions, excess) -> dict:
+        b, e = np.asarray(fractions, float), np.asarray(excess, float)
+        return {"border_fraction": float(b.mean()), "border_fraction_max": float(b.max()),
+                "cropping_border": float(1.0 - e.mean()),
+                "cropping_border_min": float(1.0 - e.max())}
+
     def finalize(self) -> dict:
-        if self.size is None or not self.h_in:
+        if self.size is None or not self.h_out:
             raise ValueError("metrics need at least two frames")
         h, w = self.size
-        res = {"input": stability_scores(np.stack(self.h_in), h, w, self.fps, self.low_hz),
-               "output": stability_scores(np.stack(self.h_out), h, w, self.fps, self.low_hz)}
-        res["input"].update({"cropping": 1.0, "cropping_min": 1.0, "distortion": 1.0})
-        res["output"].update(cropping_distortion(np.stack(self.m) if self.m
-                                                 else np.zeros((0, 3, 3))))
+        args = (h, w, self.fps, self.low_hz, self.floor_px)
+        res = {"output": stability_scores(np.stack(self.h_out), *args)}
+        b_out = np.asarray(self.border_out)
+        if self.with_input:
+            b_in = np.asarray(self.border_in)
+            res["input"] = stability_scores(np.stack(self.h_in), *args)
+            res["input"].update({"cropping": 1.0, "cropping_min": 1.0, "distortion": 1.0})
+            res["input"].update(self._border_stats(b_in, np.zeros_like(b_in)))
+            excess = np.maximum(0.0, b_out - b_in)
+            res["output"].update(self._border_stats(b_out, excess))
+            cd = cropping_distortion(np.stack(self.m) if self.m else np.zeros((0, 3, 3)))
+            # Per frame: the scale-based cropping and 1 - the border the stabilizer added,
+            # whichever loses more; a frame whose input->output match failed has only the latter.
+            scale = np.asarray(self.scale_crop, float)
+            crop = np.minimum(np.where(np.isnan(scale), 1.0, scale), 1.0 - excess)
+            res["output"].update({"cropping_scale": cd["cropping"],
+                                  "cropping_scale_min": cd["cropping_min"],
+                                  "distortion": cd["distortion"],
+                                  "frames_measured": cd["frames_measured"],
+                                  "cropping": float(crop.mean()),
+                                  "cropping_min": float(crop.min())})
+            res["path_input"] = path_signals(compose_path(np.stack(self.h_in)), h, w)
+        else:
+            res["output"].update(self._border_stats(b_out, b_out))
+            res["output"].update({"cropping": 1.0 - float(b_out.mean()),
+                                  "cropping_min": 1.0 - float(b_out.max()),
+                                  "cropping_scale": float("nan"), "distortion": float("nan")})
         res["failures"] = dict(self.failed)
-        res["path_input"] = path_signals(compose_path(np.stack(self.h_in)), h, w)
         res["path_output"] = path_signals(compose_path(np.stack(self.h_out)), h, w)
         return res
+
+
+def frames_metrics(frames_out, fps: float = 30.0, frames_in=None, **kwargs) -> dict:
+    """:class:`MetricsAccumulator` over whole frame sequences (``frames_in`` optional)."""
+    acc = MetricsAccumulator(fps, **kwargs)
+    if frames_in is None:
+        for f in frames_out:
+            acc.update(None, f)
+    else:
+        for a, b in zip(frames_in, frames_out, strict=True):
+            acc.update(a, b)
+    return acc.finalize()
+
+
+def video_metrics(output_path: str, input_path: str | None = None, fps: float | None = None,
+                  **kwargs) -> dict:
+    """Metrics of a written video (or frame folder) as the user gets it, decoded again;
+    with ``input_path`` also the input-relative cropping and distortion (same frame count
+    needed)."""
+    from camflow_jax.stabilization.video_io import FrameSource
+
+    out = FrameSource(output_path)
+    rate = float(fps) if fps else out.fps
+    if input_path is None:
+        return frames_metrics(iter(out), rate, **kwargs)
+    return frames_metrics(iter(out), rate, iter(FrameSource(input_path)), **kwargs)
