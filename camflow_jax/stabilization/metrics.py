@@ -7,35 +7,44 @@ fixed:
   (:func:`frame_homography`; computed on frames shrunk to at most ``max_side`` pixels and mapped
   back to full-resolution pixels). A failed match is *counted and skipped* (cropping/distortion)
   or replaced by the identity (path composition) — never by the previous frame's homography.
-* **Cropping ratio** from M_t (input frame t -> output frame t): the scale s_t = sqrt|det A_t|,
-  A_t = M_t[:2, :2] (the area scale; equal to sqrt(M00 M11) when M has no rotation or shear,
-  and unaffected by rotation, unlike sqrt(M00 M11)); per-frame cropping min(1, 1/s_t);
-  reported as mean and min over frames. A 1.25x zoom gives 0.8.
+* **Cropping** per output frame t: min(scale-based, 1 - added border), averaged (``cropping``)
+  and worst (``cropping_min``). Scale-based (``cropping_scale``) from M_t (input frame t ->
+  output frame t): s_t = sqrt|det A_t|, A_t = M_t[:2, :2] (area scale, unaffected by
+  rotation), min(1, 1/s_t); a 1.25x zoom gives 0.8. Added border = the output's border
+  fraction minus the input's (:func:`border_mask`: pixels whose brightest channel is <= 24,
+  reached from a frame edge along a row or column through such pixels; 5 % black bands give
+  0.95). Scored without an input (an output video on its own), cropping = 1 - border.
 * **Distortion value**: per frame the anisotropy s2/s1 of A_t's singular values (real and
   rotation-invariant, unlike the eigenvalues the script uses); worst (min) over frames. An
   anisotropic (1.1, 0.9) warp gives 0.9/1.1 = 0.818.
-* **Stability score** from the homographies H_t between consecutive OUTPUT frames (frame t-1 ->
+* **Stability** from the homographies H_t between consecutive OUTPUT frames (frame t-1 ->
   t), composed by LEFT multiplication into the camera path P_0 = I, P_t = H_t P_{t-1} (frame 0
   -> frame t). Each P_t is expressed about the image centre (so a rotation about the centre
-  does not leak into the translation), giving signals tx, ty and the angle
-  theta = atan2(P10, P00). For a signal s of length N: subtract the mean (DC), take the power
-  spectrum over the half spectrum k = 1 .. floor(N/2), and score = low-band energy / total.
-  Two low bands:
-  - ``hz`` (primary; does not depend on the clip length): bins with frequency k fps / N <=
-    ``low_hz`` (default 1 Hz). The signal is first detrended by its least-squares line and
-    Hann-windowed: the periodic extension of a pan (a ramp) or of any smooth motion that does
-    not fit a whole number of periods into the clip has a jump whose 1/k^2 leakage would
-    otherwise score a perfectly smooth path 0.8-0.9, differently for every N. Measured on
-    a 0.3 Hz sway plus white jitter: 0.985, 0.982, 0.982, 0.981 for 150, 300, 600, 1200
-    frames (the 5-bin variant: 0.94, 0.98, 0.0, 0.0). Needs N >= fps / low_hz frames (else
-    NaN).
-  - ``classic``: the lowest 5 non-DC bins (the published variant; its band is 5 fps / N Hz, so
-    it depends on the clip length and is reported for comparison only).
-  Translation scores pool the x and y energies; rotation uses theta. A small noise floor
-  (``floor_px`` RMS for translation, ``floor_rad`` for rotation; energy N^2 floor^2 / 2 added to
-  both numerator and denominator) makes a (numerically) still path score 1 rather than the
-  ratio of its round-off spectrum. Overall stability = min(translation, rotation), as in
-  Bundled Camera Paths. The clip length (frames and seconds) is always reported with it.
+  does not leak into the translation), giving signals tx, ty (pixels) and the angle
+  theta = atan2(P10, P00), turned into pixels as r theta with r the half diagonal (how far a
+  rotation moves the corners). For signals of length N: subtract the mean (DC) and the
+  least-squares line (a pan is not shake), Hann-window, take the power spectrum over
+  k = 1 .. floor(N/2), and score = energy at <= ``low_hz`` (1 Hz) / total energy, pooled over
+  the signals. The band is in Hz, so the score does not depend on the clip length (needs
+  N >= fps / low_hz frames, else NaN). Reported: ``stability`` (tx, ty and r theta pooled:
+  each signal weighs by its effect in pixels), ``stability_translation`` (tx, ty),
+  ``stability_rotation`` (r theta), and ``jitter_px`` (the high-band RMS displacement of the
+  frame corners, sqrt of the summed high-band mean squares; also per part).
+  **Noise floor**: each signal's ratio gets ``floor_px`` (:data:`NOISE_FLOOR_PX`, 0.3 px RMS)
+  of energy added to numerator and denominator, so motion below the measuring estimator's
+  noise cannot decide the score. SIFT's own noise on the high band of the path, measured on
+  known-path clips (``tools/stab_metrics_noise.py``), is <= 0.024 px per signal lossless and
+  <= 0.066 px through mp4v at 96x160; the floor is 4.5x the worst, so a path that is pure
+  estimator noise scores >= 0.95. Rotation's floor is 0.3 px / r (3.2 mrad at 96x160,
+  0.27 mrad at 1920x1080).
+  The published variant is reported for comparison only: ``stability_classic`` = min of the
+  translation and rotation (radians) ratios over the lowest 5 non-DC bins, without detrending,
+  floors 0.1 px and 1e-4 rad; its band depends on the clip length and its rotation part is
+  estimation noise on most clips (a smooth 20 px sway: 0.86 lossless, 0.66 after mp4v).
+  The clip length (frames and seconds) is always reported with it.
+
+Score what the user gets: :func:`video_metrics` decodes a written video again (an encoded
+output can score differently from the frames before encoding).
 """
 
 from __future__ import annotations
