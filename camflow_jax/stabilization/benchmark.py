@@ -68,11 +68,11 @@ def evaluate_clip(clip: clips_lib.ShakyClip, estimator, config: pipeline.Stabili
         for a, b in zip(frames, out):
             acc.update(a, b)
         m = acc.finalize()
-        row["input"] = {k: m["input"][k] for k in ("stability", "stability_translation",
-                                                   "stability_rotation", "stability_classic")}
-        row.update({k: m["output"][k] for k in ("stability", "stability_translation",
-                                                "stability_rotation", "stability_classic",
-                                                "cropping", "cropping_min", "distortion")})
+        stab = ("stability", "stability_translation", "stability_rotation", "jitter_px",
+                "stability_classic", "border_fraction")
+        row["input"] = {k: m["input"][k] for k in stab}
+        row.update({k: m["output"][k] for k in stab + ("cropping", "cropping_min",
+                                                       "cropping_scale", "distortion")})
         row["metric_failures"] = m["failures"]
         row["path_input"] = {k: v.tolist() for k, v in m["path_input"].items()}
         row["path_output"] = {k: v.tolist() for k, v in m["path_output"].items()}
@@ -105,9 +105,15 @@ def run_benchmark(estimators: dict, kinds=("planar", "parallax"), num_frames: in
 
 def markdown_table(rows: list[dict]) -> str:
     """Mean over seeds per (clip, estimator), plus an 'input' row per clip kind."""
-    lines = ["| clip | estimator | stability (1 Hz) | stability (5-bin) | cropping | distortion "
+    lines = ["| clip | estimator | stability (1 Hz) | translation / rotation | jitter px "
+             "| stability (5-bin, published) | cropping | border | distortion "
              "| HF residual px (reduction) | estimator ms/pair | pipeline ms/frame |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def stab(rs, sub=None):
+        return (f"{mean(rs, 'stability', sub):.3f} | {mean(rs, 'stability_translation', sub):.3f}"
+                f" / {mean(rs, 'stability_rotation', sub):.3f} | "
+                f"{mean(rs, 'jitter_px', sub):.2f} | {mean(rs, 'stability_classic', sub):.3f}")
 
     def mean(rs, key, sub=None):
         vals = [(r[sub][key] if sub else r.get(key)) for r in rs]
@@ -117,15 +123,14 @@ def markdown_table(rows: list[dict]) -> str:
     for kind in dict.fromkeys(r["clip"] for r in rows):
         rs = [r for r in rows if r["clip"] == kind]
         if "input" in rs[0]:
-            lines.append(f"| {kind} | (input) | {mean(rs, 'stability', 'input'):.3f} | "
-                         f"{mean(rs, 'stability_classic', 'input'):.3f} | 1 | 1 | "
+            lines.append(f"| {kind} | (input) | {stab(rs, 'input')} | 1 | "
+                         f"{mean(rs, 'border_fraction', 'input'):.3f} | 1 | "
                          f"{mean(rs, 'hf_residual_in_px'):.2f} | | |")
         for name in dict.fromkeys(r["estimator"] for r in rs):
             e = [r for r in rs if r["estimator"] == name]
             lines.append(
-                f"| {kind} | {name} | {mean(e, 'stability'):.3f} | "
-                f"{mean(e, 'stability_classic'):.3f} | {mean(e, 'cropping'):.3f} | "
-                f"{mean(e, 'distortion'):.3f} | {mean(e, 'hf_residual_out_px'):.2f} "
+                f"| {kind} | {name} | {stab(e)} | {mean(e, 'cropping'):.3f} | "
+                f"{mean(e, 'border_fraction'):.3f} | {mean(e, 'distortion'):.3f} | {mean(e, 'hf_residual_out_px'):.2f} "
                 f"(x{mean(e, 'hf_reduction'):.1f}) | {mean(e, 'estimator_ms_per_pair'):.1f} | "
                 f"{mean(e, 'pipeline_ms_per_frame'):.1f} |")
     return "\n".join(lines)
