@@ -183,8 +183,10 @@ def _run(args) -> int:
         m = result.get("metrics", {}).get("output", {})
         line = f"wrote {result['frames']} frames to {args.output} (zoom {result['zoom']:.3f})"
         if m:
-            line += (f"; stability {_fmt(m['stability'])}, cropping {_fmt(m['cropping'])}, "
-                     f"distortion {_fmt(m['distortion'])}")
+            line += (f"; stability {_fmt(m['stability'])} (translation {_fmt(m.get('stability_translation'))}, "
+                     f"rotation {_fmt(m.get('stability_rotation'))}), jitter {_fmt(m.get('jitter_px'))} px, "
+                     f"cropping {_fmt(m['cropping'])} (black border {_fmt(m.get('border_fraction'))}), "
+                     f"distortion {_fmt(m['distortion'])}; scored on the written output")
         print(line + f"; report {result['report']}")
     return 0
 

@@ -149,7 +149,7 @@ def test_motion_file_roundtrip(tmp_path):
     np.testing.assert_array_equal(back.flows, m.flows)
     assert back.frame_size == (20, 24) and back.fps == 25.0 and back.estimator == "sift"
     (tmp_path / "bad.npz").write_bytes(b"not a zip")
-    with pytest.raises(ValueError, match="not a motion file"):
+    with pytest.raises(ValueError, match="not a readable motion file"):
         pipeline.Motion.load(str(tmp_path / "bad.npz"))
     with pytest.raises(FileNotFoundError):
         pipeline.Motion.load(str(tmp_path / "missing.npz"))
