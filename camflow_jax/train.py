@@ -39,19 +39,19 @@ def main(argv):
 
     distributed = (_NUM_PROCESSES.value or 1) > 1 or _DISTRIBUTED.value
     try:
-        config = _CONFIG.value
-        config.get("seed")  # a config file that failed to load raises here
-        if distributed:
-            # CPU processes need a collectives backend for cross-process reductions; the option
-            # only concerns the CPU backend, and must be set before any backend is initialized.
-            jax.config.update("jax_cpu_collectives_implementation", "gloo")
-            jax.distributed.initialize(coordinator_address=_COORDINATOR.value, num_processes=_NUM_PROCESSES.value,
-                                       process_id=_PROCESS_ID.value)
-        from camflow_jax.trainer import DivergedError, train_and_evaluate
-
         # Several processes save collectively: one stopping to save alone would wait forever, so
         # there a signal exits at once (the last finished checkpoint stays intact).
         with train_signals.GracefulStop(graceful=not distributed) as stop:
+            config = _CONFIG.value
+            config.get("seed")  # a config file that failed to load raises here
+            if distributed:
+                # CPU processes need a collectives backend for cross-process reductions; the option
+                # only concerns the CPU backend, and must be set before any backend is initialized.
+                jax.config.update("jax_cpu_collectives_implementation", "gloo")
+                jax.distributed.initialize(coordinator_address=_COORDINATOR.value,
+                                           num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value)
+            from camflow_jax.trainer import DivergedError, train_and_evaluate
+
             try:
                 train_and_evaluate(config, _WORKDIR.value, stop=stop)
             except DivergedError as e:
@@ -88,6 +88,24 @@ class _DropBackgroundFailures(std_logging.Filter):
 def _quiet_background_failures() -> None:
     for name in ("absl", "asyncio"):
         std_logging.getLogger(name).addFilter(_DropBackgroundFailures())
+    # After a failed save, tensorstore completes the writes still pending on orbax's (closed)
+    # event loop and prints each callback's "RuntimeError: Event loop is closed" through the
+    # except hooks: hundreds of tracebacks before the one line about the failure.
+    previous_hook, previous_unraisable = sys.excepthook, sys.unraisablehook
+
+    def excepthook(kind, value, tb):
+        if not _closed_loop_noise(value):
+            previous_hook(kind, value, tb)
+
+    def unraisablehook(info):
+        if not _closed_loop_noise(info.exc_value):
+            previous_unraisable(info)
+
+    sys.excepthook, sys.unraisablehook = excepthook, unraisablehook
+
+
+def _closed_loop_noise(e) -> bool:
+    return isinstance(e, RuntimeError) and str(e) == "Event loop is closed"
 
 
 def _config_path(argv) -> str | None:
