@@ -392,3 +392,13 @@ def test_kill_9_during_a_save_keeps_the_last_checkpoint_and_resume_is_bit_identi
     assert f"at step {finished[0]}" in out and "unreadable" not in out
     assert not [n for n in ckpts.iterdir() if "orbax-checkpoint-tmp" in n.name]  # cleaned on resume
     _assert_bit_identical(wd, four_steps_one_device)
+
+
+def test_a_metrics_line_cut_by_a_kill_is_dropped_on_resume(tmp_path):
+    """A kill while a line is written leaves half of it; resuming at step 2 keeps steps 1-2
+    (the cut step 3 is run and logged again) instead of failing on the broken JSON."""
+    from camflow_jax import workdir as workdir_lib
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "total": 1.0}\n{"step": 2, "total": 2.0}\n{"step": 3, "to')
+    workdir_lib.MetricWriter(tmp_path, 2).close()
+    assert [json.loads(ln)["step"] for ln in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2]
