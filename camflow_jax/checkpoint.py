@@ -9,8 +9,10 @@ Layouts:
     DIR/weights.npz       16-bit arrays with a float32 scale each (the shipped weights' format)
 
 :func:`load_model` reads either, or a training workdir (``model.json`` +
-``checkpoints/<step>/``: the latest step's parameters are used). Arrays are checked against
-the SHA-256 sums recorded at save time; a damaged file is an error naming it.
+``checkpoints/<step>/``: the newest intact step's parameters are used). Arrays are checked
+against the SHA-256 sums recorded at save time (a training step keeps its sums in
+``checkpoints/<step>/checksums/``); a damaged file is an error naming it, and in a workdir a
+damaged step is skipped (with a warning) for the newest intact one.
 :func:`pretrained_path` is the model shipped inside the package (``Predictor.from_pretrained``).
 
 ``model_config`` holds the fields of :class:`camflow_jax.models.ModelConfig` (the
@@ -39,7 +41,8 @@ DEFAULT_BASES = {"num_homography": 12, "num_stochastic": 12, "seed": 0,
                  "orthogonal_to_homography": True}
 
 __all__ = ["FORMAT", "NPZ_FORMAT", "save_model", "save_compact", "load_model", "read_model_config",
-           "write_model_json", "model_bases", "latest_step", "flatten", "PRETRAINED", "pretrained_path"]
+           "write_model_json", "model_bases", "latest_step", "steps", "flatten", "PRETRAINED", "pretrained_path",
+           "tree_checksums", "verify_tree", "read_step_checksums", "CHECKSUMS_ITEM"]
 
 
 #: The model shipped in the package (docs/model_card.md).
@@ -79,7 +82,9 @@ def write_model_json(directory, model_config: Mapping[str, Any], fmt: str = FORM
     from camflow_jax.models import resolve_config
 
     cfg = resolve_config(model_config)
-    (Path(directory) / "model.json").write_text(json.dumps({"format": fmt, "model_config": cfg, **fields}, indent=2))
+    from camflow_jax.cli_utils import write_text_atomic  # a kill mid-write leaves the old file
+
+    write_text_atomic(Path(directory) / "model.json", json.dumps({"format": fmt, "model_config": cfg, **fields}, indent=2))
     return cfg
 
 
@@ -156,6 +161,68 @@ def _verify(flat: Mapping[str, np.ndarray], sums: Mapping[str, str], where) -> N
                          "the file is damaged or was modified after saving")
 
 
+#: The item of a training checkpoint (``checkpoints/<step>/checksums/``) holding the SHA-256 of
+#: every array of the train state, written with the state (orbax finalizes them together).
+CHECKSUMS_ITEM = "checksums"
+
+
+def _key_name(k) -> str:
+    for attr in ("key", "name", "idx"):
+        if hasattr(k, attr):
+            return str(getattr(k, attr))
+    return str(k)
+
+
+def tree_arrays(tree) -> dict[str, Any]:
+    """``{"params/met/.../kernel": leaf}`` of any pytree (dicts, optax states, lists): the same
+    names whether a tree is the live train state or restored from its saved metadata."""
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {"/".join(_key_name(k) for k in path): leaf for path, leaf in leaves}
+
+
+def _host(x) -> np.ndarray:
+    """A leaf on the host; a replicated array of a multi-process run from this process's copy."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        return np.asarray(x.addressable_data(0))
+    return np.asarray(x)
+
+
+def tree_checksums(tree) -> dict[str, str]:
+    """SHA-256 (dtype, shape and bytes) of every array of ``tree`` by :func:`tree_arrays` name."""
+    return {k: _sha256(_host(v)) for k, v in tree_arrays(tree).items()}
+
+
+def verify_tree(tree, sums: Mapping[str, str], where, required: tuple[str, ...] = ("",)) -> None:
+    """ValueError unless every array of ``tree`` named in ``sums`` has its recorded SHA-256.
+    Every name of ``sums`` starting with one of ``required`` must be in ``tree`` (a restore of
+    part of a state, e.g. the weights only, passes ``("params/", "batch_stats/", "step")``)."""
+    flat = {k: _host(v) for k, v in tree_arrays(tree).items()}
+    needed = {k: h for k, h in sums.items() if k.startswith(required)}
+    _verify(flat, {**needed, **{k: h for k, h in sums.items() if k in flat}}, where)
+
+
+def read_step_checksums(step_dir) -> dict[str, str] | None:
+    """The sums saved with a training checkpoint step; None for steps written before they were
+    recorded. A damaged sums file is a ValueError (the step cannot be trusted)."""
+    item = Path(step_dir) / CHECKSUMS_ITEM
+    if not item.is_dir():
+        return None
+    ocp = _ocp()
+    try:
+        with ocp.Checkpointer(ocp.JsonCheckpointHandler()) as ckptr:
+            sums = ckptr.restore(item)["sha256"]
+        if not isinstance(sums, dict):
+            raise TypeError(f"sha256 is a {type(sums).__name__}")
+        return sums
+    except Exception as e:  # noqa: BLE001 (a missing, truncated or edited file)
+        raise ValueError(f"{item}: unreadable checksums ({_first_line(e)})") from e
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0][:200]}" if text else type(e).__name__
+
+
 def save_compact(directory, model_config: Mapping[str, Any], variables: Mapping[str, Any], bases=None,
                  *, info: Mapping[str, Any] | None = None, overwrite: bool = False) -> Path:
     """Writes ``DIR/model.json`` + ``DIR/weights.npz``: every array as float16 scaled by its
@@ -201,13 +268,19 @@ def _load_compact(path: Path, meta: Mapping[str, Any]) -> tuple[dict, Any]:
     return tree, tree.get("bases")
 
 
-def latest_step(checkpoint_dir) -> int | None:
-    """Largest integer-named step folder under ``checkpoint_dir`` (None if there is none)."""
+def steps(checkpoint_dir) -> list[int]:
+    """Integer-named step folders under ``checkpoint_dir``, newest first (orbax's unfinished
+    ``<step>.orbax-checkpoint-tmp*`` folders and moved-aside ``damaged_*`` ones are not steps)."""
     checkpoint_dir = Path(checkpoint_dir)
     if not checkpoint_dir.is_dir():
-        return None
-    steps = [int(p.name) for p in checkpoint_dir.iterdir() if p.is_dir() and p.name.isdigit()]
-    return max(steps) if steps else None
+        return []
+    return sorted((int(p.name) for p in checkpoint_dir.iterdir() if p.is_dir() and p.name.isdigit()), reverse=True)
+
+
+def latest_step(checkpoint_dir) -> int | None:
+    """Largest integer-named step folder under ``checkpoint_dir`` (None if there is none)."""
+    found = steps(checkpoint_dir)
+    return found[0] if found else None
 
 
 def saved_tree(path: Path, single_device: bool = False):
@@ -233,7 +306,7 @@ def _restore_raw(path: Path) -> dict:
         with _quiet_orbax(), ocp.StandardCheckpointer() as ckptr:
             return ckptr.restore(path, target)
     except Exception as e:  # orbax raises a variety of errors for damaged folders
-        raise ValueError(f"could not read the checkpoint arrays in {path}: {type(e).__name__}: {e}") from e
+        raise ValueError(f"could not read the checkpoint arrays in {path}: {_first_line(e)}") from e
 
 
 @contextlib.contextmanager
@@ -293,10 +366,7 @@ def load_model(path) -> tuple[Any, dict, np.ndarray, dict]:
         params, batch_stats = tree["params"], tree.get("batch_stats", {})
         bases = tree.get("bases")
     else:
-        step = latest_step(path / "checkpoints")
-        if step is None:
-            raise FileNotFoundError(f"{path} has model.json but neither arrays/ nor checkpoints/<step>/")
-        state = _restore_raw(path / "checkpoints" / str(step) / "state")
+        state = _restore_intact_step(path / "checkpoints")
         params, batch_stats, bases = state["params"], state.get("batch_stats", {}), None
         if (path / "static_bases.npy").is_file():  # written by the trainer (e.g. released bases)
             bases = np.load(path / "static_bases.npy")
@@ -306,6 +376,35 @@ def load_model(path) -> tuple[Any, dict, np.ndarray, dict]:
     model_config, variables = migrate_legacy_groups(model_config, variables)
     model = build_model(model_config)
     return model, variables, np.asarray(bases, np.float32), model_config
+
+
+def _restore_intact_step(checkpoint_dir: Path) -> dict:
+    """The train state of the newest step of a workdir that restores and matches its checksums.
+
+    A damaged newer step is skipped with a warning naming it (it is left where it is: a reader
+    does not rearrange a workdir a trainer may be using; the trainer moves it aside when it
+    resumes). No intact step: a ValueError naming the newest one's problem."""
+    found = steps(checkpoint_dir)
+    if not found:
+        raise FileNotFoundError(f"{checkpoint_dir.parent} has model.json but neither arrays/ nor checkpoints/<step>/")
+    failed = []
+    for step in found:
+        step_dir = checkpoint_dir / str(step)
+        try:
+            state = _restore_raw(step_dir / "state")
+            sums = read_step_checksums(step_dir)
+            if sums is not None:
+                verify_tree(state, sums, step_dir, required=("params/", "batch_stats/"))
+        except ValueError as e:
+            failed.append((step, str(e)))
+            continue
+        for bad, why in failed:
+            logging.getLogger(__name__).warning(
+                "checkpoint step %d is damaged (%s); using step %d instead", bad, why, step)
+        return state
+    step, why = failed[0]
+    raise ValueError(f"no intact checkpoint in {checkpoint_dir}: step {step}: {why}"
+                     + (f" (and {len(failed) - 1} older step(s) damaged too)" if len(failed) > 1 else ""))
 
 
 #: Group names written by earlier trainer versions -> the model's names.

@@ -7,6 +7,8 @@ Several processes (multi-host TPU/GPU, or a localhost test): pass --coordinator_
 discovers them (Cloud TPU, SLURM).
 """
 
+import logging as std_logging
+import signal
 import sys
 
 from absl import app, flags, logging
@@ -24,44 +26,112 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    verbose = flags.FLAGS["verbosity"].present and flags.FLAGS.verbosity >= 1
     if not flags.FLAGS["verbosity"].present:
         # Orbax logs every checkpoint step at INFO; keep the console to our progress lines
         # (--verbosity=0 brings them back).
         logging.set_verbosity(logging.WARNING)
+    if not verbose:
+        _quiet_background_failures()
     import jax
 
-    if (_NUM_PROCESSES.value or 1) > 1 or _DISTRIBUTED.value:
-        # CPU processes need a collectives backend for cross-process reductions; the option
-        # only concerns the CPU backend, and must be set before any backend is initialized.
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(coordinator_address=_COORDINATOR.value, num_processes=_NUM_PROCESSES.value,
-                                   process_id=_PROCESS_ID.value)
-    from camflow_jax.trainer import DivergedError, train_and_evaluate
+    from camflow_jax import cli_utils, train_signals
 
+    distributed = (_NUM_PROCESSES.value or 1) > 1 or _DISTRIBUTED.value
     try:
-        config = _CONFIG.value
-        config.get("seed")  # a config file that failed to load raises here
-    except OSError as e:
-        _fail(" ".join(str(e).split())[:500], 2)
-    try:
-        train_and_evaluate(config, _WORKDIR.value)
-    except DivergedError as e:
-        _fail(str(e), 1)
-    except (ValueError, FileNotFoundError, NotADirectoryError, PermissionError) as e:
-        # Bad config, data or workdir: one line naming the problem (--verbosity=1 for the trace).
-        if flags.FLAGS.verbosity >= 1:
+        # Several processes save collectively: one stopping to save alone would wait forever, so
+        # there a signal exits at once (the last finished checkpoint stays intact).
+        with train_signals.GracefulStop(graceful=not distributed) as stop:
+            config = _CONFIG.value
+            config.get("seed")  # a config file that failed to load raises here
+            if distributed:
+                # CPU processes need a collectives backend for cross-process reductions; the option
+                # only concerns the CPU backend, and must be set before any backend is initialized.
+                jax.config.update("jax_cpu_collectives_implementation", "gloo")
+                jax.distributed.initialize(coordinator_address=_COORDINATOR.value,
+                                           num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value)
+            from camflow_jax.trainer import DivergedError, train_and_evaluate
+
+            try:
+                train_and_evaluate(config, _WORKDIR.value, stop=stop)
+            except DivergedError as e:
+                _fail(str(e), 1)
+        if stop.signum is not None:  # came after the last stop point: the run is complete and saved
+            _fail(f"interrupted by {signal.Signals(stop.signum).name} after the run completed", 128 + stop.signum,
+                  prefix="")
+    except train_signals.TrainingInterrupted as e:
+        _fail(str(e), e.exit_code, prefix="")
+    except cli_utils.EXPECTED_ERRORS as e:
+        # Bad config, data or workdir, a full disk: one line naming the problem (--verbosity=1
+        # for the trace).
+        if verbose:
             raise
-        _fail(str(e), 2)
+        _fail(cli_utils.describe_error(e), 2)
 
 
-def _fail(message: str, code: int) -> None:
-    print(f"error: {message}", file=sys.stderr, flush=True)
+def _fail(message: str, code: int, prefix: str = "error: ") -> None:
+    print(f"{prefix}{message}", file=sys.stderr, flush=True)
     sys.exit(code)
+
+
+class _DropBackgroundFailures(std_logging.Filter):
+    """Orbax's writer threads log each failure (with its traceback) before the main thread
+    raises it, and asyncio logs the unretrieved exceptions of their tasks: the failure is
+    reported once, as one line, by :func:`main`."""
+
+    def filter(self, record: std_logging.LogRecord) -> bool:
+        if record.levelno < std_logging.ERROR:
+            return True
+        return not ("orbax" in (record.pathname or "") or record.name == "asyncio")
+
+
+def _quiet_background_failures() -> None:
+    for name in ("absl", "asyncio"):
+        std_logging.getLogger(name).addFilter(_DropBackgroundFailures())
+    # After a failed save, tensorstore completes the writes still pending on orbax's (closed)
+    # event loop and prints each callback's "RuntimeError: Event loop is closed" through the
+    # except hooks: hundreds of tracebacks before the one line about the failure.
+    previous_hook, previous_unraisable = sys.excepthook, sys.unraisablehook
+
+    def excepthook(kind, value, tb):
+        if not _closed_loop_noise(value):
+            previous_hook(kind, value, tb)
+
+    def unraisablehook(info):
+        if not _closed_loop_noise(info.exc_value):
+            previous_unraisable(info)
+
+    sys.excepthook, sys.unraisablehook = excepthook, unraisablehook
+
+
+def _closed_loop_noise(e) -> bool:
+    return isinstance(e, RuntimeError) and str(e) == "Event loop is closed"
+
+
+def _config_path(argv) -> str | None:
+    """The value of --config in ``argv`` (``--config=F`` or ``--config F``)."""
+    for i, arg in enumerate(argv):
+        for spelling in ("--config", "-config"):
+            if arg.startswith(spelling + "="):
+                return arg.split("=", 1)[1]
+            if arg == spelling and i + 1 < len(argv):
+                return argv[i + 1]
+    return None
 
 
 def _parse_flags(argv):
     """absl's parser, but a bad flag, config file or ``--config.key`` exits with code 2 after one
-    line (unknown keys are rejected: the config is locked)."""
+    line. The config file is checked first as strictly as ``--config.key`` overrides
+    (:func:`camflow_jax.configs.load`: it loads, defines get_config(), sets only known keys with
+    values of their type); unknown override keys are rejected because the config is locked."""
+    path = _config_path(argv[1:])
+    if path:
+        from camflow_jax import configs
+
+        try:
+            configs.load(path)
+        except (OSError, ValueError) as e:
+            _fail(" ".join(str(e).split())[:500], 2)
     try:
         return flags.FLAGS(argv)
     except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:

@@ -1,14 +1,19 @@
 """The train state and its checkpoints: initialization, ``init_from``, restore and save.
 
 The state is one pytree ``{'step', 'params', 'batch_stats', 'opt_state'}``. Orbax saves it
-with the grain iterator state under ``workdir/checkpoints/<step>/{state,data}``
-(docs/training.md, "Guarded runs"): a restore takes the newest readable step and moves
-unreadable newer ones aside (``damaged_<step>_<time>``, never deleted). Checkpoints written
-before the state lost its unused ``rng`` entry still restore (the entry is read and dropped).
+with the grain iterator state and the SHA-256 of every state array under
+``workdir/checkpoints/<step>/{state,data,checksums}`` (docs/training.md, "Guarded runs"); a
+step folder appears only once all three are complete (orbax writes into
+``<step>.orbax-checkpoint-tmp`` and renames it). A restore takes the newest step that reads
+back and matches its checksums and moves damaged newer ones aside (``damaged_<step>_<time>``,
+never deleted). Checkpoints written before the checksums or before the state lost its unused
+``rng`` entry still restore (without a check; the entry is read and dropped).
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 import time
 from pathlib import Path
@@ -105,13 +110,62 @@ def start_from(source, state: dict, tx, group_names, static: np.ndarray, shardin
 
 
 def checkpoint_manager(workdir: Path, keep: int) -> ocp.CheckpointManager:
-    return ocp.CheckpointManager(workdir / "checkpoints", item_names=("state", "data"),
-                                 options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True))
+    # cleanup_tmp_directories: the unfinished step a killed or failed save left behind is
+    # removed when the next run opens the folder (it was never a checkpoint).
+    return ocp.CheckpointManager(workdir / "checkpoints", item_names=("state", "data", checkpoint.CHECKSUMS_ITEM),
+                                 options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
+                                                                      cleanup_tmp_directories=True))
 
 
 def save(mngr: ocp.CheckpointManager, step: int, state: dict, data_iter) -> None:
-    mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                            data=grain.checkpoint.CheckpointSave(data_iter)))
+    """Starts saving ``step`` (orbax finishes writing in the background: :func:`wait` for it).
+    A failed write, of this save or of the previous one, raises an OSError naming the folder
+    (:func:`storage_error`)."""
+    sums = checkpoint.tree_checksums(state)
+    with storage_errors(mngr.directory):
+        mngr.save(step, args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state), data=grain.checkpoint.CheckpointSave(data_iter),
+            **{checkpoint.CHECKSUMS_ITEM: ocp.args.JsonSave({"format": "sha256/1", "sha256": sums})}))
+
+
+def wait(mngr: ocp.CheckpointManager) -> None:
+    """Blocks until the saves in flight are on disk (their failure as in :func:`save`)."""
+    with storage_errors(mngr.directory):
+        mngr.wait_until_finished()
+
+
+_OS_ERROR_CODE = re.compile(r"os_error_code='?(\d+)")
+_ERRNO_TEXT = {os.strerror(code): code for code in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES,
+                                                    errno.EPERM, errno.EIO, errno.EFBIG)}
+
+
+def storage_error(e: BaseException, path) -> OSError | None:
+    """The OSError behind a failed checkpoint write, naming ``path`` (orbax's threads raise the
+    OSError itself, or tensorstore's ValueError such as ``RESOURCE_EXHAUSTED: ... No space left
+    on device [os_error_code='28']``); None for failures that are not the storage's."""
+    if isinstance(e, OSError) and e.errno is not None:
+        return OSError(e.errno, e.strerror or os.strerror(e.errno), e.filename or str(path))
+    text = str(e)
+    m = _OS_ERROR_CODE.search(text)
+    code = int(m.group(1)) if m else next((c for t, c in _ERRNO_TEXT.items() if t in text), None)
+    return None if code is None else OSError(code, os.strerror(code), str(path))
+
+
+class storage_errors:
+    """Context manager: a storage failure inside becomes :func:`storage_error`'s OSError."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, e, tb):
+        if e is not None and isinstance(e, Exception):
+            os_error = storage_error(e, self.path)
+            if os_error is not None and os_error is not e:
+                raise os_error from e
+        return False
 
 
 def _restore_step(mngr, step: int, state: dict, data_iter) -> dict:
@@ -124,6 +178,10 @@ def _restore_step(mngr, step: int, state: dict, data_iter) -> dict:
         abstract[k] = saved[k]
     restored = mngr.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(abstract), data=grain.checkpoint.CheckpointRestore(data_iter)))
+    step_dir = Path(mngr.directory) / str(step)
+    sums = checkpoint.read_step_checksums(step_dir)
+    if sums is not None:
+        checkpoint.verify_tree(restored["state"], sums, step_dir)
     return {k: v for k, v in restored["state"].items() if k not in legacy}
 
 
@@ -131,8 +189,8 @@ def restore_latest(mngr: ocp.CheckpointManager, state: dict, dataset, log) -> tu
     """``(state, data iterator, step)`` of the newest intact checkpoint, or the given state, a
     fresh iterator and step 0 when there is none.
 
-    Unreadable newer checkpoints (a run killed while writing, a disk error) are moved aside,
-    never deleted, once an older one has restored; if none restores, nothing is moved (the code
+    Unreadable newer checkpoints, or ones whose arrays no longer match their checksums (a
+    disk error, a changed byte), are moved aside, never deleted, once an older one has restored; if none restores, nothing is moved (the code
     or config likely changed) and a ValueError says so.
     """
     root = Path(mngr.directory)

@@ -21,8 +21,9 @@ import ml_collections
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from camflow_jax import checkpoint, estimators, metrics, models, train_state
+from camflow_jax import checkpoint, configs, estimators, metrics, models, train_state
 from camflow_jax import workdir as workdir_lib
+from camflow_jax.train_signals import GracefulStop, StopRequested, TrainingInterrupted  # noqa: F401
 from camflow_jax.data import pipeline
 from camflow_jax.evaluation.reports import format_table
 # The setup pieces below are also this module's API: tools/benchmark.py builds its step
@@ -51,6 +52,7 @@ def model_config_from(config) -> dict:
 
 
 def validate_config(config) -> None:
+    configs.check(config)  # every key known (configs/default.py), of the default's type
     h, w = config.model.height, config.model.width
     if h % 64 or w % 64 or h <= 0 or w <= 0:
         raise ValueError(f"model.height/width must be positive multiples of 64, got {h}x{w}")
@@ -104,13 +106,18 @@ def make_train_dataset(config, source, **read_overrides) -> grain.IterDataset:
 # The loop
 # ----------------------------------------------------------------------------------------------
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir, stop: GracefulStop | None = None) -> dict:
     """Trains (resuming from ``workdir`` if it holds checkpoints) and evaluates on the held-out
-    pairs. Returns the final summary (also written to ``workdir/summary.json``)."""
+    pairs. Returns the final summary (also written to ``workdir/summary.json``).
+
+    ``stop``: a :class:`~camflow_jax.train_signals.GracefulStop` the loop reports to (the CLI
+    passes one): once it has received a signal, the loop saves what is unsaved and raises
+    :class:`~camflow_jax.train_signals.TrainingInterrupted`."""
     t_start, is_main = time.time(), jax.process_index() == 0
     validate_config(config)
     workdir = Path(workdir).absolute()
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir_lib.prepare(workdir)
+    stop = stop if stop is not None else GracefulStop()  # not entered: never requested
     with workdir_lib.locked(workdir, enabled=is_main):
         model_config = model_config_from(config)
         workdir_lib.check_resumable(workdir, model_config)
@@ -131,11 +138,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
             workdir_lib.write_metadata(workdir, config, model_config, static)
         static = jax.device_put(jnp.asarray(static), repl)
         mngr = train_state.checkpoint_manager(workdir, config.keep_checkpoints)
+        stop.manager = mngr
         state, train_iter, start = train_state.restore_latest(
             mngr, state, make_train_dataset(config, train_source), _log)
         writer = workdir_lib.MetricWriter(workdir, start, enabled=is_main)
         p_train, p_eval = jit_steps(model, tx, config, repl, data_sharding)
-        evaluator = HeldoutEvaluator(config, p_eval, static, data_sharding, writer, workdir if is_main else None)
+        evaluator = HeldoutEvaluator(config, p_eval, static, data_sharding, writer, workdir if is_main else None,
+                                     stop=stop)
         n_params = models.count_params(state["params"])
         _log(f"CamFlow {model_config['group_sizes']} ({n_params:,} params) at {config.model.height}x"
              f"{config.model.width}, batch {config.batch_size} on {jax.device_count()} "
@@ -143,42 +152,55 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
              f"steps {start + 1}..{config.num_steps}, {steps_per_epoch} steps/epoch")
 
         progress, schedule = Progress(start, config.num_steps, config.batch_size), lr_schedule(config, steps_per_epoch)
-        stop_after, last_saved, stopped_early = float(config.stop_after_seconds or 0), start, False
-        for step in range(start + 1, config.num_steps + 1):
-            state, terms = p_train(state, host_to_global(next(train_iter), data_sharding), static)
-            time_up = bool(stop_after) and progress.elapsed() > stop_after and step < config.num_steps
-            save_now = ((config.checkpoint_every and step % config.checkpoint_every == 0)
-                        or step == config.num_steps or time_up)
-            log_now = step % config.log_every == 0 or step == config.num_steps or step == start + 1
-            if save_now or log_now:
-                terms = check_finite(terms, step, last_saved)
-            if log_now:
-                lr = float(schedule(step - 1))  # the rate this step used
-                writer.write_scalars(step, {**terms, "lr": lr, **progress.update(step)})
-                _log(progress.line(step, terms, lr))
-            if save_now:
-                train_state.save(mngr, step, state, train_iter)
-                last_saved = step
-            if time_up:
-                stopped_early = True
-                _log(f"stopping at step {step} after {_fmt_time(progress.elapsed())} (stop_after_seconds="
-                     f"{stop_after:g}); run the same command again to resume")
-                break
-            if config.eval_every and step % config.eval_every == 0 and step != config.num_steps:
-                evaluator(state, step)
-        mngr.wait_until_finished()
-        train_time = progress.elapsed()
+        stop_after, last_saved, stopped_early, done = float(config.stop_after_seconds or 0), start, False, start
+        try:
+            for step in range(start + 1, config.num_steps + 1):
+                state, terms = p_train(state, host_to_global(next(train_iter), data_sharding), static)
+                done = step
+                stop.ran_step()
+                time_up = bool(stop_after) and progress.elapsed() > stop_after and step < config.num_steps
+                save_now = ((config.checkpoint_every and step % config.checkpoint_every == 0)
+                            or step == config.num_steps or time_up)
+                log_now = step % config.log_every == 0 or step == config.num_steps or step == start + 1
+                if save_now or log_now:
+                    terms = check_finite(terms, step, last_saved)
+                if log_now:
+                    lr = float(schedule(step - 1))  # the rate this step used
+                    writer.write_scalars(step, {**terms, "lr": lr, **progress.update(step)})
+                    _log(progress.line(step, terms, lr))
+                if save_now:
+                    train_state.save(mngr, step, state, train_iter)
+                    last_saved = step
+                    stop.saved()
+                stop.check()
+                if time_up:
+                    stopped_early = True
+                    _log(f"stopping at step {step} after {_fmt_time(progress.elapsed())} (stop_after_seconds="
+                         f"{stop_after:g}); run the same command again to resume")
+                    break
+                if config.eval_every and step % config.eval_every == 0 and step != config.num_steps:
+                    evaluator(state, step)
+            train_state.wait(mngr)
+            train_time = progress.elapsed()
+            final_step = int(jax.device_get(state["step"]))
+            final_eval = None if stopped_early else evaluator(state, final_step)
+        except StopRequested:
+            if done != last_saved:
+                check_finite(terms, done, last_saved)  # a diverged state is never saved
+                train_state.save(mngr, done, state, train_iter)
+            train_state.wait(mngr)
+            stop.saved()
+            raise TrainingInterrupted(stop.signum, done) from None
 
-        final_step = int(jax.device_get(state["step"]))
         summary = {"final_step": final_step, "steps_run": final_step - start, "train_seconds": train_time,
-                   "stopped_early": stopped_early, "eval": None if stopped_early else evaluator(state, final_step),
+                   "stopped_early": stopped_early, "eval": final_eval,
                    "wall_seconds": time.time() - t_start, "params": n_params,
                    "devices": jax.device_count(), "processes": jax.process_count(),
                    "platform": jax.devices()[0].platform}
         writer.close()
         mngr.close()
         if is_main:
-            (workdir / "summary.json").write_text(json.dumps(summary, indent=2))
+            workdir_lib.write_text(workdir / "summary.json", json.dumps(summary, indent=2))
         _log(f"done: step {final_step}, {summary['steps_run']} steps in {_fmt_time(train_time)} "
              f"(wall {_fmt_time(summary['wall_seconds'])}); workdir {workdir}")
         return summary
@@ -301,8 +323,10 @@ class HeldoutEvaluator:
     """``evaluator(state, step)`` -> the held-out table (None without held-out pairs: only the
     synthetic data has them), written to ``eval_<step>.json`` and TensorBoard and printed."""
 
-    def __init__(self, config, p_eval, static, data_sharding, writer, workdir: Path | None):
+    def __init__(self, config, p_eval, static, data_sharding, writer, workdir: Path | None,
+                 stop: GracefulStop | None = None):
         h, w = config.model.height, config.model.width
+        self.stop = stop
         heldout = config.data.name == "synthetic" and config.data.num_eval > 0
         self.source = pipeline.make_source(config.data, h, w, "eval") if heldout else None
         self.config, self.p_eval, self.static, self.sharding = config, p_eval, static, data_sharding
@@ -315,6 +339,8 @@ class HeldoutEvaluator:
             self.categories = ("ALL",)
 
     def _predict(self, state, b):
+        if self.stop is not None:
+            self.stop.check()  # a signal stops the evaluation between batches
         n = len(b["img1"])
         pad = (-n) % jax.device_count()  # eval batches must split evenly over devices
         bb = {k: np.concatenate([v, np.repeat(v[-1:], pad, 0)]) if pad else v for k, v in b.items()}
@@ -329,7 +355,7 @@ class HeldoutEvaluator:
         table = summarize(records, self.categories)
         self.writer.write_eval(step, table)
         if self.workdir is not None:
-            (self.workdir / f"eval_{step}.json").write_text(json.dumps(table, indent=2))
+            workdir_lib.write_text(self.workdir / f"eval_{step}.json", json.dumps(table, indent=2))
         _log(f"eval at step {step} on {len(records['camflow'])} held-out pairs")
         for metric, label in EVAL_TABLES:
             _log(f"\n{label}, step {step}:\n{format_table(table, metric, self.categories, markdown=True)}")

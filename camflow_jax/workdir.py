@@ -11,6 +11,7 @@ Layout (docs/training.md, "Outputs"): ``config.json``, ``model.json`` (loadable 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import socket
@@ -19,7 +20,36 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from camflow_jax import checkpoint
+from camflow_jax import checkpoint, cli_utils
+
+
+def prepare(workdir: Path) -> None:
+    """Creates ``workdir`` if needed and checks, before anything is built or trained, that files
+    can be created in it and in its ``checkpoints/`` (a probe file is created and removed): a
+    file given as workdir, a path below a file, a read-only or immutable folder fail here as an
+    OSError naming the path, not after the first steps."""
+    if os.path.lexists(workdir) and not workdir.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "workdir exists and is not a folder", str(workdir))
+    for folder in (workdir, workdir / "checkpoints"):
+        if folder == workdir or folder.is_dir():
+            cli_utils.check_writable(str(folder))
+
+
+@contextlib.contextmanager
+def naming(path):
+    """An OSError inside without a file name (``write()`` on a full disk) gets ``path``."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename or e.errno is None:
+            raise
+        raise OSError(e.errno, e.strerror or os.strerror(e.errno), str(path)) from e
+
+
+def write_text(path: Path, text: str) -> None:
+    """``path`` replaced atomically (a kill or a full disk mid-write leaves the old file)."""
+    with naming(path):
+        cli_utils.write_text_atomic(path, text)
 
 
 @contextlib.contextmanager
@@ -73,9 +103,11 @@ def saved_static_bases(workdir: Path) -> np.ndarray | None:
 
 def write_metadata(workdir: Path, config, model_config: Mapping[str, Any], bases: np.ndarray) -> None:
     """``config.json``, ``model.json`` and ``static_bases.npy`` (process 0 only)."""
-    (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
-    checkpoint.write_model_json(workdir, model_config)
-    np.save(workdir / "static_bases.npy", bases)
+    write_text(workdir / "config.json", config.to_json_best_effort(indent=2))
+    with naming(workdir / "model.json"):
+        checkpoint.write_model_json(workdir, model_config)
+    with naming(workdir / "static_bases.npy"), cli_utils.atomic_file(workdir / "static_bases.npy") as tmp:
+        np.save(tmp, bases)
 
 
 class MetricWriter:
@@ -87,13 +119,12 @@ class MetricWriter:
         self.file = self.tb = None
         if not enabled:
             return
-        path = workdir / "metrics.jsonl"
+        self.path = path = workdir / "metrics.jsonl"
         if path.is_file():
             lines = path.read_text().splitlines(keepends=True)
-            keep = [ln for ln in lines if ln.strip() and json.loads(ln).get("step", 0) <= start]
+            keep = [ln for ln in lines if _step_of(ln) is not None and _step_of(ln) <= start]
             if len(keep) != len(lines):
-                (workdir / "metrics.jsonl.tmp").write_text("".join(keep))
-                (workdir / "metrics.jsonl.tmp").replace(path)
+                write_text(path, "".join(keep))
         self.file = open(path, "a")
         from tensorboardX import SummaryWriter  # lazily: only a training process needs it
 
@@ -102,11 +133,13 @@ class MetricWriter:
     def write_scalars(self, step: int, scalars: Mapping[str, float], prefix: str = "train") -> None:
         if self.file is None:
             return
-        self.file.write(json.dumps({"step": step, **scalars}) + "\n")
-        self.file.flush()
-        for k, v in scalars.items():
-            self.tb.add_scalar(f"{prefix}/{k}", v, step)
-        self.tb.flush()
+        with naming(self.path):
+            self.file.write(json.dumps({"step": step, **scalars}) + "\n")
+            self.file.flush()
+        with naming(self.tb.file_writer.get_logdir()):
+            for k, v in scalars.items():
+                self.tb.add_scalar(f"{prefix}/{k}", v, step)
+            self.tb.flush()
 
     def write_eval(self, step: int, table: Mapping[str, Mapping[str, Mapping[str, float]]]) -> None:
         """``{method: {category: {metric: value}}}`` as ``eval/<metric>/<category>/<method>``."""
@@ -120,5 +153,15 @@ class MetricWriter:
 
     def close(self) -> None:
         if self.file is not None:
-            self.file.close()
+            with naming(self.path):
+                self.file.close()
             self.tb.close()
+
+
+def _step_of(line: str) -> int | None:
+    """The step of a ``metrics.jsonl`` line; None for a blank or cut line (a run killed while
+    writing it: the step is run again and logged anew)."""
+    try:
+        return int(json.loads(line).get("step", 0))
+    except (ValueError, AttributeError, TypeError):
+        return None
