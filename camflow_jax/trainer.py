@@ -26,7 +26,7 @@ from camflow_jax import workdir as workdir_lib
 from camflow_jax.train_signals import GracefulStop, StopRequested, TrainingInterrupted  # noqa: F401
 from camflow_jax.data import pipeline
 from camflow_jax.evaluation.reports import format_table
-# The setup pieces below are also this module's API: tools/benchmark.py builds its step
+# The setup pieces below are also this module's API: camflow_jax.benchmarking builds its step
 # exactly as train_and_evaluate does, through them.
 from camflow_jax.train_state import init_from_checkpoint, init_train_state  # noqa: F401
 from camflow_jax.train_steps import (  # noqa: F401

@@ -1,9 +1,10 @@
-"""tools/benchmark.py: one run of every measurement on a tiny narrow network, plus XLA FLOP
-counts checked against closed forms (linear in batch, backward >= forward, the mask net's
-convolutions)."""
+"""The benchmark (camflow_jax.benchmarking, CLI tools/benchmark.py): one run of every
+measurement on a tiny narrow network, plus XLA FLOP counts checked against closed forms (linear
+in batch, backward >= forward, the mask net's convolutions), and the command line's JSON lines."""
 
-import importlib.util
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+from camflow_jax import benchmarking
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,30 +30,24 @@ def get_config():
 """
 
 
-def _load_tool():
-    spec = importlib.util.spec_from_file_location("camflow_benchmark_tool", ROOT / "tools" / "benchmark.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
-def tool():
-    return _load_tool()
-
-
-@pytest.fixture(scope="module")
-def report(tool, tmp_path_factory):
-    d = tmp_path_factory.mktemp("bench")
-    cfg = d / "tiny.py"
+def tiny_config(tmp_path_factory):
+    cfg = tmp_path_factory.mktemp("config") / "tiny.py"
     cfg.write_text(TINY_CONFIG)
-    out = d / "bench.json"
-    args = tool.parse_args(["--mode", "all", "--arch", "config", "--config", str(cfg), "--height", "64", "--width", "64",
-                            "--batch", "2", "--groups", "12,12,12", "--repeats", "2", "--warmup", "0",
-                            "--fast-compile", "--out", str(out)])
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def report(tiny_config, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
+    opts = benchmarking.BenchmarkOptions(mode="all", arch="config", config=str(tiny_config), height=64, width=64,
+                                         batch=2, groups="12,12,12", repeats=2, warmup=0, fast_compile=True,
+                                         out=str(out))
+    emitted = []
     t0 = time.perf_counter()
-    result = tool.run(args)
+    result = benchmarking.run(opts, on_result=emitted.append)
     wall = time.perf_counter() - t0
+    assert emitted == result["results"]  # each measurement handed on as soon as it is measured
     return result, json.loads(out.read_text()), wall
 
 
@@ -76,17 +73,17 @@ def test_report_structure_and_file(report):
     assert data["pipeline_as_trainer"]  # tiny batches: the trainer's pipeline, unchanged
 
 
-def test_timing_summary_against_hand_computed_values(tool):
+def test_timing_summary_against_hand_computed_values():
     # 4 calls of a batch of 4 pairs, 1.2e10 FLOPs per call. By hand: sorted times 0.1, 0.2,
     # 0.3, 0.6 -> median 0.25 s, mean 0.3 s, min 0.1 s; 4 pairs / 0.25 s = 16 pairs/s;
     # 1.2e10 / 0.25 s = 4.8e10 FLOP/s; 3e9 FLOPs and 0.0625 s per pair.
-    r = tool._timing([0.3, 0.1, 0.2, 0.6], [0.5, 0.9, 0.7, 1.1], 4, 1.2e10)
+    r = benchmarking.timing_summary([0.3, 0.1, 0.2, 0.6], [0.5, 0.9, 0.7, 1.1], 4, 1.2e10)
     assert (r["median_s"], r["mean_s"], r["min_s"]) == (0.25, 0.3, 0.1)
     assert (r["pairs_per_s"], r["median_s_per_pair"]) == (16.0, 0.0625)
     assert (r["flops_per_pair"], r["flops_per_s"]) == (3e9, 4.8e10)
     assert (r["median_process_cpu_s"], r["mean_process_cpu_s"]) == (0.8, 0.8)
     assert r["times_s"] == [0.3, 0.1, 0.2, 0.6]
-    none = tool._timing([0.5], [0.5], 1, None)  # a backend without cost analysis
+    none = benchmarking.timing_summary([0.5], [0.5], 1, None)  # a backend without cost analysis
     assert none["flops"] is None and none["flops_per_s"] is None and none["pairs_per_s"] == 2.0
 
 
@@ -134,7 +131,7 @@ def test_memory_reported(report):
     assert train["memory"]["alias_size_in_bytes"] > 0
 
 
-def test_mask_net_flops_match_closed_form(tool):
+def test_mask_net_flops_match_closed_form():
     """XLA's count for the mask net alone is the convolutions' 2 * Cin * Cout * (taps inside the
     image), i.e. 2 * 9 * Cin * Cout * H * W less the zero-padding taps at the border, plus a
     little elementwise work (bias, LeakyReLU)."""
@@ -146,9 +143,26 @@ def test_mask_net_flops_match_closed_form(tool):
     shapes = jax.eval_shape(net.init, jax.random.key(0), x)  # no init compile
     params = jax.tree.map(lambda s: jnp.full(s.shape, 0.1, s.dtype), shapes)
     compiled = jax.jit(net.apply).lower(params, x).compile()
-    got = tool.flops_of(compiled)
+    got = benchmarking.flops_of(compiled)
     chans = [(2, 8), (10, 16), (26, 32), (58, 16), (74, 8), (82, 1)]
     dense = sum(2 * 9 * ci * co * h * w * b for ci, co in chans)
     inside = sum(2 * ci * co * (3 * h - 2) * (3 * w - 2) * b for ci, co in chans)
     assert inside <= got <= 1.02 * inside, (got, inside)
     assert got == pytest.approx(dense, rel=0.05)
+
+
+def test_command_line_prints_one_json_line_per_measurement(tiny_config, tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "benchmark.py"), "--mode", "infer", "--arch", "config",
+                           "--config", str(tiny_config), "--height", "64", "--width", "64", "--batch", "1",
+                           "--groups", "12,12", "--repeats", "1", "--warmup", "0", "--fast-compile", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    written = json.loads(out.read_text())
+    assert lines == written["results"] and [r["measurement"] for r in lines] == ["infer"]
+    assert lines[0]["groups"] == [12, 12] and lines[0]["embed_dim"] == 8
+    # every flag is recorded under its argparse name, as before
+    assert written["args"] == {**vars(benchmarking.BenchmarkOptions()), "mode": "infer", "arch": "config",
+                               "config": str(tiny_config), "height": 64, "width": 64, "batch": 1, "groups": "12,12",
+                               "repeats": 1, "warmup": 0, "fast_compile": True, "out": str(out)}

@@ -7,14 +7,15 @@ that folder's README for how it was made and what it holds). The tests fail if i
 
 from __future__ import annotations
 
-import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 
-from camflow_jax import checkpoint
+from camflow_jax import checkpoint, importing
 from camflow_jax.models import official
 
 REPO = Path(__file__).resolve().parents[1]
@@ -120,28 +121,37 @@ def test_unreadable_inputs(tmp_path):
         official.load_released(empty)
 
 
-def _import_tool():
-    spec = importlib.util.spec_from_file_location("import_official_checkpoint",
-                                                  REPO / "tools" / "import_official_checkpoint.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def _import_cli(*args):
+    """Runs tools/import_official_checkpoint.py as users do: (exit status, stdout, stderr)."""
+    r = subprocess.run([sys.executable, str(REPO / "tools" / "import_official_checkpoint.py"), *map(str, args)],
+                       capture_output=True, text=True, timeout=600)
+    return r.returncode, r.stdout, r.stderr
 
 
-def test_import_tool_writes_loadable_checkpoint(fixture_path, tmp_path, capsys):
-    tool = _import_tool()
+def test_import_writes_loadable_checkpoint(fixture_path, tmp_path):
     out = tmp_path / "ck"
-    assert tool.main([str(fixture_path), "-o", str(out)]) == 0
-    assert "2,594,689 parameters" in capsys.readouterr().out
+    path, n, shape = importing.import_released(fixture_path, out)
+    assert (path, f"{n:,}", shape) == (str(out.resolve()), "2,594,689", (24, 128, 256, 2))
     model, variables, bases, cfg = checkpoint.load_model(out)
     assert (cfg["height"], cfg["width"], bases.shape) == (128, 256, (24, 128, 256, 2))
     ref_vars = official.load_released(fixture_path)[1]
     for a, b in zip(jax.tree.leaves(ref_vars), jax.tree.leaves(variables)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    assert tool.main([str(tmp_path / "missing.pth"), "-o", str(tmp_path / "x")]) == 2
-    assert "not found" in capsys.readouterr().err
-    assert tool.main([str(fixture_path), "-o", str(out)]) == 2  # exists, no --overwrite
-    assert "already" in capsys.readouterr().err
+    with pytest.raises(FileNotFoundError, match="not found"):
+        importing.import_released(tmp_path / "missing.pth", tmp_path / "x")
+    with pytest.raises(FileExistsError, match="already"):  # exists, no overwrite
+        importing.import_released(fixture_path, out)
+
+
+def test_import_tool_command_line(fixture_path, tmp_path):
+    out = tmp_path / "ck"
+    rc, stdout, _ = _import_cli(fixture_path, "-o", out)
+    assert rc == 0 and "2,594,689 parameters" in stdout
+    assert checkpoint.read_model_config(out)["height"] == 128
+    rc, _, stderr = _import_cli(tmp_path / "missing.pth", "-o", tmp_path / "x")
+    assert rc == 2 and "not found" in stderr
+    rc, _, stderr = _import_cli(fixture_path, "-o", out)  # exists, no --overwrite
+    assert rc == 2 and "already" in stderr
 
 
 def test_released_pth_checkpoint_wrapped_in_state_dict(fixture_path, tmp_path):

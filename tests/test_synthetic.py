@@ -1,15 +1,17 @@
 """Synthetic parallax scenes against independent oracles: OpenCV warping and homography fits,
 closed-form pinhole reprojection written here with numpy, and a second, independent ray cast."""
 
-import importlib.util
 import os
 import pickle
+import subprocess
+import sys
 
 import cv2
 import numpy as np
 import pytest
 
 from camflow_jax.data import synthetic as S
+from camflow_jax.data import synthetic_files
 from camflow_jax.data.synthetic_render import render_view
 
 H, W = 96, 160  # homography_fit_stride(96, 160) == 1: the label uses every valid pixel
@@ -321,20 +323,19 @@ def test_clear_errors(tmp_path):
         S.reprojection_flow(depth, K, np.eye(3), np.zeros(3))
 
 
-def _tool():
-    path = os.path.join(os.path.dirname(__file__), os.pardir, "tools", "render_synthetic.py")
-    spec = importlib.util.spec_from_file_location("render_synthetic", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def _render_cli(*args):
+    """Runs tools/render_synthetic.py as users do: (exit status, stdout, stderr)."""
+    tool = os.path.join(os.path.dirname(__file__), os.pardir, "tools", "render_synthetic.py")
+    r = subprocess.run([sys.executable, tool, *map(str, args)], capture_output=True, text=True, timeout=600)
+    return r.returncode, r.stdout, r.stderr
 
 
-def test_render_tool_writes_samples_and_sheet(tmp_path, capsys):
-    tool = _tool()
+def test_write_samples_writes_samples_and_sheet(tmp_path):
     out = tmp_path / "out"
-    rc = tool.main(["--out", str(out), "--num", "2", "--height", "64", "--width", "128",
-                    "--num-textures", str(N_TEX), "--sheet-width", "64"])
-    assert rc == 0
+    source = S.SyntheticScenes(seed=0, num_samples=2, height=64, width=128, num_textures=N_TEX)
+    seen = []
+    sheet = synthetic_files.write_samples(source, out, 0, 2, 64, progress=lambda n, sec: seen.append(n))
+    assert sheet == str(out / "contact_sheet.png") and seen == [1, 2]
     names = sorted(os.listdir(out))
     assert names == ["contact_sheet.png", "sample_00000.npz", "sample_00000_img1.png",
                      "sample_00000_img2.png", "sample_00001.npz", "sample_00001_img1.png",
@@ -346,11 +347,22 @@ def test_render_tool_writes_samples_and_sheet(tmp_path, capsys):
         np.testing.assert_array_equal(png, z["img1"])
     sheet = cv2.imread(str(out / "contact_sheet.png"))
     assert sheet.shape[1] == 5 * 64 + 4 * 2 and sheet.shape[0] > 2 * 32
+    timed = list(synthetic_files.time_categories(("RE",), 1, height=64, width=128, num_textures=N_TEX))
+    assert [r["category"] for r in timed] == ["RE"] and len(timed[0]["wall_s"]) == len(timed[0]["cpu_s"]) == 1
+
+
+def test_render_tool_command_line(tmp_path):
+    out = tmp_path / "out"
+    rc, stdout, _ = _render_cli("--out", out, "--num", "1", "--start", "1", "--height", "64", "--width", "128",
+                                "--num-textures", N_TEX, "--sheet-width", "64")
+    assert rc == 0 and "wrote 1 samples" in stdout
+    assert sorted(os.listdir(out)) == ["contact_sheet.png", "sample_00001.npz", "sample_00001_img1.png",
+                                       "sample_00001_img2.png"]
     for bad in (["--num", "0"], ["--num", "1", "--categories", "RE,DUSK"], ["--num", "1", "--height", "8"]):
-        with pytest.raises(SystemExit):
-            tool.parse_args(["--out", str(out)] + bad)
-    assert "must be" in capsys.readouterr().err
-    assert tool.main(["--out", str(out), "--num", "1", "--textures-dir", str(tmp_path / "none")]) == 2
-    assert tool.main(["--benchmark", "--num", "1", "--height", "64", "--width", "128",
-                      "--num-textures", str(N_TEX), "--categories", "RE"]) == 0
-    assert "RE" in capsys.readouterr().out
+        rc, _, stderr = _render_cli("--out", out, *bad)
+        assert rc == 2 and "must be" in stderr  # argparse's usage error
+    rc, _, stderr = _render_cli("--out", out, "--num", "1", "--textures-dir", tmp_path / "none")
+    assert rc == 2 and stderr.startswith("error:")
+    rc, stdout, _ = _render_cli("--benchmark", "--num", "1", "--height", "64", "--width", "128",
+                                "--num-textures", N_TEX, "--categories", "RE")
+    assert rc == 0 and "RE" in stdout

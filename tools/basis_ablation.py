@@ -13,34 +13,17 @@ scenes with :func:`camflow_jax.evaluation.benchmark.evaluate` (the network alone
 
 A variant whose workdir already holds the final checkpoint is not retrained (training resumes
 from the latest checkpoint otherwise), so an interrupted ablation picks up where it stopped.
+This script parses the arguments and prints; the work is
+:func:`camflow_jax.evaluation.ablation.run_ablation`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = {  # name: (num_homography, num_stochastic, use_depth)
-    "8": (8, 0, False),
-    "12": (12, 0, False),
-    "24": (12, 12, False),
-    "36": (12, 12, True),
-}
-
-
-def variant_config(base, name: str, num_steps: int | None):
-    if name not in VARIANTS:
-        raise ValueError(f"unknown variant {name!r}; choose from {sorted(VARIANTS, key=int)}")
-    c = base.copy_and_resolve_references()
-    c.bases.num_homography, c.bases.num_stochastic, c.bases.use_depth = VARIANTS[name]
-    if num_steps is not None:
-        c.num_steps = num_steps
-    return c
 
 
 def main(argv=None) -> int:
@@ -56,37 +39,13 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if str(ROOT) not in sys.path:  # camflow_jax and configs from this checkout, installed or not
         sys.path.insert(0, str(ROOT))
-    import jax
-
-    from camflow_jax import checkpoint
-    from camflow_jax.evaluation.benchmark import evaluate
-    from camflow_jax.trainer import train_and_evaluate
-
     from camflow_jax import configs
+    from camflow_jax.evaluation.ablation import run_ablation
 
-    base = configs.load(args.config)
-    names = [v.strip() for v in args.variants.split(",") if v.strip()]
-    timings = {}
-    for name in names:
-        cfg = variant_config(base, name, args.steps)
-        wd = os.path.join(args.workdir, f"b{name}")
-        if args.eval_only or checkpoint.latest_step(os.path.join(wd, "checkpoints")) == cfg.num_steps:
-            print(f"[b{name}] trained workdir found: {wd}")
-            continue
-        print(f"[b{name}] training {cfg.num_steps} steps into {wd}", flush=True)
-        t0 = time.perf_counter()
-        train_and_evaluate(cfg, wd)
-        timings[f"b{name}"] = time.perf_counter() - t0
-        jax.clear_caches()
-
-    out = args.out or os.path.join(args.workdir, "eval")
-    ckpts = ",".join(f"b{n}={os.path.join(args.workdir, f'b{n}')}" for n in names)
-    methods = [m.strip() for m in args.baselines.split(",") if m.strip()] + [f"camflow_net:b{n}" for n in names]
-    evaluate("synthetic", methods, checkpoints=ckpts, num=args.num, seed=int(base.data.eval_seed),
-             size=(int(base.model.height), int(base.model.width)), out_dir=out)
-    if timings:
-        with open(os.path.join(out, "train_seconds.json"), "w") as f:
-            json.dump(timings, f, indent=1)
+    run_ablation(configs.load(args.config), args.workdir, out=args.out,
+                 variants=[v.strip() for v in args.variants.split(",") if v.strip()], steps=args.steps,
+                 num=args.num, baselines=[m.strip() for m in args.baselines.split(",") if m.strip()],
+                 eval_only=args.eval_only, log=lambda line: print(line, flush=True))
     return 0
 
 

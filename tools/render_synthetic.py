@@ -10,67 +10,23 @@ Per sample i: ``DIR/sample_{i:05d}.npz`` (every key of ``SyntheticScenes[i]``) a
 sample: img1 | img2 | flow_f colour (valid pixels) | depth1 | valid_f, labelled by category.
 The README picture docs/images/synthetic_categories.png is
 ``--num 5 --seed 0 --sheet-width 144`` (samples 0-4 cycle through the five categories).
+This script parses the arguments and prints; the work is :mod:`camflow_jax.data.synthetic_files`.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import time
+from pathlib import Path
 
-import cv2
 import numpy as np
 
-from camflow_jax.data.synthetic import CATEGORIES, SyntheticScenes
-from camflow_jax.viz import flow_to_color
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # camflow_jax from this checkout, installed or not
+    sys.path.insert(0, str(ROOT))
 
-
-def depth_picture(depth: np.ndarray) -> np.ndarray:
-    """Inverse depth mapped to grey (near = bright), uint8 RGB."""
-    inv = 1.0 / np.asarray(depth, np.float64)
-    lo, hi = np.percentile(inv, 1), np.percentile(inv, 99)
-    g = np.clip((inv - lo) / max(hi - lo, 1e-12), 0, 1)
-    return np.repeat((g * 255).astype(np.uint8)[..., None], 3, -1)
-
-
-def sample_row(s: dict, tile_width: int | None = None, label: str | None = None) -> np.ndarray:
-    """One contact-sheet row (uint8 RGB): img1 | img2 | flow | depth | valid."""
-    valid = s["valid_f"] > 0
-    flow = np.where(valid[..., None], s["flow_f"], 0.0)
-    tiles = [s["img1"], s["img2"], flow_to_color(flow), depth_picture(s["depth1"]),
-             np.repeat((valid * 255).astype(np.uint8)[..., None], 3, -1)]
-    h, w = s["img1"].shape[:2]
-    if tile_width and tile_width != w:
-        th = max(1, round(h * tile_width / w))
-        tiles = [cv2.resize(t, (tile_width, th), interpolation=cv2.INTER_AREA) for t in tiles]
-    gap = np.full((tiles[0].shape[0], 2, 3), 255, np.uint8)
-    row = np.concatenate([x for t in tiles for x in (t, gap)][:-1], axis=1)
-    _put_label(row, label if label is not None else s["category"], (4, 4))
-    return row
-
-
-COLUMNS = ("img1", "img2", "flow_f (valid)", "depth1 (near = bright)", "valid_f")
-
-
-def _put_label(img: np.ndarray, text: str, origin, scale: float = 0.45) -> None:
-    """White text with a black outline, top-left corner at ``origin``."""
-    (tw, th), base = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, scale, 1)
-    org = (int(origin[0]), int(origin[1] + th))
-    for colour, thick in (((0, 0, 0), 3), ((255, 255, 255), 1)):
-        cv2.putText(img, text, org, cv2.FONT_HERSHEY_SIMPLEX, scale, colour, thick, cv2.LINE_AA)
-
-
-def contact_sheet(rows: list[np.ndarray], tile_width: int | None = None) -> np.ndarray:
-    """Rows stacked with 2-px white gaps, under a header naming the columns."""
-    gap = np.full((2, rows[0].shape[1], 3), 255, np.uint8)
-    body = np.concatenate([x for r in rows for x in (r, gap)][:-1], axis=0)
-    header = np.full((18, body.shape[1], 3), 255, np.uint8)
-    tw = tile_width or (body.shape[1] - 8) // 5
-    for j, name in enumerate(COLUMNS):
-        cv2.putText(header, name, (j * (tw + 2) + 4, 13), cv2.FONT_HERSHEY_SIMPLEX, 0.4, (0, 0, 0), 1,
-                    cv2.LINE_AA)
-    return np.concatenate([header, body], axis=0)
+from camflow_jax.data import synthetic_files  # noqa: E402
+from camflow_jax.data.synthetic import CATEGORIES, SyntheticScenes  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -114,30 +70,14 @@ def benchmark(args) -> int:
 
     OpenCV is limited to one thread here; run under ``taskset -c 0`` for a strict one-core figure.
     """
-    threads = cv2.getNumThreads()
-    cv2.setNumThreads(1)
-    try:
-        _time_categories(args)
-    finally:
-        cv2.setNumThreads(threads)
-    return 0
-
-
-def _time_categories(args) -> None:
     print(f"{args.height}x{args.width}, {args.num} samples per category, seed {args.seed}")
-    for cat in args.categories:
-        source = SyntheticScenes(seed=args.seed, num_samples=args.start + args.num + 1, height=args.height,
-                                 width=args.width, categories=(cat,), textures_dir=args.textures_dir,
-                                 num_textures=args.num_textures)
-        source[args.start + args.num]  # warm-up: texture bank, caches
-        wall, cpu = [], []
-        for i in range(args.start, args.start + args.num):
-            t0, c0 = time.perf_counter(), time.process_time()
-            source[i]
-            wall.append(time.perf_counter() - t0)
-            cpu.append(time.process_time() - c0)
-        print(f"{cat:5s} median {np.median(wall) * 1e3:6.1f} ms wall, {np.median(cpu) * 1e3:6.1f} ms CPU "
+    for r in synthetic_files.time_categories(args.categories, args.num, seed=args.seed, start=args.start,
+                                             height=args.height, width=args.width,
+                                             textures_dir=args.textures_dir, num_textures=args.num_textures):
+        wall, cpu = r["wall_s"], r["cpu_s"]
+        print(f"{r['category']:5s} median {np.median(wall) * 1e3:6.1f} ms wall, {np.median(cpu) * 1e3:6.1f} ms CPU "
               f"(min {np.min(wall) * 1e3:.1f} / max {np.max(wall) * 1e3:.1f} ms wall)")
+    return 0
 
 
 def main(argv=None) -> int:
@@ -155,23 +95,12 @@ def main(argv=None) -> int:
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    os.makedirs(args.out, exist_ok=True)
-    rows = []
-    t0 = time.perf_counter()
-    for i in range(args.start, args.start + args.num):
-        s = source[i]
-        stem = os.path.join(args.out, f"sample_{i:05d}")
-        np.savez_compressed(stem + ".npz", **{k: np.asarray(v) for k, v in s.items()})
-        cv2.imwrite(stem + "_img1.png", cv2.cvtColor(s["img1"], cv2.COLOR_RGB2BGR))
-        cv2.imwrite(stem + "_img2.png", cv2.cvtColor(s["img2"], cv2.COLOR_RGB2BGR))
-        rows.append(sample_row(s, args.sheet_width, f"{i} {s['category']}"))
-        n = i - args.start + 1
-        print(f"\r{n}/{args.num} samples ({(time.perf_counter() - t0) / n * 1000:.0f} ms each)",
-              end="", flush=True)
+
+    def progress(n, seconds_each):
+        print(f"\r{n}/{args.num} samples ({seconds_each * 1000:.0f} ms each)", end="", flush=True)
+
+    sheet = synthetic_files.write_samples(source, args.out, args.start, args.num, args.sheet_width, progress)
     print()
-    sheet = os.path.join(args.out, "contact_sheet.png")
-    cv2.imwrite(sheet, cv2.cvtColor(contact_sheet(rows, args.sheet_width), cv2.COLOR_RGB2BGR),
-                [cv2.IMWRITE_PNG_COMPRESSION, 9])
     print(f"wrote {args.num} samples and {sheet}")
     return 0
 

@@ -1,5 +1,6 @@
 """Evaluation as a library (docs/evaluation.md, docs/real_images.md); the command lines
-``python -m camflow_jax.evaluate`` and ``tools/eval_real.py`` only parse arguments and print.
+``python -m camflow_jax.evaluate``, ``tools/eval_real.py`` and ``tools/basis_ablation.py`` only parse
+arguments and print.
 
 Modules (imported on use; importing the package loads nothing):
 
@@ -10,5 +11,6 @@ Modules (imported on use; importing the package loads nothing):
   the evaluation-only oracles;
 * :mod:`.benchmark`: :func:`.benchmark.evaluate`, one benchmark run;
 * :mod:`.reports`: tables (text, markdown, CSV) and JSON files;
-* :mod:`.real`: the real-image experiments (Aloe stereo, vtest.avi video).
+* :mod:`.real`: the real-image experiments (Aloe stereo, vtest.avi video);
+* :mod:`.ablation`: the basis-count ablation (train the variants, evaluate them side by side).
 """
