@@ -223,6 +223,24 @@ def finite_float(text: str) -> float:
     return v
 
 
+def int_at_least(lo: int, unit: str = "", why: str = ""):
+    """argparse ``type=``: a whole number >= ``lo`` (``unit`` names what it counts, ``why``
+    says why smaller ones are refused), e.g. ``int_at_least(1, "frames")``."""
+    import argparse
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number{' of ' + unit if unit else ''}, "
+                                             f"got {text!r}") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"must be at least {lo}{' (' + why + ')' if why else ''}, got {text!r}")
+        return v
+
+    return parse
+
+
 def intrinsics_arg(text: str) -> tuple[float, ...]:
     """argparse ``type=``: ``fx,fy,cx,cy``, four finite numbers (checked against the image size
     later, by :func:`check_intrinsics`)."""

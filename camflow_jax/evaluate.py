@@ -52,14 +52,7 @@ def _parse_size(text: str) -> tuple[int, int]:
     return h, w
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (an empty table is not a result), got {text!r}")
-    return v
+_positive_int = cli_utils.int_at_least(1, why="an empty table is not a result")
 
 
 def build_parser() -> argparse.ArgumentParser:

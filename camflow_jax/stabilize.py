@@ -48,14 +48,7 @@ _zoom = _number(1.0, 100.0, "must be a finite zoom in [1, 100]")
 _fps = _number(1e-3, 1000.0, "must be a frame rate in (0, 1000]")
 
 
-def _radius(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number of frames, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
-    return v
+_radius = cli_utils.int_at_least(1, "frames")
 
 
 def _fmt(v) -> str:

@@ -47,6 +47,7 @@ def test_variants_have_the_papers_basis_counts():
         ablation.variant_config(base, "200", None)
 
 
+@pytest.mark.slow
 def test_tiny_ablation_trains_evaluates_and_resumes(tmp_path):
     cfg = tmp_path / "tiny.py"
     cfg.write_text(TINY_CONFIG)

@@ -8,7 +8,6 @@ The table of refusals is docs/what_the_tools_refuse.md.
 """
 
 import errno
-import hashlib
 import os
 import shutil
 import signal
@@ -26,19 +25,10 @@ import pytest
 from camflow_jax import cli_utils, estimate, flowio, stabilize
 from camflow_jax import evaluate as ev
 from camflow_jax.stabilization import clips, video_io
+from test_cli_hardening import _digest  # noqa: E402  (one hash of files and folders for both suites)
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--estimator=identity", "-q", "--no-metrics", "--no-plots"]
-
-
-def _digest(path) -> str:
-    path = Path(path)
-    h = hashlib.sha256()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for f in files:
-        h.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()
 
 
 def _partials(folder) -> list[str]:

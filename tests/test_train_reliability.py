@@ -101,6 +101,7 @@ def _flip_bytes_that_load_silently(step_dir, original):
 
 
 # ----------------------------------------------------------------------------- 1. checksums
+@pytest.mark.slow
 def test_flipped_bytes_in_a_workdir_checkpoint_are_refused_by_estimate(tmp_path, four_steps_one_device):
     import cv2
 
@@ -199,7 +200,8 @@ def test_every_packaged_config_passes_the_check_and_a_misspelt_one_does_not():
     (signal.SIGINT, "step 1/4", ["--config.checkpoint_every=4"]),
     # During the evaluation of step 1 (eval_every=1; its first batch compiles the eval step):
     # the evaluation stops, step 1 is saved, exit 143.
-    (signal.SIGTERM, "step 1/4", ["--config.checkpoint_every=4", "--config.eval_every=1"]),
+    pytest.param(signal.SIGTERM, "step 1/4", ["--config.checkpoint_every=4", "--config.eval_every=1"],
+                 marks=pytest.mark.slow),
 ], ids=["sigint-steps", "sigterm-evaluation"])
 def test_a_signal_saves_exits_and_resume_is_bit_identical(tmp_path, cache, four_steps_one_device,
                                                           sig, moment, extra):
@@ -237,6 +239,7 @@ def test_a_signal_during_compilation_exits_at_once(tmp_path, cache):
     assert not list((wd / "checkpoints").iterdir())
 
 
+@pytest.mark.slow
 def test_a_second_signal_aborts_at_once_and_the_last_checkpoint_stays_usable(tmp_path, cache,
                                                                             four_steps_one_device):
     wd = tmp_path / "w"
@@ -294,6 +297,7 @@ def test_an_unusable_workdir_is_refused_before_training(tmp_path, cache, case):
 
 
 # ----------------------------------------------------------------------------- 5. disk full
+@pytest.mark.slow
 def test_a_full_disk_is_one_line_and_the_last_checkpoint_resumes(tmp_path, cache, four_steps_one_device):
     """A real full file system: a 12 MiB tmpfs holds the metadata and one or two checkpoints (about 5 MB each)."""
     mnt = tmp_path / "small"
@@ -364,6 +368,7 @@ def test_disk_full_from_the_writers_names_the_file(tmp_path, monkeypatch):
 
 
 # ----------------------------------------------------------------------------- 6. kill -9
+@pytest.mark.slow
 def test_kill_9_during_a_save_keeps_the_last_checkpoint_and_resume_is_bit_identical(tmp_path, cache,
                                                                                     four_steps_one_device):
     wd = tmp_path / "w"

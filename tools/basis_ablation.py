@@ -1,20 +1,9 @@
-"""Basis-count ablation (the paper's 8 / 12 / 24 / 36 bases) on the synthetic benchmark.
-
-Trains one model per basis set with the same config, budget and seed (``configs/synthetic.py``
-unless ``--config`` says otherwise), then evaluates them side by side on held-out synthetic
-scenes with :func:`camflow_jax.evaluation.benchmark.evaluate` (the network alone, `camflow_net`: the ablation compares trained networks, not the test-time refinement):
+"""Basis-count ablation (the paper's 8 / 12 / 24 / 36 bases) on the synthetic benchmark:
 
     python tools/basis_ablation.py --workdir=workdirs/ablation --out=workdirs/ablation/eval
 
-    8   first-order homography bases only (BasesHomo style)
-    12  second-order homography bases only
-    24  + 12 stochastic bases (CamFlow)
-    36  + 12 depth-translational bases from depth and K (CamFlow+)
-
-A variant whose workdir already holds the final checkpoint is not retrained (training resumes
-from the latest checkpoint otherwise), so an interrupted ablation picks up where it stopped.
-This script parses the arguments and prints; the work is
-:func:`camflow_jax.evaluation.ablation.run_ablation`.
+This script parses the arguments and prints; the work, and what the variants are, is
+:mod:`camflow_jax.evaluation.ablation` (docs/evaluation.md).
 """
 
 from __future__ import annotations
