@@ -222,15 +222,16 @@ def test_shake_ground_truth_matches_the_rendered_frames():
 
 def test_end_to_end_on_a_fake_data_folder(tmp_path):
     data = _stereo_folder(tmp_path)
-    # a static "video": the same textured frame 30 times (>= fps / 1 Hz, so stability is defined) (lossless-ish MJPG at high quality)
+    # a static "video": the same textured frame 50 times (2 s at 25 fps: two bins of the 1 Hz
+    # band, so stability is defined; lossless-ish MJPG at high quality)
     frame = cv2.cvtColor(_texture(144, 192, seed=5), cv2.COLOR_RGB2BGR)
     vw = cv2.VideoWriter(str(data / "vtest.avi"), cv2.VideoWriter_fourcc(*"MJPG"), 25, (192, 144))
     assert vw.isOpened()
-    for _ in range(30):
+    for _ in range(50):
         vw.write(frame)
     vw.release()
     out = tmp_path / "out"
-    rc, _, err = _cli("--data", str(data), "--out", str(out), "--frames", "30", "--width", "96",
+    rc, _, err = _cli("--data", str(data), "--out", str(out), "--frames", "50", "--width", "96",
                       "--methods", "identity,oracle_homography,oracle_h12", "--estimators", "dis",
                       "--margin", "16", "--image-metrics")
     assert rc == 0, err
