@@ -271,20 +271,20 @@ def test_an_unusable_workdir_is_refused_before_training(tmp_path, cache, case):
     elif case == "below_a_file":
         (tmp_path / "f").write_text("x")
         target = tmp_path / "f" / "wd"
-        needle = "Not a directory"
+        needle = "not a directory"  # cli_utils.describe_error's plain words
     elif case == "immutable":  # chattr +i stops root too (chmod 555 does not)
         target.mkdir()
         if not _chattr(target, "+i"):
             pytest.skip("chattr +i is not permitted here")
         cleanup = lambda: _chattr(target, "-i")  # noqa: E731
-        needle = "Operation not permitted"
+        needle = "operation not permitted"
     else:
         target.mkdir()
         if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(target)],
                           capture_output=True).returncode:
             pytest.skip("mounting a tmpfs is not permitted here")
         cleanup = lambda: subprocess.run(["umount", str(target)])  # noqa: E731
-        needle = "Read-only file system"
+        needle = "read-only file system"
     try:
         t0 = time.time()
         proc = subprocess.run([sys.executable, "-m", "camflow_jax.train", f"--workdir={target}", *COMMON],
