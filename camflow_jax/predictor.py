@@ -326,9 +326,8 @@ class Predictor:
 
     def _refine_impl(self, static_uv, g1, g2, depth, K, coeffs, hflow, *, cfg):
         """Refines one direction (``g1`` -> ``g2``, ``depth`` of ``g1``) on grey images at the
-        working size. Jitted once per size and called for each direction: one compilation, and
-        on CPU faster than one batched call (docs/refinement.md, "Cost"). ``depth``/``K`` and the
-        homography flow are given at the working size too."""
+        working size. Jitted once per size and called for each direction (one compilation).
+        ``depth``/``K`` and the homography flow are given at the working size too."""
         h, w = g1.shape
         bases = self._refine_bases(static_uv, depth, K)
         coarse = refine_lib.pyramid_sizes(h, w, cfg.levels)[-1]
