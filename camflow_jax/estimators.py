@@ -109,9 +109,9 @@ class Estimator:
         motion, gives the identity with ``fallback`` set and a note saying why (the dropped
         answer is kept as ``extras["dropped"]``). :meth:`raw` skips the checks (as does the
         ``identity`` estimator, a reference whose answer is zero anyway)."""
-        a, b = check_pair(img1, img2)
         if not self.checked:
-            return self._estimate(a, b, depth1, depth2, intrinsics)
+            return self.raw(img1, img2, depth1=depth1, depth2=depth2, intrinsics=intrinsics)
+        a, b = check_pair(img1, img2)
         h, w = a.shape[:2]
         if np.array_equal(a, b):
             return _identity_motion(h, w, "identical images: zero motion")
@@ -167,6 +167,7 @@ def register(name: str, summary: str):
 @register("identity", "zero motion (a control)")
 class _Identity(Estimator):
     checked = False
+
     def __init__(self, forward_only: bool = False):
         pass
 

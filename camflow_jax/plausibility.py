@@ -12,8 +12,8 @@ believed (docs/estimation.md, "Plausibility checks"):
   frame, both errors on the same pixels), the answer is replaced by the identity with
   ``fallback`` set and a note that names the estimator and both errors.
 
-:class:`camflow_jax.estimators.Estimator` applies them on every call (``plausibility=False``
-turns them off: the evaluation tables measure the estimators themselves). Plain numpy and cv2.
+:class:`camflow_jax.estimators.Estimator` applies them on every call; ``Estimator.raw`` skips
+them (the evaluation tables measure the estimators themselves). Plain numpy and cv2.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ __all__ = ["texture", "featureless", "alignment_errors", "worse_than_identity", 
 #: An image is featureless when the 99th percentile of its grey-level gradient magnitude
 #: (grey levels 0..255 per pixel at :data:`TEXTURE_SIZE`, after a 1-pixel Gaussian blur) is
 #: below this: a constant or black image gives 0, a full-range linear ramp 1.0, white noise of
-#: one grey level 0.5; the darkest low-light scenes of the synthetic set give 2.5 and more.
+#: one grey level 0.5; the darkest low-light scenes of the synthetic set give 2.78 and more.
 MIN_TEXTURE = 1.2
 #: The longer side (pixels) at which texture is measured.
 TEXTURE_SIZE = 256

@@ -172,7 +172,7 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
 
     track_in = track_out = None
     borders = []
-    t_render = t_metrics = 0.0
+    t_render = t_tracking = 0.0
     # Every output goes to a temporary file / folder next to it; all are moved into place, the
     # video first, when the block ends without an exception (and removed when it ends with one).
     # Without overwrite the move refuses an output another run created meanwhile.
@@ -201,9 +201,9 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
                         track_in.update(frame)
                         track_out.update(out)
                 t1 = time.perf_counter()
-                t_metrics += t1 - t2
+                t_tracking += t1 - t2
         timings["render_ms_per_frame"] = 1000 * t_render / n
-        timings["tracking_ms_per_frame"] = 1000 * t_metrics / n
+        timings["tracking_ms_per_frame"] = 1000 * t_tracking / n
         m = None
         if with_metrics:
             # Scored on what the user gets: the written output decoded again (after the codec),
