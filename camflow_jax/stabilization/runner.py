@@ -29,7 +29,7 @@ import numpy as np
 
 from camflow_jax import cli_utils
 from camflow_jax.stabilization import metrics as metrics_lib
-from camflow_jax.stabilization import pipeline, plots, render
+from camflow_jax.stabilization import pipeline, plots, render, video_io
 from camflow_jax.stabilization.video_io import IMAGE_EXTENSIONS, FrameSink, FrameSource, output_kind
 
 __all__ = ["report_paths", "check_outputs", "stabilize_video"]
@@ -104,8 +104,7 @@ def stabilize_video(input_path: str, output_path: str, estimator,
         check_outputs(input_path, output_path, wanted, overwrite)
     source = FrameSource(input_path, default_fps=fps or 30.0)
     if fps:
-        source.fps = float(fps)
-        source.timing_note = None  # the user chose the rate
+        source.override_fps(fps)  # the user chose the rate: constant, no timestamps kept
 
     def bar(desc, total):
         return lambda it: tqdm(it, total=total, desc=desc, unit="frame", disable=not progress,
@@ -116,6 +115,10 @@ def stabilize_video(input_path: str, output_path: str, estimator,
     with tempfile.TemporaryDirectory(prefix="camflow_stabilize_") as scratch:
         return _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
                     with_plots, save_motion, load_motion, low_hz, scratch, bar)
+
+
+def _audio_from(source) -> str | None:
+    return source.path if getattr(source, "audio", None) is not None else None
 
 
 def _estimator_failures(stats: dict) -> tuple[int, int]:
@@ -152,7 +155,8 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
     if source.count_hint and decoded is not None and decoded < source.count_hint:
         warnings.append(f"the container holds {source.count_hint} frames but only {decoded} "
                         "decode (the end of the video may be damaged)")
-    if getattr(source, "timing_note", None):
+    keeps_time = video_io.keeps_timestamps(output_path)
+    if getattr(source, "timing_note", None) and not keeps_time:
         warnings.append(source.timing_note)
     if not load_motion and save_motion:
         with cli_utils.atomic_file(save_motion, suffix=".npz", overwrite=overwrite) as tmp:
@@ -181,7 +185,8 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
             target = outputs.file(output_path)
         else:
             target = outputs.dir(output_path, _is_frame)
-        with FrameSink(target, source.fps, overwrite=True) as sink:
+        with FrameSink(target, source.fps, overwrite=True, pts=source.pts,
+                       time_base=source.time_base, audio_from=_audio_from(source)) as sink:
             t1 = time.perf_counter()
             for t, (frame, out, border) in enumerate(pipeline.render(source, plan,
                                                                      bar("render", n))):
@@ -202,6 +207,7 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
                         track_out.update(out)
                 t1 = time.perf_counter()
                 t_tracking += t1 - t2
+        warnings.extend(sink.notes)
         timings["render_ms_per_frame"] = 1000 * t_render / n
         timings["tracking_ms_per_frame"] = 1000 * t_tracking / n
         m = None
@@ -227,7 +233,9 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
             "masked_fraction_mean": (None if motion.masked_fraction is None
                                      else float(np.mean(motion.masked_fraction))),
             "config": dataclasses.asdict(config), "timings": timings,
-            "audio": "not copied (OpenCV writes video only)",
+            "audio": video_io.audio_summary(source, sink),
+            "video_codec": sink.codec,
+            "timestamps": video_io.timing_summary(source, output_path),
             "warnings": warnings,
         }
         written = {}

@@ -1,41 +1,50 @@
-"""Streaming video / frame-folder input and output (OpenCV), RGB uint8 frames ``[H, W, 3]``.
+"""Streaming video / frame-folder input and output (PyAV, i.e. FFmpeg), RGB uint8 frames ``[H, W, 3]``.
 
-A *source* is either a video file (anything ``cv2.VideoCapture`` decodes) or a folder of
-images (png, jpg, jpeg, bmp, tif, tiff; sorted in natural order, so ``f2.png`` < ``f10.png``).
-Frames are read lazily and can be read any number of times, so a clip never has to fit in
-memory. Video containers often lie about their frame count: we read until decoding fails and
-never trust ``CAP_PROP_FRAME_COUNT`` except as a hint for progress bars and for this check: when
-a frame fails to decode, a few more reads are tried, and if a later frame decodes the video is
-damaged in the middle, which is an error naming the frame (a silently shortened clip would pass
-as a result). Damaged frames at the very end cannot be told from the end of the stream; the
-CLI warns when fewer frames decode than the container holds. In frame folders, an image
-that does not decode (or is truncated, see :func:`camflow_jax.data.images.read_rgb`) is an
-error naming its frame index.
+A *source* is either a video file (anything FFmpeg demuxes and decodes) or a folder of images
+(png, jpg, jpeg, bmp, tif, tiff; sorted in natural order, so ``f2.png`` < ``f10.png``). Frames
+are read lazily and can be read any number of times, so a clip never has to fit in memory.
 
-Opening a video also walks its packets without decoding them (cheap) for two things OpenCV's
-decoder hides:
+Opening a video walks its video packets without decoding them (cheap): their number is the
+frame count (the container's own count is often a guess) and their presentation timestamps
+(PTS) are the frames' times. Then the first frame is decoded, so unreadable input fails early.
 
-* **frame size changes**: OpenCV's FFmpeg reader scales every frame to the first frame's size
-  and reports nothing. Packets that carry their own size (Motion-JPEG, PNG: every frame of an
-  MJPG ``.avi``) are checked, and a change is an error naming the frame. For other codecs
-  (H.264...) the size is inside the compressed stream and cannot be checked here: re-encode
-  such a video at one size first.
-* **variable frame rate**: the presentation timestamps give the real duration. When the frame
-  intervals vary (:data:`VFR_SPREAD`), ``fps`` becomes the mean rate (frames / duration), so
-  the constant-rate output keeps the input's duration (the timing inside the clip is evened
-  out), and :attr:`FrameSource.timing_note` says so. The packet count replaces the container's
-  frame count, which for such videos is duration x nominal rate, not a count.
+* **damaged frames**: a frame that does not decode is an error naming the frame when a later
+  frame decodes (the video is damaged in the middle; a silently shortened clip would pass as a
+  result). Damaged frames at the very end cannot be told from the end of the stream; the CLI
+  warns when fewer frames decode than the container holds. In frame folders, an image that
+  does not decode (or is truncated, see :func:`camflow_jax.data.images.read_rgb`) is an error
+  naming its frame index.
+* **frame size changes**: every decoded frame is checked against the first; a change is an
+  error naming the frame, for every codec (frames are never rescaled silently).
+* **variable frame rate** (VFR): when the frame intervals vary (:data:`VFR_SPREAD`),
+  :attr:`FrameSource.variable_rate` is set and ``fps`` becomes the mean rate (frames /
+  duration). Outputs that keep timestamps (see below) write every frame at its input PTS; a
+  constant-rate output (``.avi``) is written at the mean rate, which keeps the duration but
+  evens out the timing inside the clip, and :attr:`FrameSource.timing_note` says so.
 
 A *sink* is a video file (by extension, see :data:`VIDEO_EXTENSIONS`) or a folder of
 ``frame_000000.png`` files (a path without extension, or an existing folder); any other
-extension (``.webm``, ``.png``...) is refused (:func:`output_kind`). Audio is not carried over
-(OpenCV has no audio support).
+extension (``.webm``, ``.png``...) is refused (:func:`output_kind`).
+
+* ``.mp4 .m4v .mov .mkv``: H.264 (libx264, CRF :data:`H264_CRF`, yuv420p; yuv444p when the frame
+  size is odd, which 4:2:0 cannot hold), or MPEG-4 part 2 where the installed FFmpeg has no
+  H.264 encoder (:func:`video_encoder` says which). Frames are written with the input's PTS and
+  time base when given (VFR kept), otherwise at a constant rate.
+* ``.avi``: Motion-JPEG at a constant rate (AVI has no per-frame timestamps).
+* **audio**: with ``audio_from``, the first audio stream of that file is copied packet by
+  packet (no re-encoding, same timestamps); when the output container cannot hold its codec it
+  is transcoded to AAC, and :attr:`FrameSink.notes` says so. Frame folders hold no audio.
+
+Every written video is checked after closing: its packets are counted (demuxed, not decoded),
+so a full disk that left a truncated file is an error, not a short result.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
+from fractions import Fraction
 from typing import Iterator
 
 import cv2
@@ -43,20 +52,31 @@ import numpy as np
 
 from camflow_jax.data.images import read_rgb
 
-__all__ = ["IMAGE_EXTENSIONS", "VIDEO_EXTENSIONS", "FrameSource", "FrameSink", "is_video_path",
-           "output_kind", "write_frames"]
+__all__ = ["IMAGE_EXTENSIONS", "VIDEO_EXTENSIONS", "AudioInfo", "FrameSource", "FrameSink",
+           "audio_summary", "is_video_path", "keeps_timestamps", "output_kind", "timing_summary",
+           "video_encoder", "write_frames"]
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
-#: Output extensions written as a video (codec by extension); anything else is a frame folder.
-VIDEO_EXTENSIONS = {".mp4": "mp4v", ".m4v": "mp4v", ".mov": "mp4v", ".avi": "MJPG",
-                    ".mkv": "XVID"}
+#: Output extensions written as a video -> the video codec family (:func:`video_encoder`).
+VIDEO_EXTENSIONS = {".mp4": "h264", ".m4v": "h264", ".mov": "h264", ".mkv": "h264",
+                    ".avi": "mjpeg"}
+#: Extensions whose container keeps per-frame timestamps (AVI is constant rate).
+TIMESTAMPED = (".mp4", ".m4v", ".mov", ".mkv")
 
+#: libx264's constant rate factor (18: visually near lossless; FFmpeg's default is 23).
+H264_CRF = 18
 
 #: Frame intervals are "variable" when the longest exceeds the shortest by this factor.
 VFR_SPREAD = 1.5
 
-#: Reads tried after a frame fails to decode, beyond the container's announced frame count.
-RETRIES_AFTER_FAILURE = 8
+
+def _av():
+    """PyAV, imported on first use (no import-time cost for modules that only name paths)."""
+    try:
+        import av
+    except ImportError as e:  # a core dependency (setup.cfg); this is a broken install
+        raise ValueError(f"video input/output needs PyAV (pip install av): {e}") from e
+    return av
 
 
 def _natural_key(name: str):
@@ -81,55 +101,50 @@ def output_kind(path: str) -> str:
                      "extension)")
 
 
-def _packets(path: str) -> Iterator[tuple[float, bytes]]:
-    """(timestamp in ms, the first 64 KiB of the packet) of every packet of a video, demuxed
-    without decoding (OpenCV's raw mode); nothing when the backend has no raw mode."""
-    cap = cv2.VideoCapture(path)
-    try:
-        if not cap.isOpened() or not cap.set(cv2.CAP_PROP_FORMAT, -1):
-            return
-        while True:
-            ok, packet = cap.read()
-            if not ok or packet is None:
-                return
-            yield cap.get(cv2.CAP_PROP_POS_MSEC), packet.reshape(-1)[:65536].tobytes()
-    finally:
-        cap.release()
+def video_encoder(ext: str) -> tuple[str, str | None]:
+    """(FFmpeg encoder name, note or None) for an output extension: libx264 for the H.264
+    containers when the installed PyAV has it, else MPEG-4 part 2 with a note; mjpeg for .avi."""
+    family = VIDEO_EXTENSIONS[ext.lower()]
+    if family == "mjpeg":
+        return "mjpeg", None
+    available = _av().codecs_available
+    if "libx264" in available:
+        return "libx264", None
+    return "mpeg4", ("this PyAV build has no H.264 encoder (libx264): the video was written as "
+                     "MPEG-4 part 2")
 
 
-def _packet_size(data: bytes) -> tuple[int, int] | None:
-    """(width, height) stored in a compressed frame that carries its own size (JPEG, PNG)."""
-    if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24:
-        return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-    if data[:2] != b"\xff\xd8":
-        return None
-    i = 2
-    while i + 4 <= len(data):
-        if data[i] != 0xFF:
-            return None
-        m = data[i + 1]
-        if m == 0xFF:
-            i += 1
-            continue
-        if m in (0x01, 0xD8) or 0xD0 <= m <= 0xD7:
-            i += 2
-            continue
-        length = int.from_bytes(data[i + 2:i + 4], "big")
-        if 0xC0 <= m <= 0xCF and m not in (0xC4, 0xC8, 0xCC) and i + 9 <= len(data):
-            return int.from_bytes(data[i + 7:i + 9], "big"), int.from_bytes(data[i + 5:i + 7], "big")
-        if m in (0xDA, 0xD9):
-            return None
-        i += 2 + length
-    return None
+def _error_types():
+    av = _av()
+    return (av.error.FFmpegError, OSError, ValueError)
+
+
+@dataclasses.dataclass(frozen=True)
+class AudioInfo:
+    """The first audio stream of a video: codec name, sample rate, channels, duration (s)."""
+
+    codec: str
+    sample_rate: int
+    channels: int
+    duration: float | None
 
 
 class FrameSource:
     """Re-iterable RGB frame reader for a video file or an image folder.
 
     Opening checks that the input exists and that its first frame decodes, so unreadable input
-    fails early with a clear message. ``fps`` comes from the container (or ``default_fps`` for
-    folders and containers that report none).
+    fails early with a clear message. ``fps`` comes from the container (the mean rate for a
+    variable frame rate), or ``default_fps`` for folders and containers that report none.
+    ``pts`` / ``time_base``: the frames' presentation timestamps (sorted) and their unit, None
+    for folders and streams without timestamps. ``audio``: :class:`AudioInfo` or None.
     """
+
+    #: Set when a variable-frame-rate video is written at a constant rate (module doc).
+    timing_note: str | None = None
+    variable_rate: bool = False
+    pts: list[int] | None = None
+    time_base: Fraction | None = None
+    audio: AudioInfo | None = None
 
     def __init__(self, path: str, default_fps: float = 30.0):
         self.path = str(path)
@@ -147,57 +162,77 @@ class FrameSource:
             self.fps = float(default_fps)
             self.count_hint = len(self._files)
         else:
-            cap = cv2.VideoCapture(self.path)
-            try:
-                if not cap.isOpened():
-                    raise ValueError(f"cannot open {self.path} as a video (unknown format or "
-                                     "corrupt file)")
-                fps = cap.get(cv2.CAP_PROP_FPS)
-                self.fps = float(fps) if np.isfinite(fps) and 0 < fps < 1000 else float(default_fps)
-                n = cap.get(cv2.CAP_PROP_FRAME_COUNT)
-                self.count_hint = int(n) if np.isfinite(n) and n > 0 else None
-            finally:
-                cap.release()
-            self._scan_packets()
+            self._scan(default_fps)
         first = next(iter(self), None)
         if first is None:
             raise ValueError(f"no frame of {self.path} could be decoded")
         self.height, self.width = first.shape[:2]
 
-    #: Set when the video has a variable frame rate (see the module doc); None otherwise.
-    timing_note: str | None = None
+    def _open(self):
+        av = _av()
+        try:
+            container = av.open(self.path)
+        except _error_types() as e:
+            raise ValueError(f"cannot open {self.path} as a video (unknown format or corrupt "
+                             f"file: {e})") from None
+        if not container.streams.video:
+            container.close()
+            raise ValueError(f"cannot open {self.path} as a video (it holds no video stream)")
+        return container
 
-    def _scan_packets(self) -> None:
-        """Walks the packets without decoding (module doc): frame size changes, real timing."""
-        stamps, first = [], None
-        for ms, packet in _packets(self.path):
-            size = _packet_size(packet)
-            if size is not None:
-                if first is None:
-                    first = size
-                elif size != first:
-                    raise ValueError(
-                        f"{self.path}: frame {len(stamps)} is {size[0]}x{size[1]} but frame 0 is "
-                        f"{first[0]}x{first[1]}: the frame size changes mid-stream (OpenCV would "
-                        "squash the frames to the first size silently). Re-encode it at one size "
-                        "(e.g. ffmpeg -i IN -vf scale=W:H OUT.mp4) or extract its frames")
-            stamps.append(ms)
-        if len(stamps) < 2:
+    def _scan(self, default_fps: float) -> None:
+        """Demuxes the video packets without decoding: frame count, timestamps, audio."""
+        with self._open() as c:
+            stream = c.streams.video[0]
+            rate = stream.average_rate or stream.guessed_rate
+            self.fps = float(rate) if rate and 0 < float(rate) < 1000 else float(default_fps)
+            if c.streams.audio:
+                a = c.streams.audio[0]
+                dur = (float(a.duration * a.time_base) if a.duration and a.time_base
+                       else None)
+                self.audio = AudioInfo(a.codec_context.name, int(a.codec_context.sample_rate or 0),
+                                       int(a.codec_context.channels or 0), dur)
+            stamps, count = [], 0
+            try:
+                for packet in c.demux(stream):
+                    if packet.size == 0:
+                        continue
+                    count += 1
+                    stamps.append(packet.pts)
+            except _error_types():
+                pass  # a damaged tail: decoding tells more, and the count is a hint only
+            self.count_hint = count or None
+            if stream.time_base and count and all(p is not None for p in stamps):
+                self.time_base = Fraction(stream.time_base)
+                self.pts = sorted(int(p) for p in stamps)
+        self._check_timing()
+
+    def _check_timing(self) -> None:
+        if self.pts is None or len(self.pts) < 2:
             return
-        self.count_hint = len(stamps)  # what the container holds (its "frame count" may be a guess)
-        t = np.sort(np.asarray(stamps, np.float64))
+        t = np.asarray(self.pts, np.float64) * float(self.time_base)
         steps = np.diff(t)
         if not np.all(np.isfinite(steps)) or steps.min() <= 0:
+            self.pts = None  # repeated or missing timestamps: not usable as times
             return
         if steps.max() > VFR_SPREAD * steps.min():
-            duration = (t[-1] - t[0] + float(np.median(steps))) / 1000.0
+            duration = t[-1] - t[0] + float(np.median(steps))
             nominal = self.fps
             self.fps = len(t) / duration
+            self.variable_rate = True
             self.timing_note = (
-                f"variable frame rate (frame intervals {steps.min():.0f} to {steps.max():.0f} ms; the "
-                f"container's nominal rate is {nominal:g} fps): written at the mean rate "
-                f"{self.fps:.3f} fps so the output keeps the input's duration ({duration:.2f} s); "
-                "the timing inside the clip is evened out")
+                f"variable frame rate (frame intervals {1000 * steps.min():.0f} to "
+                f"{1000 * steps.max():.0f} ms; the container's nominal rate is {nominal:g} fps): "
+                f"written at the mean rate {self.fps:.3f} fps so the output keeps the input's "
+                f"duration ({duration:.2f} s); the timing inside the clip is evened out (an "
+                ".mp4/.mov/.mkv output keeps the timestamps)")
+
+    def override_fps(self, fps: float) -> None:
+        """The user's frame rate: the output is written at this constant rate."""
+        self.fps = float(fps)
+        self.pts = self.time_base = None
+        self.timing_note = None
+        self.variable_rate = False
 
     def __iter__(self) -> Iterator[np.ndarray]:
         if self.is_folder:
@@ -221,47 +256,102 @@ class FrameSource:
             yield img
 
     def _iter_video(self) -> Iterator[np.ndarray]:
-        cap = cv2.VideoCapture(self.path)
-        try:
-            index = 0
-            while True:  # until decoding fails: container frame counts are not trusted
-                ok, img = cap.read()
-                if not ok or img is None:
-                    self._check_stream_end(cap, index)
+        errors = _error_types()
+        with self._open() as c:
+            stream = c.streams.video[0]
+            stream.thread_type = "AUTO"
+            index, failed, first = 0, None, None
+            packets = c.demux(stream)
+            while True:
+                try:
+                    packet = next(packets)
+                except StopIteration:
                     break
-                self._check_size(img, f"{self.path} frame {index}")
-                index += 1
-                yield cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+                except errors:  # a damaged container: the rest cannot be demuxed
+                    break
+                try:
+                    frames = packet.decode()
+                except errors:
+                    if failed is None:
+                        failed = index
+                    continue
+                for fr in frames:
+                    if failed is not None:
+                        raise ValueError(
+                            f"{self.path}: frame {failed} cannot be decoded but frame {failed + 1} "
+                            "can: the video is damaged in the middle. Re-encode it (e.g. ffmpeg "
+                            "-i IN -c:v libx264 OUT.mp4) or extract its frames to a folder, then "
+                            "run again")
+                    size = (fr.width, fr.height)
+                    if first is None:
+                        first = size
+                    elif size != first:
+                        raise ValueError(
+                            f"{self.path}: frame {index} is {size[0]}x{size[1]} but frame 0 is "
+                            f"{first[0]}x{first[1]}: the frame size changes mid-stream. Re-encode "
+                            "it at one size (e.g. ffmpeg -i IN -vf scale=W:H OUT.mp4) or extract "
+                            "its frames")
+                    index += 1
+                    yield fr.to_ndarray(format="rgb24")
             self.decoded_count = index
-        finally:
-            cap.release()
 
-    def _check_stream_end(self, cap, index: int) -> None:
-        """Frame ``index`` did not decode: an error if a later frame does (module doc)."""
-        hint = getattr(self, "count_hint", None) or 0
-        tries = min(max(hint - index, 0), 1000) + RETRIES_AFTER_FAILURE
-        for k in range(1, tries + 1):
-            ok, _ = cap.read()
-            if ok:
-                raise ValueError(
-                    f"{self.path}: frame {index} cannot be decoded but frame {index + k} can: the "
-                    "video is damaged in the middle. Re-encode it (e.g. ffmpeg -i IN -c:v libx264 "
-                    "OUT.mp4) or extract its frames to a folder, then run again")
+
+def keeps_timestamps(path: str) -> bool:
+    """True when an output at ``path`` is written with the input's timestamps (module doc)."""
+    return os.path.splitext(str(path))[1].lower() in TIMESTAMPED
+
+
+def timing_summary(source: "FrameSource", output_path: str) -> str:
+    """How the output's frame times relate to the input's, in words (for reports)."""
+    if source.pts is None:
+        return f"constant rate {source.fps:g} fps"
+    if keeps_timestamps(output_path):
+        kind = "variable" if source.variable_rate else "constant"
+        return f"the input's timestamps ({kind} frame rate, time base {source.time_base})"
+    if output_kind(output_path) == "frames":
+        return f"none (frame folder); the input's mean rate is {source.fps:g} fps"
+    return f"constant rate {source.fps:g} fps" + (" (the input's mean rate)"
+                                                   if source.variable_rate else "")
+
+
+def audio_summary(source: "FrameSource", sink: "FrameSink") -> str:
+    """What happened to the input's audio, in words (for reports)."""
+    audio = getattr(source, "audio", None)
+    if audio is None:
+        return "none in the input"
+    if not sink.is_video:
+        return f"not written ({audio.codec} audio; a frame folder holds no audio)"
+    if sink.audio_mode == "copied":
+        return f"copied ({audio.codec}, not re-encoded)"
+    if sink.audio_mode:
+        return f"{sink.audio_mode} (the input's {audio.codec} does not fit {sink.ext})"
+    return "not written"
+
+
+def _rate(fps: float) -> Fraction:
+    """A frame rate as the fraction containers store (30000/1001 stays exact)."""
+    return Fraction(float(fps)).limit_denominator(1001)
 
 
 class FrameSink:
     """Writes RGB uint8 frames to a video file (by extension) or a folder of PNGs.
 
-    Refuses to replace an existing output unless ``overwrite``. Use as a context manager.
+    ``pts`` / ``time_base``: write frame i at ``pts[i]`` (timestamp containers only; see the
+    module doc), else at the constant ``fps``. ``audio_from``: a video whose first audio stream
+    is carried over. Refuses to replace an existing output unless ``overwrite``. Use as a
+    context manager; :attr:`notes` lists what a user should know (codec fallback, audio).
     """
 
-    def __init__(self, path: str, fps: float, overwrite: bool = False):
+    def __init__(self, path: str, fps: float, overwrite: bool = False, *,
+                 pts: list[int] | None = None, time_base: Fraction | None = None,
+                 audio_from: str | None = None):
         self.path = str(path)
         self.fps = float(fps)
         if os.path.exists(self.path) and not overwrite:
             raise FileExistsError(f"output {self.path} exists (pass -y / overwrite=True to "
                                   "replace it)")
         self.is_video = output_kind(self.path) == "video"
+        self.ext = os.path.splitext(self.path)[1].lower()
         if self.is_video:
             parent = os.path.dirname(os.path.abspath(self.path))
             if not os.path.isdir(parent):
@@ -274,42 +364,184 @@ class FrameSink:
                     os.remove(os.path.join(self.path, n))
         elif not self.is_video and os.path.exists(self.path):
             raise FileExistsError(f"output {self.path} exists and is not a folder")
-        self._writer = None
+        keep = self.is_video and self.ext in TIMESTAMPED and pts is not None and time_base
+        self._pts = list(pts) if keep else None
+        self._time_base = Fraction(time_base) if keep else None
+        self.audio_from = audio_from if self.is_video else None
+        self.notes: list[str] = []
+        self.codec: str | None = None
+        self.audio_mode: str | None = None  # "copied", "transcoded to aac" or None
+        self._out = self._video = self._audio = self._audio_in = self._audio_packets = None
+        self._resampler = None
         self.count = 0
 
+    # ---------------------------------------------------------------- opening
+    def _open_video(self, h: int, w: int) -> None:
+        av = _av()
+        codec, note = video_encoder(self.ext)
+        if note:
+            self.notes.append(note)
+        self.codec = codec
+        self._out = av.open(self.path, "w")
+        rate = _rate(self.fps)
+        v = self._out.add_stream(codec, rate=rate)
+        v.width, v.height = w, h
+        if codec == "mjpeg":
+            v.pix_fmt = "yuvj420p"
+            v.codec_context.qscale = True
+            v.codec_context.global_quality = 2 * 118  # -q:v 2 (FF_QP2LAMBDA = 118)
+        elif h % 2 or w % 2:
+            if codec != "libx264":
+                raise ValueError(f"cannot write {self.path}: {codec} needs an even frame size, "
+                                 f"the frames are {w}x{h}; write a frame folder instead")
+            v.pix_fmt = "yuv444p"
+            self.notes.append(f"the frame size {w}x{h} is odd, which 4:2:0 video cannot hold: "
+                              "written as H.264 4:4:4 (some players cannot show it)")
+        else:
+            v.pix_fmt = "yuv420p"
+        if codec == "libx264":
+            v.options = {"crf": str(H264_CRF), "preset": "medium"}
+        elif codec == "mpeg4":
+            v.codec_context.qscale = True
+            v.codec_context.global_quality = 2 * 118
+        if self._pts is not None:
+            v.time_base = self._time_base
+            v.codec_context.time_base = self._time_base
+        self._video = v
+        if self.audio_from:
+            self._open_audio()
+
+    def _open_audio(self) -> None:
+        av = _av()
+        try:
+            src = av.open(self.audio_from)
+        except _error_types() as e:
+            raise ValueError(f"cannot read the audio of {self.audio_from}: {e}") from None
+        if not src.streams.audio:
+            src.close()
+            return
+        a_in = src.streams.audio[0]
+        name = a_in.codec_context.name
+        self._audio_in = src
+        if name in self._out.supported_codecs:
+            self._audio = self._out.add_stream_from_template(a_in)
+            self.audio_mode = "copied"
+        else:
+            self._audio = self._out.add_stream("aac", rate=a_in.codec_context.sample_rate,
+                                               layout=a_in.codec_context.layout.name)
+            self._resampler = av.AudioResampler(format="fltp", layout=a_in.codec_context.layout.name,
+                                                rate=a_in.codec_context.sample_rate)
+            self.audio_mode = "transcoded to aac"
+            self.notes.append(f"the {self.ext} container cannot hold the input's {name} audio: "
+                              "it was transcoded to AAC")
+        self._audio_packets = self._audio_source_packets(src, a_in)
+        self._pending = None
+
+    def _audio_source_packets(self, src, a_in):
+        """Audio packets ready to mux (copied, or transcoded frames encoded to AAC)."""
+        for packet in src.demux(a_in):
+            if self._resampler is None:
+                if packet.dts is None or packet.size == 0:
+                    continue
+                packet.stream = self._audio
+                yield packet
+                continue
+            for frame in packet.decode():
+                for fr in self._resampler.resample(frame):
+                    fr.pts = None
+                    yield from self._audio.encode(fr)
+        if self._resampler is not None:
+            for fr in self._resampler.resample(None):
+                fr.pts = None
+                yield from self._audio.encode(fr)
+            yield from self._audio.encode(None)
+
+    def _mux_audio_until(self, seconds: float | None) -> None:
+        """Muxes the audio packets up to ``seconds`` (all of them for None): audio interleaved
+        with the video as it is written, never buffered whole."""
+        if self._audio_packets is None:
+            return
+        while True:
+            p = self._pending
+            if p is None:
+                p = next(self._audio_packets, None)
+                if p is None:
+                    self._audio_packets = None
+                    return
+            t = p.pts if p.pts is not None else p.dts
+            if seconds is not None and t is not None and p.time_base is not None \
+                    and float(t * p.time_base) > seconds:
+                self._pending = p
+                return
+            self._pending = None
+            self._out.mux(p)
+
+    # ---------------------------------------------------------------- writing
     def write(self, frame: np.ndarray) -> None:
         frame = np.asarray(frame)
         if frame.ndim != 3 or frame.shape[-1] != 3 or frame.dtype != np.uint8:
             raise ValueError(f"expected an RGB uint8 frame [H, W, 3], got {frame.dtype} "
                              f"{frame.shape}")
-        bgr = cv2.cvtColor(frame, cv2.COLOR_RGB2BGR)
         if self.is_video:
-            if self._writer is None:
-                ext = os.path.splitext(self.path)[1].lower()
-                fourcc = cv2.VideoWriter_fourcc(*VIDEO_EXTENSIONS[ext])
-                h, w = frame.shape[:2]
-                self._writer = cv2.VideoWriter(self.path, fourcc, self.fps, (w, h))
-                if not self._writer.isOpened():
-                    raise ValueError(f"OpenCV cannot write {self.path} "
-                                     f"(codec {VIDEO_EXTENSIONS[ext]})")
-            self._writer.write(bgr)
+            self._write_video(frame)
         else:
             os.makedirs(self.path, exist_ok=True)
             name = os.path.join(self.path, f"frame_{self.count:06d}.png")
-            if not cv2.imwrite(name, bgr):
+            if not cv2.imwrite(name, cv2.cvtColor(frame, cv2.COLOR_RGB2BGR)):
                 raise ValueError(f"cannot write {name}")
         self.count += 1
 
+    def _frame_pts(self, i: int) -> int:
+        pts = self._pts
+        if i < len(pts):
+            return pts[i]
+        step = (pts[-1] - pts[0]) // max(1, len(pts) - 1) if len(pts) > 1 else 1
+        return pts[-1] + (i - len(pts) + 1) * max(1, step)
+
+    def _write_video(self, frame: np.ndarray) -> None:
+        av = _av()
+        if self._out is None:
+            self._open_video(*frame.shape[:2])
+        vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
+        if self._pts is not None:
+            vf.pts = self._frame_pts(self.count)
+            vf.time_base = self._time_base
+            seconds = float(vf.pts * self._time_base)
+        else:
+            vf.pts = self.count
+            seconds = self.count / self.fps
+        self._mux_audio_until(seconds)
+        for packet in self._video.encode(vf):
+            self._out.mux(packet)
+
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.release()
-            self._writer = None
-            self._check_written()
+        if self._out is None:
+            return
+        try:
+            for packet in self._video.encode(None):
+                self._out.mux(packet)
+            self._mux_audio_until(None)
+        finally:
+            self._release()
+        self._check_written()
+
+    def _release(self) -> None:
+        out, self._out = self._out, None
+        if self._audio_in is not None:
+            self._audio_in.close()
+            self._audio_in = None
+        if out is not None:
+            out.close()
 
     def _check_written(self) -> None:
-        """OpenCV's video writer reports no write errors (a full disk leaves a truncated file
-        and no sign): the frames of the closed file are counted (demuxed, not decoded)."""
-        found = sum(1 for _ in _packets(self.path))
+        """Counts the frames of the closed file (demuxed, not decoded): a write error that
+        left a truncated file (a full disk) is an error."""
+        av = _av()
+        try:
+            with av.open(self.path) as c:
+                found = sum(1 for p in c.demux(c.streams.video[0]) if p.size)
+        except _error_types():
+            found = 0
         if found < self.count:
             import errno
 
@@ -325,9 +557,11 @@ class FrameSink:
     def __exit__(self, exc_type, *exc):
         if exc_type is None:
             self.close()
-        elif self._writer is not None:  # failing already: release without the check
-            self._writer.release()
-            self._writer = None
+        else:  # failing already: release without the check
+            try:
+                self._release()
+            except _error_types():
+                pass
         return False
 
 
