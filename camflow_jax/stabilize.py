@@ -7,9 +7,12 @@ Only the estimator changes between runs; all other settings are shared.
 INPUT is a video file or a folder of frames; OUTPUT is a video (.mp4/.m4v/.mov/.avi/.mkv) or a
 folder of PNG frames (a name without extension; other extensions are refused). Writes
 ``<OUTPUT stem>.json`` (metrics, settings, timings) and two plots unless ``--no-metrics`` /
-``--no-plots``. Frame count and fps are kept;
-audio is not (OpenCV cannot copy it); a variable-frame-rate video is written at its mean rate
-(same duration). Existing files are never replaced without ``-y``, not even by a run that
+``--no-plots``. Frame count, frame rate and timestamps are kept (variable
+frame rates too, in .mp4/.m4v/.mov/.mkv; .avi is written at the mean rate); the audio is
+copied (transcoded to AAC, with a note, where the container cannot hold it). Video output is
+H.264 (libx264) except .avi (Motion-JPEG). ``--export-motion FILE`` writes the camera motion,
+path, smoothed path and applied correction (JSON/CSV/NPZ); ``--path FILE`` renders with a
+(possibly edited) smoothed path from such a file. Existing files are never replaced without ``-y``, not even by a run that
 finishes second. Failures: one ``error:`` line, exit 2 (``--verbose`` adds the traceback);
 SIGINT / SIGTERM: partial outputs and temporaries removed, exit 130 / 143.
 
@@ -90,8 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fill for pixels with no source (default: black)")
     p.add_argument("--fps", type=_fps, help="frame rate for frame folders (default 30) or to "
                                              "override the container's")
-    p.add_argument("--save-motion", metavar="NPZ", help="save the estimated motion")
-    p.add_argument("--load-motion", metavar="NPZ", help="reuse a saved motion (skip estimation)")
+    p.add_argument("--export-motion", "--save-motion", dest="export_motion", metavar="FILE",
+                   help="write the per-frame motion, camera path, smoothed path and applied\n"
+                        "correction (.json, .csv or .npz; the .npz also holds the dense\n"
+                        "motion; docs/stabilization.md, 'Exporting the motion')")
+    p.add_argument("--path", "--load-motion", dest="path", metavar="FILE",
+                   help="render with the smoothed path of a motion file (e.g. an edited\n"
+                        "--export-motion file); its motion replaces estimation when present")
     p.add_argument("--report", metavar="PREFIX", help="path prefix of the JSON and plots "
                                                       "(default: OUTPUT without extension)")
     p.add_argument("--no-metrics", action="store_true", help="skip metrics (faster)")
@@ -149,7 +157,7 @@ def main(argv=None) -> int:
 
 def _run(args) -> int:
     try:
-        from camflow_jax.stabilization import estimators, pipeline, profiles, runner
+        from camflow_jax.stabilization import estimators, motion_file, pipeline, profiles, runner
     except ImportError as e:  # e.g. an optional plotting dependency
         raise ValueError(f"missing dependency: {e}") from e
 
@@ -161,14 +169,17 @@ def _run(args) -> int:
     paths = runner.report_paths(args.output, args.report)
     wanted = [paths["json"]] + ([] if args.no_plots else [paths["path_plot"],
                                                           paths["tracks_plot"]])
-    runner.check_outputs(args.input, args.output, wanted + [args.save_motion],
-                         args.overwrite, inputs=[args.load_motion, args.depth, args.checkpoint,
+    runner.check_outputs(args.input, args.output, wanted + [args.export_motion],
+                         args.overwrite, inputs=[args.path, args.depth, args.checkpoint,
                                                  args.estimator.partition(":")[2] or None])
-    est = None if args.load_motion else _estimator(args, estimators)
+    if args.export_motion:
+        motion_file.check_extension(args.export_motion)
+    has_motion = bool(args.path) and motion_file.read(args.path).has_motion
+    est = None if has_motion else _estimator(args, estimators)
     result = runner.stabilize_video(
         args.input, args.output, est, config, overwrite=args.overwrite, fps=args.fps,
         with_metrics=not args.no_metrics, with_plots=not args.no_plots, report=args.report,
-        save_motion=args.save_motion, load_motion=args.load_motion,
+        export_motion=args.export_motion, motion_path=args.path,
         progress=not args.quiet, checked=True)
     for w in result.get("warnings", []):
         print(f"warning: {w}", file=sys.stderr)

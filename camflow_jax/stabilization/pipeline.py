@@ -30,14 +30,12 @@ Every parameter lives in :class:`StabilizerConfig` and is the same for every est
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Callable, Iterable, Iterator
 
 import cv2
 import numpy as np
 
-from camflow_jax.cli_utils import EXPECTED_ERRORS, describe_error
 from camflow_jax.geometry_np import resize_flow
 from camflow_jax.stabilization import profiles as profiles_lib
 from camflow_jax.stabilization import render as render_lib
@@ -175,29 +173,24 @@ class Motion:
         return self.flows.shape[0] + 1
 
     def save(self, path: str) -> None:
-        """Writes an ``.npz`` that :meth:`load` reads back (skip estimation on re-runs)."""
-        np.savez_compressed(path, flows=self.flows, frame_size=np.array(self.frame_size),
-                            fps=np.float64(self.fps), estimator=np.str_(self.estimator),
-                            stats=np.str_(json.dumps(self.stats)))
+        """Writes a motion file (:mod:`.motion_file`, the one schema; ``.npz`` keeps the flows
+        exactly) that :meth:`load` reads back (skip estimation on re-runs)."""
+        from camflow_jax.stabilization import motion_file
+
+        motion_file.write(str(path), motion_file.MotionRecord(
+            frame_size=tuple(int(v) for v in self.frame_size), num_frames=self.num_frames,
+            fps=float(self.fps), estimator=self.estimator, flows=self.flows,
+            stats=dict(self.stats or {})))
 
     @classmethod
     def load(cls, path: str) -> "Motion":
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                flows = z["flows"].astype(np.float32)
-                size = tuple(int(v) for v in z["frame_size"])
-                fps, est = float(z["fps"]), str(z["estimator"])
-                stats = json.loads(str(z["stats"])) if "stats" in z else {}
-        except FileNotFoundError:
-            raise FileNotFoundError(f"motion file not found: {path}") from None
-        except (KeyError, *EXPECTED_ERRORS) as e:  # truncated: zipfile.BadZipFile, EOFError...
-            raise ValueError(describe_error(e, f"{path} is not a readable motion file written by "
-                                               "--save-motion (damaged or truncated?)")) from e
-        if flows.ndim != 4 or flows.shape[-1] != 2 or len(size) != 2:
-            raise ValueError(f"{path}: flows must be [T-1, h, w, 2], got {flows.shape}")
-        if not np.all(np.isfinite(flows)):
-            raise ValueError(f"{path}: flows contain non-finite values")
-        return cls(flows, size, fps, est, stats)
+        """The dense motion of an ``.npz`` motion file (:func:`.motion_file.read` validates)."""
+        from camflow_jax.stabilization import motion_file
+
+        rec = motion_file.read(str(path))
+        if rec.flows is None:
+            raise ValueError(f"{path} holds no dense motion (flows): only .npz motion files do")
+        return cls(rec.flows, tuple(rec.frame_size), rec.fps, rec.estimator, rec.stats)
 
 
 def estimate_motion(frames: Iterable[np.ndarray], estimator: Callable, config: StabilizerConfig,
@@ -272,6 +265,9 @@ class Plan:
     config: StabilizerConfig
     #: Where the motion came from, for messages ("loaded from m.npz" with --load-motion).
     motion_origin: str = "estimated in pass 1"
+    #: Per frame, None or an output-space homography applied after the correction (an edited
+    #: camera path: :func:`camflow_jax.stabilization.motion_file.path_edits`).
+    edits: list | None = None
 
 
 def update_fields(flows, params: profiles_lib.SmoothingParams, threshold: float,
@@ -369,8 +365,15 @@ def render(frames: Iterable[np.ndarray], plan: Plan,
         if (H, W) != tuple(plan.frame_size):
             raise ValueError(f"frame {t} is {W}x{H}, the plan is for "
                              f"{plan.frame_size[1]}x{plan.frame_size[0]}")
-        mx, my = render_lib.source_map(plan.updates[t], H, W, plan.zoom,
-                                       cfg.fixed_point_iterations)
+        edit = None if plan.edits is None else plan.edits[t]
+        if edit is None:
+            mx, my = render_lib.source_map(plan.updates[t], H, W, plan.zoom,
+                                           cfg.fixed_point_iterations)
+        else:
+            from camflow_jax.stabilization.motion_file import edited_source_map
+
+            mx, my = edited_source_map(plan.updates[t], H, W, plan.zoom,
+                                       cfg.fixed_point_iterations, edit)
         out = cv2.remap(frame, mx, my, cv2.INTER_LINEAR,
                         borderMode=render_lib.BORDERS[cfg.border], borderValue=0)
         yield frame, out, render_lib.border_fraction(mx, my)

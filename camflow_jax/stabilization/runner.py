@@ -29,7 +29,7 @@ import numpy as np
 
 from camflow_jax import cli_utils
 from camflow_jax.stabilization import metrics as metrics_lib
-from camflow_jax.stabilization import pipeline, plots, render, video_io
+from camflow_jax.stabilization import motion_file, pipeline, plots, render, video_io
 from camflow_jax.stabilization.video_io import IMAGE_EXTENSIONS, FrameSink, FrameSource, output_kind
 
 __all__ = ["report_paths", "check_outputs", "stabilize_video"]
@@ -85,21 +85,24 @@ def _jsonable(x):
 def stabilize_video(input_path: str, output_path: str, estimator,
                     config: pipeline.StabilizerConfig | None = None, *, overwrite: bool = False,
                     fps: float | None = None, with_metrics: bool = True, with_plots: bool = True,
-                    report: str | None = None, save_motion: str | None = None,
-                    load_motion: str | None = None, progress: bool = True,
+                    report: str | None = None, export_motion: str | None = None,
+                    motion_path: str | None = None, progress: bool = True,
                     low_hz: float = 1.0, checked: bool = False) -> dict:
     """Stabilizes ``input_path`` (video or frame folder) into ``output_path``; returns the report.
 
     ``estimator`` is a callable from :mod:`camflow_jax.stabilization.estimators` (ignored when
-    ``load_motion`` is given). ``checked``: outputs were already checked by the caller.
+    ``motion_path`` has the motion). ``export_motion``: write the motion file there (JSON,
+    CSV or NPZ by extension); ``motion_path``: a motion file to render with (its smoothed path,
+    and its motion instead of estimating when it has one; :mod:`.motion_file`).
+    ``checked``: outputs were already checked by the caller.
     """
     from tqdm.auto import tqdm
 
     config = config or pipeline.StabilizerConfig()
     paths = report_paths(output_path, report)
     wanted = [paths["json"]] + ([paths["path_plot"], paths["tracks_plot"]] if with_plots else [])
-    if save_motion:
-        wanted.append(save_motion)
+    if export_motion:
+        wanted.append(export_motion)
     if not checked:
         check_outputs(input_path, output_path, wanted, overwrite)
     source = FrameSource(input_path, default_fps=fps or 30.0)
@@ -114,7 +117,26 @@ def stabilize_video(input_path: str, output_path: str, estimator,
     # (cli_utils.run_cli turns those signals into an exception).
     with tempfile.TemporaryDirectory(prefix="camflow_stabilize_") as scratch:
         return _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
-                    with_plots, save_motion, load_motion, low_hz, scratch, bar)
+                    with_plots, export_motion, motion_path, low_hz, scratch, bar)
+
+
+def _recorded_motion(record, config) -> pipeline.Motion:
+    """The motion of a motion file: its dense flows (NPZ: exactly the original run's), else
+    the flows of its per-pair homographies on the working grid."""
+    flows = record.flows
+    if flows is None:
+        h, w = pipeline.working_size(*record.frame_size, config)
+        flows = motion_file.homography_flows(record.pair_homography, *record.frame_size, h, w)
+    return pipeline.Motion(flows, tuple(record.frame_size), record.fps, record.estimator,
+                           dict(record.stats or {}))
+
+
+def _timestamps(source, n: int) -> np.ndarray:
+    """Each frame's time in seconds (the input's PTS from its first, else frame / fps)."""
+    if source.pts is not None and len(source.pts) >= n:
+        pts = np.asarray(source.pts[:n], np.float64)
+        return (pts - pts[0]) * float(source.time_base)
+    return np.arange(n) / float(source.fps)
 
 
 def _audio_from(source) -> str | None:
@@ -127,22 +149,28 @@ def _estimator_failures(stats: dict) -> tuple[int, int]:
 
 
 def _run(source, output_path, estimator, config, paths, overwrite, with_metrics, with_plots,
-         save_motion, load_motion, low_hz, scratch, bar) -> dict:
+         export_motion, motion_path, low_hz, scratch, bar) -> dict:
     input_path = source.path
     timings = {}
     warnings: list[str] = []
     t0 = time.perf_counter()
-    if load_motion:
-        motion = pipeline.Motion.load(load_motion)
-        if tuple(motion.frame_size) != (source.height, source.width):
-            raise ValueError(f"{load_motion} was estimated on {motion.frame_size[1]}x"
-                             f"{motion.frame_size[0]} frames; the input is "
-                             f"{source.width}x{source.height}")
+    record = motion_file.read(motion_path) if motion_path else None
+    if record is not None and tuple(record.frame_size) != (source.height, source.width):
+        raise ValueError(f"{motion_path} was made for {record.frame_size[1]}x"
+                         f"{record.frame_size[0]} frames; the input is "
+                         f"{source.width}x{source.height}")
+    if record is not None and record.has_motion:
+        motion = _recorded_motion(record, config)
     else:
+        if estimator is None:
+            raise ValueError(f"{motion_path} holds no per-pair motion: an estimator is needed")
         name = getattr(estimator, "name", "estimator")
         motion = pipeline.estimate_motion(source, estimator, config, source.fps,
                                           bar(f"motion ({name})", source.count_hint),
                                           spill_dir=scratch)
+        if record is not None and record.num_frames != motion.num_frames:
+            raise ValueError(f"{motion_path} has a path for {record.num_frames} frames but the "
+                             f"input has {motion.num_frames}")
     failures, calls = _estimator_failures(motion.stats)
     if calls and failures >= calls:
         raise ValueError(f"the {motion.estimator or 'motion'} estimator failed on all {calls} frame "
@@ -158,9 +186,6 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
     keeps_time = video_io.keeps_timestamps(output_path)
     if getattr(source, "timing_note", None) and not keeps_time:
         warnings.append(source.timing_note)
-    if not load_motion and save_motion:
-        with cli_utils.atomic_file(save_motion, suffix=".npz", overwrite=overwrite) as tmp:
-            motion.save(tmp)
     n = motion.num_frames
     used = pipeline.smoothing_for_clip(config.smoothing, n).max_radius
     default = type(config.smoothing)().max_radius  # short clips clamp the default silently
@@ -170,8 +195,26 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
     timings["estimate_ms_per_frame"] = 1000 * (time.perf_counter() - t0) / n
     t0 = time.perf_counter()
     plan = pipeline.plan_stabilization(motion, config, spill_dir=scratch)
-    if load_motion:
-        plan.motion_origin = f"loaded from {load_motion}"
+    if record is not None and record.has_motion:
+        plan.motion_origin = f"loaded from {motion_path}"
+    exported = path_report = None
+    if export_motion or (record is not None and record.smoothed_path is not None):
+        exported = motion_file.record_from_plan(motion, plan, _timestamps(source, n))
+    if record is not None and record.smoothed_path is not None:
+        if record.num_frames != n:
+            raise ValueError(f"{motion_path} has a path for {record.num_frames} frames but the "
+                             f"motion covers {n}")
+        plan.edits, shifts = motion_file.path_edits(record.smoothed_path, exported.smoothed_path,
+                                                    plan.zoom, source.height, source.width)
+        edited = [t for t, e in enumerate(plan.edits) if e is not None]
+        if edited:
+            exported.smoothed_path = record.smoothed_path
+            exported.correction = np.stack([exported.correction[t] if e is None else
+                                            motion_file.normalized(e @ exported.correction[t])
+                                            for t, e in enumerate(plan.edits)])
+            exported.correction_fit_rms_px = None  # the fit was of the unedited warp
+        path_report = {"file": os.path.abspath(motion_path), "frames_moved": len(edited),
+                       "max_corner_shift_px": float(shifts.max())}
     timings["smooth_ms_per_frame"] = 1000 * (time.perf_counter() - t0) / n
 
     track_in = track_out = None
@@ -254,6 +297,11 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
             written["tracks_plot"] = paths["tracks_plot"]
         if written:
             result["plots"] = {k: os.path.abspath(v) for k, v in written.items()}
+        if path_report is not None:
+            result["path"] = path_report
+        if export_motion:
+            motion_file.write(outputs.file(export_motion), exported)
+            result["motion_file"] = os.path.abspath(export_motion)
         result["report"] = os.path.abspath(paths["json"])
         report = {k: v for k, v in result.items() if k != "report"}
         tmp = outputs.file(paths["json"])
