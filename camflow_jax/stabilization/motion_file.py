@@ -285,7 +285,7 @@ def write(path: str, rec: MotionRecord) -> None:
                                   for j in range(3)]
     header += ["pair_fit_rms_px", "correction_fit_rms_px"] + [f"coefficient_{i}" for i in range(k)]
     with open(path, "w", newline="") as f:
-        for key, value in _meta(rec).items():
+        for key, value in dict(_meta(rec), stats=rec.stats).items():
             f.write(f"# {key}: {json.dumps(value)}\n")
         wr = csv.writer(f)
         wr.writerow(header)
@@ -359,12 +359,23 @@ def _array(v, what):
 
 def _stack(rows, what, n):
     """Per-frame values (None where absent) -> array, or None when all are absent; a partly
-    missing column is an error."""
+    missing column, or a frame whose entry has another shape than the others, is an error."""
     present = [r is not None for r in rows[:n]]
     if not any(present):
         return None
     if not all(present):
         raise _Bad(f"{what} is missing for frame {present.index(False)}")
+    shapes = []
+    for r in rows[:n]:
+        try:
+            shapes.append(np.shape(r))
+        except ValueError:  # ragged nesting
+            shapes.append(None)
+    want = (3, 3) if what in _MATRICES else shapes[0]
+    for t, sh in enumerate(shapes):
+        if sh != want:
+            got = "a ragged shape" if sh is None else f"shape {list(sh)}"
+            raise _Bad(f"{what} at frame {t} has {got}, not {list(want)}")
     return _array(rows[:n], what)
 
 
@@ -468,8 +479,9 @@ def _read_csv(path) -> MotionRecord:
     for m in _MATRICES:
         count = n - 1 if m == "pair_homography" else n
         vals = column([f"{m}_{i}{j}" for i in range(3) for j in range(3)], m, count)
-        arr = None if vals is None else _stack(vals, m, count)
-        cols[m] = None if arr is None else arr.reshape(-1, 3, 3)
+        if vals is not None:
+            vals = [None if v is None else np.reshape(v, (3, 3)) for v in vals]
+        cols[m] = None if vals is None else _stack(vals, m, count)
     for name, count in (("pair_fit_rms_px", n - 1), ("correction_fit_rms_px", n), ("time", n)):
         vals = column([name], name, count)
         arr = None if vals is None else _stack(vals, name, count)

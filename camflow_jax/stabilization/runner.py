@@ -264,6 +264,7 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
         result = {
             "input": os.path.abspath(input_path), "output": os.path.abspath(output_path),
             "estimator": motion.estimator, "estimator_stats": motion.stats,
+            "motion_source": plan.motion_origin,
             "frames": n, "fps": source.fps, "seconds": n / source.fps,
             "frame_size": [source.height, source.width],
             "working_size": list(motion.flows.shape[1:3]),
