@@ -209,7 +209,12 @@ class Predictor:
         self.depth_sigmas = sigmas
         self.variables = jax.device_put(variables)
         self._forward = jax.jit(self._forward_impl)
-        self._refine = jax.jit(self._refine_impl, static_argnames=("cfg",))
+        # The refinement as three jitted pieces (bases, starts, solver), each compiled once per
+        # working size: one jit around all three ran 1.2-1.4x slower on a 2-core CPU (XLA fused
+        # the depth-basis construction into the solver's consumers; docs/refinement.md, "Cost").
+        self._refine_bases_jit = jax.jit(self._refine_bases)
+        self._refine_starts = jax.jit(self._starts_impl, static_argnames=("cfg",))
+        self._refine_motion = jax.jit(refine_lib.refine_motion, static_argnames=("cfg",))
         self._fit_homography = jax.jit(geometry.fit_homography)
         self.refine_config = self._refine_setting(refine, refine_lib.RefineConfig())
         self._static_cache = {}
@@ -324,12 +329,9 @@ class Predictor:
         return (jnp.concatenate([u, dep[..., 0] * (w / self.width)]),
                 jnp.concatenate([v, dep[..., 1] * (h / self.height)]))
 
-    def _refine_impl(self, static_uv, g1, g2, depth, K, coeffs, hflow, *, cfg):
-        """Refines one direction (``g1`` -> ``g2``, ``depth`` of ``g1``) on grey images at the
-        working size. Jitted once per size and called for each direction (one compilation).
-        ``depth``/``K`` and the homography flow are given at the working size too."""
-        h, w = g1.shape
-        bases = self._refine_bases(static_uv, depth, K)
+    def _starts_impl(self, bases, coeffs, hflow, *, cfg):
+        """``[S, N]`` start coefficients, in ``cfg.starts`` order, for one direction."""
+        h, w = bases[0].shape[1:]
         coarse = refine_lib.pyramid_sizes(h, w, cfg.levels)[-1]
         starts = []
         for name in cfg.starts:
@@ -339,7 +341,17 @@ class Predictor:
                 starts.append(jnp.zeros_like(coeffs))
             else:  # "homography": a feature homography's flow, projected on the bases
                 starts.append(refine_lib.project_flow(hflow, jnp.stack(bases, axis=-1), coarse))
-        return refine_lib.refine_motion(g1, g2, bases, jnp.stack(starts), cfg)
+        return jnp.stack(starts)
+
+    def _refine_direction(self, static_uv, g1, g2, depth, K, coeffs, hflow, cfg):
+        """Refines one direction (``g1`` -> ``g2``, ``depth`` of ``g1``) on grey images at the
+        working size; ``depth``/``K`` and the homography flow are given at that size too."""
+        bases = self._refine_bases_jit(static_uv, depth, K) if self.num_depth else static_uv
+        if cfg.starts == ("network",):
+            starts = jnp.asarray(coeffs, jnp.float32)[None]
+        else:
+            starts = self._refine_starts(bases, coeffs, hflow, cfg=cfg)
+        return self._refine_motion(g1, g2, bases, starts, cfg=cfg)
 
     def _feature_start(self, img1, img2):
         """Flows of a SIFT + MAGSAC homography (forward, backward), or zeros when it fails."""
@@ -416,7 +428,7 @@ class Predictor:
         else:
             hf = hb = np.zeros((1, 1, 2), np.float32)
         static_uv = self._static_refine_bases(size)
-        runs = [self._refine(static_uv, a, b, d, Kw, c, hflow, cfg=cfg)
+        runs = [self._refine_direction(static_uv, a, b, d, Kw, c, hflow, cfg)
                 for a, b, d, c, hflow in ((g1, g2, d1, out["coeffs_f"], hf), (g2, g1, d2, out["coeffs_b"], hb))]
         runs[0]["homography"] = self._fit_homography(runs[0]["flow"])
         runs = [{k: np.asarray(v) for k, v in jax.device_get(r).items()} for r in runs]
