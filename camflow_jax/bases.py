@@ -38,6 +38,7 @@ from camflow_jax import geometry
 
 __all__ = [
     "homography_bases",
+    "depth_translational_components",
     "homography_bases_first_order",
     "stochastic_bases",
     "default_depth_sigmas",
@@ -197,6 +198,20 @@ def _kth_smallest_nonneg(x: jax.Array, k: jax.Array, valid: jax.Array) -> jax.Ar
 def quantile_nonneg(x: jax.Array, q: float, valid: jax.Array | None = None) -> jax.Array:
     """``np.quantile(x[valid], q)`` (linear interpolation) of non-negative values, without a sort."""
     x = jnp.ravel(x).astype(jnp.float32)
+    if valid is None and x.size > 1:
+        # Every entry counts, so the order statistics' ranks are static: near either end
+        # (e.g. the 99th percentile) a partial sort of the few largest (or smallest) entries is
+        # exact and cheaper than the counting passes (2.6x at 46k entries on a 2-core CPU).
+        size = x.size
+        pos = np.float32(q) * np.float32(size - 1)  # float32, as the general path below
+        i = int(np.floor(pos))  # static
+        if size - i <= size // 16:  # ranks i, i + 1 among the largest size - i
+            top = jax.lax.top_k(x, size - i)[0]  # descending: top[j] is rank size - 1 - j
+            # The barrier keeps XLA's CPU backend from rewriting top_k + indexing into a full
+            # sort (30x slower at 46k entries).
+            top = jax.lax.optimization_barrier(top)
+            lo, hi = top[size - 1 - i], top[max(size - 2 - i, 0)]
+            return lo + (pos - np.float32(i)) * (hi - lo)
     valid = jnp.ones(x.shape, bool) if valid is None else jnp.ravel(valid)
     n = jnp.sum(valid)
     pos = q * (jnp.maximum(n, 1) - 1).astype(jnp.float32)
@@ -249,6 +264,18 @@ def depth_translational_bases(depth, K, sigmas: Sequence[float] | None = None, *
       K: ``[4]`` intrinsics. sigmas: blur per level in pixels (default
         :func:`default_depth_sigmas`). Batched use: ``jax.vmap`` over depth and K.
     """
+    u, v = depth_translational_components(depth, K, sigmas, min_depth_ratio=min_depth_ratio,
+                                          percentile=percentile)
+    return jnp.stack([u, v], axis=-1)
+
+
+def depth_translational_components(depth, K, sigmas: Sequence[float] | None = None, *,
+                                   min_depth_ratio: float = 0.05, percentile: float = 99.0):
+    """:func:`depth_translational_bases` as its components ``(u, v)``, each ``[3 * len(sigmas), H, W]``
+    (what the refinement reads; building them apart saves a copy of the stacked bases).
+
+    The percentiles of all levels are found in one batched pass (one counting loop instead of
+    one per basis)."""
     depth = jnp.asarray(depth, jnp.float32)
     if depth.ndim != 2:
         raise ValueError(f"depth_translational_bases: depth must be [H, W], got shape {depth.shape}")
@@ -261,22 +288,22 @@ def depth_translational_bases(depth, K, sigmas: Sequence[float] | None = None, *
     d0 = _clean_depth(depth, min_depth_ratio)
     g = geometry.pixel_grid(h, w)
     fx, fy, cx, cy = K[0], K[1], K[2], K[3]
-    out = []
-    radius = jnp.sqrt((g[..., 0] - cx) ** 2 + (g[..., 1] - cy) ** 2)
-    for sigma in sigmas:
-        inv = 1.0 / geometry.gaussian_blur(d0, float(sigma))
-        zero = jnp.zeros_like(inv)
-        # |f^x| = |fx| inv and |f^y| = |fy| inv share one percentile (it commutes with scaling).
-        p_inv = quantile_nonneg(inv, percentile / 100.0)
-        p_z = quantile_nonneg(radius * inv, percentile / 100.0)
-        fields = [
-            (jnp.stack([fx * inv, zero], axis=-1), jnp.abs(fx) * p_inv),
-            (jnp.stack([zero, fy * inv], axis=-1), jnp.abs(fy) * p_inv),
-            (-jnp.stack([(g[..., 0] - cx) * inv, (g[..., 1] - cy) * inv], axis=-1), p_z),
-        ]
-        for f, scale in fields:
-            out.append(f / jnp.maximum(scale, 1e-12))
-    return jnp.stack(out)
+    dx, dy = g[..., 0] - cx, g[..., 1] - cy
+    radius = jnp.sqrt(dx ** 2 + dy ** 2)
+    inv = jnp.stack([1.0 / geometry.gaussian_blur(d0, float(sigma)) for sigma in sigmas])  # [S, H, W]
+    # |f^x| = |fx| inv and |f^y| = |fy| inv share one percentile (it commutes with scaling).
+    q = jax.vmap(lambda x: quantile_nonneg(x, percentile / 100.0))(jnp.concatenate([inv, radius * inv]))
+    s = len(sigmas)
+    p_inv, p_z = q[:s, None, None], q[s:, None, None]
+    zero = jnp.zeros_like(inv)
+    fx_n = (fx * inv) / jnp.maximum(jnp.abs(fx) * p_inv, 1e-12)
+    fy_n = (fy * inv) / jnp.maximum(jnp.abs(fy) * p_inv, 1e-12)
+    z_scale = jnp.maximum(p_z, 1e-12)
+    zu, zv = -(dx * inv) / z_scale, -(dy * inv) / z_scale
+    # per level: f^x, f^y, f^z
+    u = jnp.stack([fx_n, zero, zu], axis=1).reshape(3 * s, h, w)
+    v = jnp.stack([zero, fy_n, zv], axis=1).reshape(3 * s, h, w)
+    return u, v
 
 
 def static_bases(h: int, w: int, num_homography: int = 12, num_stochastic: int = 12,

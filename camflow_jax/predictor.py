@@ -214,7 +214,8 @@ class Predictor:
         # the depth-basis construction into the solver's consumers; docs/refinement.md, "Cost").
         self._refine_bases_jit = jax.jit(self._refine_bases)
         self._refine_starts = jax.jit(self._starts_impl, static_argnames=("cfg",))
-        self._refine_motion = jax.jit(refine_lib.refine_motion, static_argnames=("cfg",))
+        self._pyramid = jax.jit(refine_lib.image_pyramid, static_argnames=("cfg",))
+        self._refine_motion = jax.jit(refine_lib.refine_with_pyramids, static_argnames=("cfg",))
         self._fit_homography = jax.jit(geometry.fit_homography)
         self.refine_config = self._refine_setting(refine, refine_lib.RefineConfig())
         self._static_cache = {}
@@ -325,9 +326,8 @@ class Predictor:
             return u, v
         h, w = depth.shape
         sigmas = tuple(float(s) * w / self.width for s in self.depth_sigmas)
-        dep = bases_mod.depth_translational_bases(depth, K, sigmas)
-        return (jnp.concatenate([u, dep[..., 0] * (w / self.width)]),
-                jnp.concatenate([v, dep[..., 1] * (h / self.height)]))
+        du, dv = bases_mod.depth_translational_components(depth, K, sigmas)
+        return jnp.concatenate([u, du * (w / self.width)]), jnp.concatenate([v, dv * (h / self.height)])
 
     def _starts_impl(self, bases, coeffs, hflow, *, cfg):
         """``[S, N]`` start coefficients, in ``cfg.starts`` order, for one direction."""
@@ -343,15 +343,16 @@ class Predictor:
                 starts.append(refine_lib.project_flow(hflow, jnp.stack(bases, axis=-1), coarse))
         return jnp.stack(starts)
 
-    def _refine_direction(self, static_uv, g1, g2, depth, K, coeffs, hflow, cfg):
-        """Refines one direction (``g1`` -> ``g2``, ``depth`` of ``g1``) on grey images at the
-        working size; ``depth``/``K`` and the homography flow are given at that size too."""
+    def _refine_direction(self, static_uv, pyr1, pyr2, depth, K, coeffs, hflow, cfg):
+        """Refines one direction (image 1 -> image 2 of the pyramids ``pyr1``, ``pyr2``;
+        ``depth`` of image 1) at the working size; ``depth``/``K`` and the homography flow are
+        given at that size too."""
         bases = self._refine_bases_jit(static_uv, depth, K) if self.num_depth else static_uv
         if cfg.starts == ("network",):
-            starts = jnp.asarray(coeffs, jnp.float32)[None]
+            starts = np.asarray(coeffs, np.float32)[None]
         else:
             starts = self._refine_starts(bases, coeffs, hflow, cfg=cfg)
-        return self._refine_motion(g1, g2, bases, starts, cfg=cfg)
+        return self._refine_motion(pyr1, pyr2, bases, starts, cfg=cfg)
 
     def _feature_start(self, img1, img2):
         """Flows of a SIFT + MAGSAC homography (forward, backward), or zeros when it fails."""
@@ -415,7 +416,11 @@ class Predictor:
             x = np.asarray(x, np.float32)
             return x if (h, w) == (H0, W0) else cv2.resize(x, (w, h), interpolation=interp)
 
-        g1, g2 = down(np.asarray(img1, np.float32).mean(-1)), down(np.asarray(img2, np.float32).mean(-1))
+        def grey(img):  # refine.gray (the channel mean) at the working size; resizing first is
+            x = down(img)  # the same linear map, on a quarter of the pixels
+            return x.mean(-1, dtype=np.float32) if x.ndim == 3 else x
+
+        g1, g2 = grey(img1), grey(img2)
         if self.num_depth:
             d1, d2 = down(depth1, cv2.INTER_LINEAR), down(depth2, cv2.INTER_LINEAR)
             Kw = np.asarray(geometry.resize_intrinsics(K, (H0, W0), size), np.float32)
@@ -428,8 +433,9 @@ class Predictor:
         else:
             hf = hb = np.zeros((1, 1, 2), np.float32)
         static_uv = self._static_refine_bases(size)
+        p1, p2 = self._pyramid(g1, cfg=cfg), self._pyramid(g2, cfg=cfg)  # each image once
         runs = [self._refine_direction(static_uv, a, b, d, Kw, c, hflow, cfg)
-                for a, b, d, c, hflow in ((g1, g2, d1, out["coeffs_f"], hf), (g2, g1, d2, out["coeffs_b"], hb))]
+                for a, b, d, c, hflow in ((p1, p2, d1, out["coeffs_f"], hf), (p2, p1, d2, out["coeffs_b"], hb))]
         runs[0]["homography"] = self._fit_homography(runs[0]["flow"])
         runs = [{k: np.asarray(v) for k, v in jax.device_get(r).items()} for r in runs]
         res = {k: np.stack([r[k] for r in runs]) for k in runs[1]}

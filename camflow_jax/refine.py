@@ -43,7 +43,8 @@ from camflow_jax import bases as bases_lib
 from camflow_jax import geometry
 
 __all__ = ["RefineConfig", "gray", "local_normalize", "image_gradients", "pyramid_sizes",
-           "downsample2", "resample_bases", "residual", "jacobian", "refine_motion", "refine_pair",
+           "downsample2", "resample_bases", "image_pyramid", "residual", "jacobian", "refine_motion",
+           "refine_with_pyramids", "refine_pair",
            "project_flow", "CAUCHY_C"]
 
 #: Cauchy width in units of the robust sigma (95 % efficiency on Gaussian noise).
@@ -242,11 +243,20 @@ def jacobian(grad, bu, bv):
 
 
 # ----------------------------------------------------------------------------- one level
-def _level_images(g1, g2, cfg: RefineConfig):
-    """(phi1 ``[h, w]``, (phi2, d/dx, d/dy) stacked ``[h, w, 3]``) of one level's grey images."""
-    phi1 = local_normalize(g1, cfg.local_sigma, cfg.epsilon, cfg.presmooth)
-    phi2 = local_normalize(g2, cfg.local_sigma, cfg.epsilon, cfg.presmooth)
-    return phi1, jnp.concatenate([phi2[..., None], image_gradients(phi2)], axis=-1)
+def image_pyramid(g: jax.Array, cfg: RefineConfig = RefineConfig()) -> tuple[jax.Array, ...]:
+    """The per-level description of one grey image ``[H, W]``: a tuple, coarsest level first,
+    of ``[h, w, 3]`` stacks (phi, d phi/dx, d phi/dy) with phi the locally normalised intensity
+    (:func:`local_normalize`) of the image halved (:func:`downsample2`) level by level. An image
+    plays both roles in a pair (image 2 of one direction, image 1 of the other), so a pair needs
+    two pyramids, not four (:func:`refine_pair`)."""
+    levels = [jnp.asarray(g, jnp.float32)]
+    for _ in range(cfg.levels - 1):
+        levels.append(_half(levels[-1]))
+    out = []
+    for a in levels[::-1]:
+        phi = local_normalize(a, cfg.local_sigma, cfg.epsilon, cfg.presmooth)
+        out.append(jnp.concatenate([phi[..., None], image_gradients(phi)], axis=-1))
+    return tuple(out)
 
 
 def _level_data(phi1, stack2, bu, bv, stride: int):
@@ -284,11 +294,9 @@ def _evaluate(data, coeffs, sigma, grad1=None):
     return rho.sum() / p, jnp.einsum("np,mp->nm", Jw, Jt) / p, Jw @ r / p
 
 
-def _solve(A, g, lam, mask):
-    """LM step; coefficients with ``mask`` 0 stay where they are."""
+def _solve(A, g, lam):
+    """LM step ``-(A + lam diag(A) + eps I)^-1 g``."""
     n = A.shape[0]
-    A = A * mask[:, None] * mask[None, :] + jnp.diag(1.0 - mask)
-    g = g * mask
     d = jnp.diag(A)
     # The absolute floor (1e-6, in the normal equations' units: normalised intensity x pixels)
     # keeps a step from a textureless image, where A and g are round-off, at round-off size.
@@ -296,21 +304,22 @@ def _solve(A, g, lam, mask):
     return -jnp.linalg.solve(reg, g)
 
 
-def _level(data, coeffs0, sigma, max_iters: int, cfg: RefineConfig, bmax, mask, grad1=None):
-    """LM iterations at one level from ``coeffs0`` with a fixed robust scale ``sigma``.
-    Returns (coeffs, cost, iterations)."""
+def _level(data, coeffs0, sigma, max_iters: int, cfg: RefineConfig, grad1=None):
+    """LM iterations at one level from ``coeffs0`` with a fixed robust scale ``sigma`` (over
+    the bases in ``data``). Returns (coeffs, cost, iterations)."""
     cost0, A0, g0 = _evaluate(data, coeffs0, sigma, grad1)
 
     def cond(s):
         return (s["it"] < max_iters) & ~s["done"]
 
     def body(s):
-        delta = _solve(s["A"], s["g"], s["lam"], mask)
+        delta = _solve(s["A"], s["g"], s["lam"])
         delta = jnp.where(jnp.all(jnp.isfinite(delta)), delta, 0.0)
         cand = s["w"] + delta
         cost, A, g = _evaluate(data, cand, sigma, grad1)
         ok = jnp.isfinite(cost) & (cost < s["cost"])
-        change = jnp.sum(jnp.abs(delta) * bmax)
+        # the largest flow change at the level's pixels
+        change = jnp.maximum(jnp.max(jnp.abs(delta @ data[3])), jnp.max(jnp.abs(delta @ data[4])))
         new = {
             "w": jnp.where(ok, cand, s["w"]),
             "cost": jnp.where(ok, cost, s["cost"]),
@@ -368,8 +377,14 @@ def refine_motion(img1, img2, bases, starts, cfg: RefineConfig = RefineConfig())
       ``[levels]`` (coarsest first), ``start`` (index of the start that won), ``improved`` (bool:
       False means the reference start was returned), ``sigma`` (the final robust scale).
     """
-    g1, g2 = gray(img1), gray(img2)
-    H, W = g1.shape
+    return refine_with_pyramids(image_pyramid(gray(img1), cfg), image_pyramid(gray(img2), cfg),
+                                bases, starts, cfg)
+
+
+def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineConfig()) -> dict:
+    """:func:`refine_motion` from the images' :func:`image_pyramid` s (``pyr1`` of image 1,
+    ``pyr2`` of image 2, made with the same ``cfg``); same arguments and results otherwise."""
+    H, W = pyr1[-1].shape[:2]
     if isinstance(bases, (tuple, list)):
         bu, bv = (jnp.asarray(b, jnp.float32) for b in bases)
     else:
@@ -377,30 +392,33 @@ def refine_motion(img1, img2, bases, starts, cfg: RefineConfig = RefineConfig())
         bu, bv = bases[..., 0], bases[..., 1]
     starts = jnp.asarray(starts, jnp.float32)
     starts = jnp.where(jnp.isfinite(starts), starts, 0.0)  # never propagate NaN from a start
-    # The pyramid, finest first: grey images and basis components halved level by level, and
-    # each level's arrays (shared by every start).
-    pyr = [(g1, g2, bu, bv)]
+    # The bases halved level by level (coarsest first), like the images.
+    bpyr = [(bu, bv)]
     for _ in range(cfg.levels - 1):
-        a, b, u, v = pyr[-1]
-        pyr.append((_half(a), _half(b), _half(u) * 0.5, _half(v) * 0.5))
+        u, v = bpyr[-1]
+        bpyr.append((_half(u) * 0.5, _half(v) * 0.5))
     n = bu.shape[0]
     levels = []
-    for li, (a, b, u, v) in enumerate(pyr[::-1]):  # coarsest first
-        phi1, stack2 = _level_images(a, b, cfg)
-        data = _level_data(phi1, stack2, u, v, cfg.strides[li])
+    for li, (u, v) in enumerate(bpyr[::-1]):  # coarsest first
         k = cfg.strides[li]
-        grad1 = image_gradients(phi1)[::k, ::k].reshape(-1, 2) if cfg.esm else None
-        bmax = jnp.maximum(jnp.max(jnp.abs(data[3]), axis=1), jnp.max(jnp.abs(data[4]), axis=1))
-        mask = (jnp.arange(n) < (cfg.active[li] or n)).astype(jnp.float32)
-        levels.append((data, bmax, mask, grad1))
-    full = _level_data(phi1, stack2, bu, bv, 1)  # the finest level, every pixel
+        data = _level_data(pyr1[li][..., 0], pyr2[li], u, v, k)
+        grad1 = pyr1[li][::k, ::k, 1:].reshape(-1, 2) if cfg.esm else None
+        levels.append((data, min(cfg.active[li] or n, n), grad1))
+    full = _level_data(pyr1[-1][..., 0], pyr2[-1], bu, bv, 1)  # the finest level, every pixel
 
     def coarse_to_fine(coeffs):
         its = []
-        for li, (data, bmax, mask, grad1) in enumerate(levels):
+        for li, (data, m, grad1) in enumerate(levels):
             r0, _, in0 = residual(*data, coeffs)
             sigma = _robust_sigma(r0, in0, cfg)
-            coeffs, _, it = _level(data, coeffs, sigma, cfg.iterations[li], cfg, bmax, mask, grad1)
+            if m < n:  # only the first m bases move: the others' flow is a fixed offset
+                phi1_pts, stack2, pts, u, v = data
+                pts = pts + jnp.stack([coeffs[m:] @ u[m:], coeffs[m:] @ v[m:]])
+                head, _, it = _level((phi1_pts, stack2, pts, u[:m], v[:m]), coeffs[:m], sigma,
+                                     cfg.iterations[li], cfg, grad1)
+                coeffs = jnp.concatenate([head, coeffs[m:]])
+            else:
+                coeffs, _, it = _level(data, coeffs, sigma, cfg.iterations[li], cfg, grad1)
             its.append(it)
         return coeffs, jnp.stack(its)
 
@@ -451,6 +469,7 @@ def refine_pair(img1, img2, bases_f, bases_b, starts_f, starts_b, cfg: RefineCon
     compiles it once. Neither ``vmap`` (a batched while_loop runs every direction for as long as
     the slowest) nor ``lax.map`` (1.6x slower on a 2-core CPU at 160x288: 238 against 151 ms,
     docs/refinement.md) is faster."""
-    fwd = refine_motion(img1, img2, bases_f, starts_f, cfg)
-    bwd = refine_motion(img2, img1, bases_b, starts_b, cfg)
+    p1, p2 = image_pyramid(gray(img1), cfg), image_pyramid(gray(img2), cfg)
+    fwd = refine_with_pyramids(p1, p2, bases_f, starts_f, cfg)
+    bwd = refine_with_pyramids(p2, p1, bases_b, starts_b, cfg)
     return jax.tree.map(lambda a, b: jnp.stack([a, b]), fwd, bwd)
