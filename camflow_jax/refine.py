@@ -82,7 +82,7 @@ class RefineConfig:
     """
 
     levels: int = 3
-    iterations: tuple[int, ...] = (20, 10, 6)
+    iterations: tuple[int, ...] = (12, 10, 6)
     strides: tuple[int, ...] = (1, 2, 4)
     max_size: int = 288
     local_sigma: float = 4.0
@@ -90,7 +90,7 @@ class RefineConfig:
     epsilon: float = 2.0
     sigma_min: float = 0.02
     damping: float = 1e-3
-    tol: float = 0.005
+    tol: float = 0.02
     active: tuple[int, ...] = (12, 0, 0)
     starts: tuple[str, ...] = ("network",)
     esm: bool = True
