@@ -66,8 +66,11 @@ Reproduce the Performance page's numbers (docs/performance.md) on an otherwise i
 
     python tools/benchmark.py --mode flows_only --height 320 --width 576 --repeats 15 \\
         --out docs/benchmarks/cpu_2core_flows_only.json
-    python tools/benchmark.py --mode roofline --height 320 --width 576 --train-batch 2 \\
+    python tools/benchmark.py --mode roofline --height 320 --width 576 --train-batch 2 --fast-compile \\
         --out docs/benchmarks/roofline_320x576.json
+
+(``--fast-compile`` only lowers LLVM's optimization level; XLA's HLO passes, fusion included, and
+so the counts the roofline uses are the same);
 
 (the second is the batch-1 inference latency with more repeats; the train step at 320x576 and
 batch 8 needs ~29 GiB, hence ``--train-batch 2`` on machines with less memory).
