@@ -158,6 +158,7 @@ def small_predictor_bf16(small_predictor):
     return Predictor(p.model, p.variables, p.static_bases, p.model_config, dtype="bfloat16")
 
 
+@pytest.mark.slow  # compiles the bf16 network (225 s at load 9 on 2 cores); tests/test_models.py has a fast sibling
 def test_bf16_inference_agrees_with_float32(small_predictor, small_predictor_bf16):
     p32, p16 = small_predictor, small_predictor_bf16
     assert p16.model.config.dtype == "bfloat16" and p32.model.config.dtype == "float32"
