@@ -28,9 +28,9 @@ from pathlib import Path
 
 __all__ = ["MODES", "BenchmarkOptions", "run", "bench_infer", "bench_train", "bench_refine", "build_train",
            "load_config", "apply_groups", "arch_keys", "machine_info", "compile_fn", "flops_of", "memory_of",
-           "timing_summary"]
+           "timing_summary", "bench_roofline", "inference_predictor", "bench_flows_only"]
 
-MODES = ("infer", "train", "all", "refine")
+MODES = ("infer", "train", "all", "refine", "roofline", "flows_only")
 
 # Fields of ``Compiled.memory_analysis()`` reported when the installed jaxlib has them.
 _MEMORY_FIELDS = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
@@ -264,6 +264,53 @@ def bench_infer(opts: BenchmarkOptions, batch: int, config) -> dict:
     }
 
 
+def bench_flows_only(opts: BenchmarkOptions, config) -> dict:
+    """The network forward with the mask net (confidence) and without it (the flows-only path),
+    both compiled, timed interleaved (``--repeats`` each after ``--warmup``) so that load changes
+    hit both alike; same random weights, inputs and ``--groups`` as mode infer."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from camflow_jax.models import build_model, init_variables
+
+    groups = _parse_groups(opts.groups) or [12, 12]
+    model = build_model({**_arch(config), "group_sizes": groups, "dtype": opts.dtype})
+    b, h, w = opts.batch, opts.height, opts.width
+    rng = np.random.default_rng(0)
+    g1 = jnp.asarray(rng.standard_normal((b, h, w, 1), np.float32))
+    g2 = jnp.asarray(rng.standard_normal((b, h, w, 1), np.float32))
+    bases = jnp.asarray(rng.uniform(-1, 1, (sum(groups), h, w, 2)).astype(np.float32))
+    variables = init_variables(model, jax.random.key(0), h, w)
+    fns = {}
+    for conf in (True, False):
+        fns[conf], _, _ = compile_fn(jax.jit(lambda v, a, c, bs, conf=conf: model.apply(v, a, c, bs, confidence=conf)),
+                                     variables, g1, g2, bases, fast=opts.fast_compile)
+    full, flows = (fns[True](variables, g1, g2, bases), fns[False](variables, g1, g2, bases))
+    same = bool(np.array_equal(np.asarray(full["flow_f"]), np.asarray(flows["flow_f"])))
+    for _ in range(opts.warmup):
+        for conf in (True, False):
+            jax.block_until_ready(fns[conf](variables, g1, g2, bases))
+    load_before = _loadavg()
+    times = {True: [], False: []}
+    for _ in range(opts.repeats):
+        for conf in (True, False):
+            t0 = time.perf_counter()
+            jax.block_until_ready(fns[conf](variables, g1, g2, bases))
+            times[conf].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"measurement": "flows_only", "height": h, "width": w, "batch": b, "groups": groups,
+            "dtype": opts.dtype, "arch": opts.arch, **_arch(config), "repeats": opts.repeats,
+            "warmup": opts.warmup, "flows_identical": same,
+            "with_confidence_median_s": round(med[True], 4), "flows_only_median_s": round(med[False], 4),
+            "saved_fraction": round(1 - med[False] / med[True], 3),
+            "paired_saved_median_s": round(statistics.median(np.subtract(times[True], times[False])), 4),
+            "with_confidence_flops": flops_of(fns[True]), "flows_only_flops": flops_of(fns[False]),
+            "with_confidence_s": [round(t, 4) for t in times[True]],
+            "flows_only_s": [round(t, 4) for t in times[False]],
+            "loadavg_before": load_before, "loadavg_after": _loadavg()}
+
+
 # ----------------------------------------------------------------------------------------------
 # Test-time refinement (the Predictor's, shipped model)
 # ----------------------------------------------------------------------------------------------
@@ -314,6 +361,118 @@ def bench_refine(opts: BenchmarkOptions) -> dict:
         "refine_info": {k: info[k] for k in ("iterations", "start", "improved", "working_size_hw")},
         "loadavg_before": load_before, "loadavg_after": _loadavg(),
     }
+
+
+# ----------------------------------------------------------------------------------------------
+# Roofline estimates for accelerators (camflow_jax.accel): XLA's counts, no timing
+# ----------------------------------------------------------------------------------------------
+
+def inference_predictor(config, groups, dtype: str):
+    """A :class:`~camflow_jax.predictor.Predictor` of ``config``'s network structure and size with
+    ``groups`` bases (static bases from the config's ``bases`` section, random weights drawn
+    as the trainer draws them) computing in ``dtype``."""
+    import jax
+
+    from camflow_jax import models, trainer
+    from camflow_jax.predictor import Predictor
+
+    config = config.copy_and_resolve_references()
+    apply_groups(config, groups)
+    model_config = trainer.model_config_from(config)
+    model = models.build_model(model_config)
+    variables = models.init_variables(model, jax.random.key(0), config.model.height, config.model.width)
+    return Predictor(model, variables, None, model_config, dtype=dtype)
+
+
+def _analysed(calls, fast: bool) -> list[dict]:
+    """Cost analysis of each distinct captured call (the two refinement directions share one)."""
+    import jax
+
+    from camflow_jax import accel
+
+    out, seen = [], {}
+    for c in calls:
+        shapes = jax.tree.map(lambda a: (getattr(a, "shape", None), str(getattr(a, "dtype", ""))), c.args)
+        key = (c.name, repr(sorted(c.kwargs.items())), str(shapes))
+        if key not in seen:
+            t0 = time.perf_counter()
+            compiled = c.lower().compile(compiler_options={"xla_backend_optimization_level": 0} if fast else None)
+            seen[key] = {**accel.cost_of(compiled), "compile_s": round(time.perf_counter() - t0, 1)}
+        out.append({"function": c.name, **seen[key]})
+    return out
+
+
+def _roofline_rows(name: str, dtype: str, parts: list[dict], pairs: int) -> dict:
+    from camflow_jax import accel
+
+    flops = sum(p["flops"] or 0.0 for p in parts)
+    nbytes = sum(p["bytes_accessed"] or 0.0 for p in parts)
+    return {"measurement": "roofline", "computation": name, "dtype": dtype, "pairs_per_call": pairs,
+            "flops_per_pair": flops / pairs, "bytes_accessed_per_pair": nbytes / pairs, "calls": parts,
+            "estimates": {k: {**accel.roofline(flops / pairs, nbytes / pairs, k, dtype),
+                              "pairs_per_s_upper_bound": pairs / accel.roofline(flops, nbytes, k, dtype)["lower_bound_s"]}
+                          for k in accel.DEVICES}}
+
+
+def bench_roofline(opts: BenchmarkOptions) -> list[dict]:
+    """Roofline estimates per pair (camflow_jax.accel.roofline) for one H100 SXM and one TPU v5e
+    chip, float32 and bfloat16: the Predictor's jitted calls for one ``--height`` x ``--width``
+    pair (flows-only network, network with confidence, flows-only + refinement; ``--groups``
+    bases, default 12,12) and the real train step at ``--train-size`` / ``--train-batch``
+    (default: the inference size, batch 2). FLOPs and bytes from XLA's cost analysis of the
+    CPU compilation; a while loop's body (one refinement iteration per level) is counted once."""
+    import numpy as np
+
+    from camflow_jax import accel
+
+    rows = []
+    groups = _parse_groups(opts.groups) or [12, 12]
+    rng = np.random.default_rng(0)
+    h, w = opts.height, opts.width
+    img1 = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+    img2 = np.roll(img1, (2, 3), axis=(0, 1))
+    dtypes = ("float32", "bfloat16")
+    refine_parts = None
+    for dtype in dtypes:
+        config = load_config(opts.config, h, w, 1, dtype, opts.arch)
+        pred = inference_predictor(config, groups, dtype)
+        flows = _analysed(accel.capture_jitted_calls(pred, img1, img2, refine=False), opts.fast_compile)
+        conf = _analysed(accel.capture_jitted_calls(pred, img1, img2, refine=False, confidence=True),
+                         opts.fast_compile)
+        if refine_parts is None:  # the refinement is float32 whatever the network computes in
+            refine_calls = [c for c in accel.capture_jitted_calls(pred, img1, img2, refine=True)
+                            if c.name != "_forward"]
+            refine_parts = _analysed(refine_calls, opts.fast_compile)
+        for name, parts in (("infer_flows_only", flows), ("infer_with_confidence", conf),
+                            ("infer_flows_only_refined", flows + refine_parts)):
+            r = _roofline_rows(name, dtype, parts, 1)
+            r.update(height=h, width=w, groups=groups, arch=opts.arch)
+            rows.append(r)
+    th, tw = (int(v) for v in (opts.train_size or f"{h}x{w}").lower().split("x"))
+    tb = opts.train_batch or 2
+    for dtype in dtypes:
+        config = load_config(opts.config, th, tw, tb, dtype, opts.arch)
+        t = build_train(config)
+        lowered = t["p_train"].lower(t["state"], _train_batch_shapes(config, t), t["static"])
+        t0 = time.perf_counter()
+        compiled = lowered.compile(compiler_options={"xla_backend_optimization_level": 0}
+                                   if opts.fast_compile else None)
+        part = {"function": "train_step", **accel.cost_of(compiled),
+                "compile_s": round(time.perf_counter() - t0, 1)}
+        r = _roofline_rows("train_step", dtype, [part], tb)
+        r.update(height=th, width=tw, groups=list(t["model_config"]["group_sizes"]), arch=opts.arch)
+        rows.append(r)
+    return rows
+
+
+def _train_batch_shapes(config, t):
+    """The train step's batch as ShapeDtypeStructs (one host batch's structure, not its data)."""
+    import jax
+
+    from camflow_jax import trainer
+
+    host = next(iter(trainer.make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), dict(host))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -472,10 +631,15 @@ def run(opts: BenchmarkOptions, on_result: Callable[[dict], None] | None = None)
 
     if opts.mode == "refine":
         emit(bench_refine(opts))
+    elif opts.mode == "roofline":
+        for r in bench_roofline(opts):
+            emit(r)
     else:
         config = load_config(opts.config, opts.height, opts.width, opts.batch, opts.dtype, opts.arch)
     if opts.mode == "infer":
         emit(bench_infer(opts, opts.batch, config))
+    if opts.mode == "flows_only":
+        emit(bench_flows_only(opts, config))
     if opts.mode == "all":
         emit(bench_infer(opts, 1, config))
         emit(bench_infer(opts, opts.batch, config))

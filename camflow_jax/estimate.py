@@ -96,7 +96,8 @@ def _make_estimator(args):
         return estimators.get(name)
     if args.checkpoint and ":" in name:
         raise ValueError(f"--method {name} names a checkpoint; do not also give --checkpoint")
-    return estimators.get(name, checkpoint=args.checkpoint)  # the model loads on first use
+    # confidence=True: write_outputs saves confidence_f.png (the model loads on first use)
+    return estimators.get(name, checkpoint=args.checkpoint, confidence=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -252,15 +252,18 @@ class _DIS(Estimator):
 class _CamFlow(Estimator):
     """A :class:`camflow_jax.predictor.Predictor`, loaded once on first use (or given as
     ``predictor``: anything called ``predictor(img1, img2, depth1=, depth2=, intrinsics=,
-    refine=)`` returning the Predictor's dict)."""
+    refine=)`` returning the Predictor's dict). ``confidence=True`` also asks it for the
+    confidence maps (``confidence=True`` in the call; logvar_f, logvar_b in ``extras``); by
+    default the network runs its flows-only path."""
 
     refine = True
 
     def __init__(self, *, checkpoint: str | None = None, channel_order: str = "rgb", predictor=None,
-                 forward_only: bool = False):
+                 forward_only: bool = False, confidence: bool = False):
         if predictor is not None and checkpoint is not None:
             raise ValueError("give a predictor or a checkpoint, not both")
         self.checkpoint, self.channel_order = checkpoint, channel_order
+        self.confidence = bool(confidence)
         self._predictor = predictor
 
     @property
@@ -273,8 +276,9 @@ class _CamFlow(Estimator):
         return self._predictor
 
     def _estimate(self, a, b, depth1, depth2, intrinsics):
+        extra = {"confidence": True} if self.confidence else {}
         out = self.predictor(a, b, depth1=depth1, depth2=depth2, intrinsics=intrinsics,
-                             refine=self.refine)
+                             refine=self.refine, **extra)
         if not isinstance(out, dict) or "flow_f" not in out:
             raise ValueError("the camflow predictor must return a dict with 'flow_f'")
         info = out.get("refine_info") or {}
@@ -324,7 +328,8 @@ def get(name: str, **options: Any) -> Estimator:
     sift_* / orb_*: ``ratio`` (0.7), ``threshold`` (3.0 px), ``min_matches``, ``max_features``;
     dis: ``preset`` ('medium'); ecc: ``min_side``, ``gauss_size``, ``iterations``, ``eps``;
     camflow*: ``checkpoint`` (default: the shipped model; ``camflow:PATH`` sets it),
-    ``channel_order``, ``predictor`` (an already loaded model). All take ``forward_only``
+    ``channel_order``, ``predictor`` (an already loaded model), ``confidence`` (also return
+    the confidence maps). All take ``forward_only``
     (True: flow_f only where skipping flow_b saves work; the stabilizer's setting).
 
     An old name (:data:`ALIASES`) works and warns once per call; CLIs :func:`resolve` it first

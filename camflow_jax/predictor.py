@@ -166,14 +166,31 @@ class Predictor:
         bases (used when ``static_bases`` is None) and ``bases.depth_sigmas`` the
         depth-pyramid blurs (default :func:`camflow_jax.bases.default_depth_sigmas`).
       channel_order: colour order of the images passed in ('rgb' or 'bgr').
+      refine: test-time refinement by default (True, False or a RefineConfig).
+      confidence: compute the confidence maps (logvar_f, logvar_b) by default. False (the
+        default) runs the flows-only network path, which skips the full-resolution mask net;
+        ``pred(..., confidence=True)`` asks for them on one call.
+      dtype: the network's compute dtype ('float32' or 'bfloat16'; None: the model config's).
+        The weights stay float32; preprocessing, bases, flows, the homography fit and the
+        refinement are float32 whatever the network computes in (docs/performance.md).
     """
 
+    confidence = False  # the default of __call__'s confidence (set by __init__)
+
     def __init__(self, model, variables, static_bases, model_config: Mapping[str, Any] | None = None,
-                 *, channel_order: str = "rgb", refine: "bool | refine_lib.RefineConfig" = True):
+                 *, channel_order: str = "rgb", refine: "bool | refine_lib.RefineConfig" = True,
+                 confidence: bool = False, dtype: str | None = None):
         if hasattr(model_config, "to_dict"):  # ml_collections.ConfigDict
             model_config = model_config.to_dict()
         cfg = dict(model_config or {})
+        if dtype is not None and dtype != getattr(getattr(model, "config", None), "dtype", None):
+            import dataclasses
+
+            if not hasattr(model, "config") or not dataclasses.is_dataclass(model.config):
+                raise ValueError(f"dtype={dtype!r} needs a CamFlow model (with a ModelConfig)")
+            model = model.clone(config=dataclasses.replace(model.config, dtype=dtype))  # validates dtype
         self.model = model
+        self.confidence = bool(confidence)
         self.model_config = cfg
         self.height = int(cfg.get("height") or DEFAULT_SIZE[0])
         self.width = int(cfg.get("width") or DEFAULT_SIZE[1])
@@ -208,7 +225,7 @@ class Predictor:
                                  f"sigmas give {3 * len(sigmas)}")
         self.depth_sigmas = sigmas
         self.variables = jax.device_put(variables)
-        self._forward = jax.jit(self._forward_impl)
+        self._forward = jax.jit(self._forward_impl, static_argnames=("confidence",))
         # The refinement as three jitted pieces (bases, starts, solver), each compiled once per
         # working size: one jit around all three ran 1.2-1.4x slower on a 2-core CPU (XLA fused
         # the depth-basis construction into the solver's consumers; docs/refinement.md, "Cost").
@@ -257,7 +274,7 @@ class Predictor:
         return pred
 
     # --------------------------------------------------------------------------- jitted core
-    def _forward_impl(self, variables, static_bases, img1, img2, depth1, depth2, K1, K2):
+    def _forward_impl(self, variables, static_bases, img1, img2, depth1, depth2, K1, K2, confidence=True):
         from camflow_jax import bases as bases_mod
         from camflow_jax.models import preprocess
 
@@ -275,18 +292,19 @@ class Predictor:
             bases_f, bases_b = per_image(depth1, K1), per_image(depth2, K2)
         else:
             bases_f, bases_b = static_bases, None
-        out = self.model.apply(variables, g1, g2, bases_f, bases_b, train=False)
+        out = self.model.apply(variables, g1, g2, bases_f, bases_b, train=False, confidence=confidence)
         flow_f = geometry.resize_flow(out["flow_f"][0].astype(jnp.float32), H0, W0)
         flow_b = geometry.resize_flow(out["flow_b"][0].astype(jnp.float32), H0, W0)
         res = {
             "flow_f": flow_f,
             "flow_b": flow_b,
-            "logvar_f": geometry.resize_bilinear_align_corners(out["logvar_f"][0].astype(jnp.float32), H0, W0),
-            "logvar_b": geometry.resize_bilinear_align_corners(out["logvar_b"][0].astype(jnp.float32), H0, W0),
             "coeffs_f": out["coeffs_f"][0].astype(jnp.float32),
             "coeffs_b": out["coeffs_b"][0].astype(jnp.float32),
             "homography": geometry.fit_homography(flow_f),
         }
+        if confidence:
+            for k in ("logvar_f", "logvar_b"):
+                res[k] = geometry.resize_bilinear_align_corners(out[k][0].astype(jnp.float32), H0, W0)
         return res
 
     @staticmethod
@@ -382,7 +400,7 @@ class Predictor:
         s = min(1.0, cfg.max_size / max(h, w))
         return max(8, round(h * s)), max(8, round(w * s))
 
-    def _predict_landscape(self, img1, img2, depth1, depth2, K, cfg=None):
+    def _predict_landscape(self, img1, img2, depth1, depth2, K, cfg=None, confidence=True):
         """Network outputs for a landscape pair at its own resolution (numpy dict)."""
         H0, W0 = img1.shape[:2]
         if self.num_depth:
@@ -396,7 +414,8 @@ class Predictor:
         # Bases and weights are arguments, not closure constants: XLA would otherwise embed them.
         out = self._forward(self.variables, self.static_bases,
                             jnp.asarray(img1, jnp.float32), jnp.asarray(img2, jnp.float32),
-                            jnp.asarray(depth1), jnp.asarray(depth2), jnp.asarray(K), jnp.asarray(K))
+                            jnp.asarray(depth1), jnp.asarray(depth2), jnp.asarray(K), jnp.asarray(K),
+                            confidence=bool(confidence))
         out = {k: np.asarray(v) for k, v in jax.device_get(out).items()}
         if cfg is None:
             return out
@@ -471,7 +490,8 @@ class Predictor:
         return out
 
     # --------------------------------------------------------------------------- public call
-    def __call__(self, img1, img2, depth1=None, depth2=None, intrinsics=None, refine=None) -> dict:
+    def __call__(self, img1, img2, depth1=None, depth2=None, intrinsics=None, refine=None,
+                 confidence=None) -> dict:
         """Estimates the camera motion between two images.
 
         Args:
@@ -482,9 +502,11 @@ class Predictor:
             model without them: f = max(H0, W0), principal point at the centre).
           refine: None (the predictor's setting, refinement on by default), True, False (the
             network alone) or a :class:`camflow_jax.refine.RefineConfig`.
+          confidence: None (the predictor's setting, off by default), True (also run the mask
+            net and return logvar_f, logvar_b) or False (flows-only).
         Returns:
-          numpy dict: flow_f, flow_b ``[H0, W0, 2]``; logvar_f, logvar_b ``[H0, W0, 1]``
-          (log-variance s >= 0, confidence exp(-s)); homography ``[3, 3]`` (fit on flow_f);
+          numpy dict: flow_f, flow_b ``[H0, W0, 2]``; with confidence, logvar_f, logvar_b
+          ``[H0, W0, 1]`` (log-variance s >= 0, confidence exp(-s)); homography ``[3, 3]`` (fit on flow_f);
           coeffs_f, coeffs_b ``[N]`` (``coeffs`` = coeffs_f); rotated (portrait handled);
           refined (bool). When refined, flow_f, flow_b, homography and coeffs are the refined
           ones, the network's are kept as net_flow_f, net_flow_b, net_homography,
@@ -519,7 +541,8 @@ class Predictor:
             if K is not None:
                 K = _rotate_intrinsics(K, W0)
         self.check_aspect(*a.shape[:2])
-        out = self._predict_landscape(a, b, d1, d2, K, cfg)
+        conf = self.confidence if confidence is None else bool(confidence)
+        out = self._predict_landscape(a, b, d1, d2, K, cfg, conf)
         flows = [k for k in ("flow_f", "flow_b", "net_flow_f", "net_flow_b") if k in out]
         maps = [k for k in ("logvar_f", "logvar_b", "weights_f", "weights_b") if k in out]
         homs = [k for k in ("homography", "net_homography") if k in out]

@@ -64,7 +64,7 @@ class _FakePredictor:
     def __init__(self, flow_value=np.nan, homography=None):
         self.flow_value, self.homography = flow_value, homography
 
-    def __call__(self, img1, img2, depth1=None, depth2=None, intrinsics=None, refine=None):
+    def __call__(self, img1, img2, depth1=None, depth2=None, intrinsics=None, refine=None, confidence=None):
         h, w = img1.shape[:2]
         flow = np.full((h, w, 2), self.flow_value, np.float32)
         H = self.homography if self.homography is not None else geometry.fit_homography(flow)

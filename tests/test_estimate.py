@@ -110,7 +110,7 @@ def test_estimate_cli_reports_refinement_and_fallback(tmp_path, monkeypatch, cap
     class Fake:
         description, num_depth, asked = "fake", 0, []
 
-        def __call__(self, img1, img2, depth1=None, depth2=None, intrinsics=None, refine=None):
+        def __call__(self, img1, img2, depth1=None, depth2=None, intrinsics=None, refine=None, confidence=None):
             self.asked.append(refine)
             h, w = img1.shape[:2]
             flow = np.full((h, w, 2), 1.0, np.float32)
@@ -238,7 +238,8 @@ def test_predictor_random_model_landscape_portrait_depth(camflow_plus):
     depth = rng.uniform(1.0, 10.0, (h, w)).astype(np.float32)
     depth[0, :5] = np.nan  # invalid depth must not leak NaN
     # refine=False: the network's outputs (the refinement has its own tests)
-    out = pred(img1, img2, depth, depth * 1.1, intrinsics=(150.0, 150.0, 80.0, 45.0), refine=False)
+    out = pred(img1, img2, depth, depth * 1.1, intrinsics=(150.0, 150.0, 80.0, 45.0), refine=False,
+               confidence=True)
     for k in ("flow_f", "flow_b"):
         assert out[k].shape == (h, w, 2) and np.all(np.isfinite(out[k]))
     assert out["logvar_f"].shape == (h, w, 1) and np.all(out["logvar_f"] >= 0)
@@ -246,7 +247,7 @@ def test_predictor_random_model_landscape_portrait_depth(camflow_plus):
     assert np.all(np.isfinite(out["homography"])) and not out["rotated"]
     # Portrait input (same pixels transposed): flows at the portrait input resolution.
     with pytest.warns(UserWarning, match="no depth"):
-        port = pred(img1.transpose(1, 0, 2), img2.transpose(1, 0, 2), refine=False)
+        port = pred(img1.transpose(1, 0, 2), img2.transpose(1, 0, 2), refine=False, confidence=True)
     assert port["rotated"] and port["flow_f"].shape == (w, h, 2)
     assert np.all(np.isfinite(port["flow_f"])) and port["logvar_b"].shape == (w, h, 1)
     with pytest.raises(ValueError, match="same size"):

@@ -25,6 +25,17 @@ Measurements (``--mode``; ``all`` runs the four in this order):
           ``--warmup``; the refinement's added time as a fraction of the network's; first-call
           seconds and jit cache sizes on that pair and on a second one (sample 1) of the same
           size (one compilation per size).
+  flows_only  the network forward with the mask net (confidence maps) and without it (the
+          flows-only path the Predictor runs by default), both compiled and timed interleaved
+          at ``--batch`` with mode infer's weights and inputs: the time the mask net costs.
+  roofline  no timing: XLA's FLOP and byte counts (cost analysis of the CPU compilation) of the
+          Predictor's jitted calls for one ``--height`` x ``--width`` pair (flows-only forward,
+          forward with confidence, flows-only forward + refinement; random weights of the
+          ``--arch`` structure with ``--groups`` bases) and of the real train step at
+          ``--train-size`` with ``--train-batch`` (default 2), each in float32 and bfloat16,
+          turned into roofline lower bounds, max(FLOPs / peak, bytes / HBM bandwidth), for one
+          H100 SXM and one TPU v5e chip (``camflow_jax.accel``: the spec numbers and their
+          sources). Estimates, not measurements.
 
 The network structure is the released CamFlow's (embed 24, depths (2, 4, 6), heads (3, 12, 24);
 ``--arch release``, the default) in every mode, or the ``model`` section of ``--config``
@@ -52,6 +63,14 @@ Reproduce the Performance page's numbers (docs/performance.md) on an otherwise i
         --repeats 3 --warmup 1 --out docs/benchmarks/cpu_2core.json
     python tools/benchmark.py --mode infer --height 320 --width 576 --batch 1 --groups 12,12 --repeats 15 \\
         --out docs/benchmarks/cpu_2core_infer_b1.json
+
+    python tools/benchmark.py --mode flows_only --height 320 --width 576 --repeats 15 \\
+        --out docs/benchmarks/cpu_2core_flows_only.json
+    python tools/benchmark.py --mode roofline --height 320 --width 576 --train-batch 2 --fast-compile \\
+        --out docs/benchmarks/roofline_320x576.json
+
+(``--fast-compile`` only lowers LLVM's optimization level; XLA's HLO passes, fusion included, and
+so the counts the roofline uses are the same);
 
 (the second is the batch-1 inference latency with more repeats; the train step at 320x576 and
 batch 8 needs ~29 GiB, hence ``--train-batch 2`` on machines with less memory).

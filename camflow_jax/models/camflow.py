@@ -35,12 +35,21 @@ IMAGE_STD_BGR = (69.85, 68.81, 72.45)
 class CamFlow(nn.Module):
     """The CamFlow (2 groups, 24 bases) / CamFlow+ (3 groups, 36 bases) network.
 
-    ``apply(variables, gray1, gray2, bases, bases_b=None, train=False)`` with normalized gray
-    images ``[B, H, W, 1]`` (H, W multiples of ``size_multiple``); returns a dict with
-    flow_f, flow_b ``[B, H, W, 2]``; logvar_f, logvar_b ``[B, H, W, 1]``; coeffs_f, coeffs_b
-    ``[B, N]``; trans_f, trans_b ``[B, H, W, 2]``; feat1, feat2 ``[B, H, W, 1]``.
+    ``apply(variables, gray1, gray2, bases, bases_b=None, train=False, confidence=True)`` with
+    normalized gray images ``[B, H, W, 1]`` (H, W multiples of ``size_multiple``); returns a
+    dict with flow_f, flow_b ``[B, H, W, 2]``; logvar_f, logvar_b ``[B, H, W, 1]``; coeffs_f,
+    coeffs_b ``[B, N]``; trans_f, trans_b ``[B, H, W, 2]``; feat1, feat2 ``[B, H, W, 1]``.
     In training mode (``train=True``) BatchNorm uses batch statistics over both images and
     both directions and ``batch_stats`` must be mutable.
+
+    ``confidence=False`` is the flows-only path: the full-resolution mask net (about a third of
+    the forward's time at 320x576) is skipped and logvar_f / logvar_b are left out of the dict.
+    Nothing else depends on the mask net, so the other outputs are the same. The mask net's
+    parameters must still exist in ``variables`` (``init`` with the default ``confidence=True``).
+
+    ``config.dtype`` is the compute dtype ('bfloat16': matmuls, convolutions and norms in
+    bfloat16). Parameters stay float32 (cast where used), and the bases, the flows, the warps
+    and every output are float32.
     """
 
     config: ModelConfig = ModelConfig()
@@ -108,7 +117,8 @@ class CamFlow(nn.Module):
 
     @nn.compact
     def __call__(self, gray1: jax.Array, gray2: jax.Array, bases: jax.Array,
-                 bases_b: jax.Array | None = None, train: bool = False) -> dict[str, jax.Array]:
+                 bases_b: jax.Array | None = None, train: bool = False,
+                 confidence: bool = True) -> dict[str, jax.Array]:
         self._check_inputs(gray1, gray2, bases, bases_b)
         b = gray1.shape[0]
         dtype = self.config.jnp_dtype
@@ -120,8 +130,9 @@ class CamFlow(nn.Module):
         flow = combine_directional(coeffs, dir_bases)
 
         feats32 = feats.astype(jnp.float32)
-        warped = geometry.warp(jnp.roll(feats32, b, axis=0), flow)  # [warp(F2, m_ab); warp(F1, m_ba)]
-        logvar = MaskNet(dtype=dtype, name="mask_net")(jnp.concatenate([feats32, warped], axis=-1))
+        if confidence:
+            warped = geometry.warp(jnp.roll(feats32, b, axis=0), flow)  # [warp(F2, m_ab); warp(F1, m_ba)]
+            logvar = MaskNet(dtype=dtype, name="mask_net")(jnp.concatenate([feats32, warped], axis=-1))
 
         sl = self.group_slice(DEPTH_GROUP)
         if sl is None:
@@ -129,13 +140,15 @@ class CamFlow(nn.Module):
         else:
             trans = combine_directional(coeffs[:, sl], dir_bases[:, sl])
 
-        return {
+        out = {
             "flow_f": flow[:b], "flow_b": flow[b:],
-            "logvar_f": logvar[:b], "logvar_b": logvar[b:],
             "coeffs_f": coeffs[:b], "coeffs_b": coeffs[b:],
             "trans_f": trans[:b], "trans_b": trans[b:],
             "feat1": feats32[:b], "feat2": feats32[b:],
         }
+        if confidence:
+            out.update(logvar_f=logvar[:b], logvar_b=logvar[b:])
+        return out
 
 
 def group_layout(num_homography: int, num_stochastic: int, num_depth: int) -> tuple[list[int], list[str]]:

@@ -1,0 +1,213 @@
+"""Accelerator readiness on a CPU: export for GPU/TPU, and bfloat16 compute against float32.
+
+The code lowers for GPU and TPU, checked without either: ``jax.export`` with
+``platforms=["cuda"]`` / ``["tpu"]`` of the functions that run there.
+
+(a) the sharded train step, built as the trainer builds it, over a 4-device mesh (4 CPU devices
+forced in a subprocess: the flag must be set before jax starts), with the trainer's shardings;
+(b) the jitted functions the Predictor calls for a pair with refinement (network forward with
+and without confidence, the per-direction refinement, the homography fit).
+A CPU-only custom call, a float64 leak or a host callback would fail or show up here.
+
+bfloat16 (``ModelConfig.dtype``, ``Predictor(dtype=)``, ``config.model.dtype``): weights stay
+float32, outputs are float32, and results stay close to float32's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from camflow_jax import benchmarking, checkpoint, trainer
+from camflow_jax.data.synthetic import SyntheticScenes
+from camflow_jax.predictor import Predictor
+
+ROOT = Path(__file__).resolve().parents[1]
+PLATFORMS = ("cuda", "tpu")
+
+# bf16 against float32 with the shipped weights on held-out synthetic pairs (seed 1000) at
+# 64x128. Measured (2-core CPU, pairs 0-5, both directions): the mean endpoint distance between
+# the two flows is 0.01-0.38 px per pair and direction (mean 0.09), while both are 2.2-3.3 px
+# from the ground truth and their mean errors against it differ by 0.003 px. bf16 keeps 8
+# mantissa bits (relative rounding 2^-9); the attention softmax and the coefficient heads
+# amplify that into a few percent of the flow, not into a change of accuracy. Bounds, with
+# room for other CPUs' summation orders: any pair and direction below 0.5 px, the mean below
+# 0.2 px, and the mean error against the ground truth within 0.1 px of float32's.
+BF16_MAX_GAP_PX, BF16_MEAN_GAP_PX, BF16_ACCURACY_PX = 0.5, 0.2, 0.1
+
+
+def _epe(a, b):
+    return float(np.linalg.norm(np.asarray(a) - np.asarray(b), axis=-1).mean())
+
+
+# Runs in a subprocess with 4 forced CPU devices; prints one JSON line.
+_TRAIN_EXPORT = r"""
+import json, sys
+import jax
+from jax.sharding import PartitionSpec as P
+from camflow_jax import accel, benchmarking, trainer
+
+config = benchmarking.load_config("camflow_jax/configs/smoke.py", 64, 128, 4, arch="config")
+config.model.depths, config.model.num_heads = (1, 1, 1), (1, 1, 1)   # same code, fewer blocks
+config.model.dtype = sys.argv[1]
+t = benchmarking.build_train(config)                  # the trainer's own setup functions
+host = next(iter(trainer.make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
+batch = t["to_global"](host)
+mesh = batch["img1"].sharding.mesh
+res = {"devices": jax.device_count(), "batch_spec": str(batch["img1"].sharding.spec)}
+for platform in ("cuda", "tpu"):
+    e = accel.export_for(t["p_train"], platform, t["state"], batch, t["static"])
+    shardings = jax.tree.unflatten(e.in_tree, list(e.in_shardings_jax(mesh)))[0]  # (args, kwargs)
+    res[platform] = {
+        "platforms": list(e.platforms), "nr_devices": e.nr_devices,
+        "batch_specs": sorted({str(s.spec) for s in jax.tree.leaves(shardings[1])}),
+        "state_specs": sorted({str(s.spec) for s in jax.tree.leaves(shardings[0])}),
+        "x64": accel.uses_float64(e),
+        "custom_calls": sorted(set(l.split('@')[1].split('(')[0] for l in e.mlir_module().splitlines()
+                                   if 'stablehlo.custom_call @' in l)),
+    }
+print(json.dumps(res))
+"""
+
+
+@pytest.mark.parametrize("dtype", ["float32", pytest.param("bfloat16", marks=pytest.mark.slow)])
+def test_sharded_train_step_exports_for_gpu_and_tpu(tmp_path, dtype):
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", _TRAIN_EXPORT, dtype], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res["devices"] == 4 and res["batch_spec"] == "P('data',)"
+    for platform in PLATFORMS:
+        r = res[platform]
+        assert r["platforms"] == [platform] and r["nr_devices"] == 4, r
+        # The trainer's layout survives the export: the batch split over the data axis, the
+        # state (params, batch stats, optimizer) replicated.
+        assert r["batch_specs"] == ["P('data',)"], r
+        assert r["state_specs"] == ["P()"], r
+        assert r["x64"] == [], r
+        # Only XLA's own sharding annotations: no CPU-only kernels (LAPACK, ducc FFT, callbacks).
+        assert not [c for c in r["custom_calls"] if "lapack" in c or "cpu" in c.lower() or "callback" in c], r
+
+
+@pytest.fixture(scope="module")
+def small_predictor():
+    """The shipped weights at a 64x128 network size (same code as 128x256, a quarter of the work)."""
+    model, variables, _, cfg = checkpoint.load_model(checkpoint.pretrained_path(checkpoint.PRETRAINED))
+    return Predictor(model, variables, None, {**cfg, "height": 64, "width": 128})
+
+
+def _pair():
+    s = SyntheticScenes(seed=1000, num_samples=1, height=64, width=128)[0]
+    return s["img1"], s["img2"], {"depth1": s["depth1"], "depth2": s["depth2"], "intrinsics": s["K"]}
+
+
+def test_predictor_functions_export_for_gpu_and_tpu(small_predictor):
+    from camflow_jax import accel
+
+    a, b, cam = _pair()
+    calls = accel.capture_jitted_calls(small_predictor, a, b, **cam, refine=True)
+    calls += [c for c in accel.capture_jitted_calls(small_predictor, a, b, **cam, refine=False, confidence=True)
+              if c.name == "_forward"]
+    names = [c.name for c in calls]
+    # forward (flows-only); per image its pyramid, per direction the bases and the solver;
+    # homography fit; forward with confidence
+    assert names.count("_forward") == 2 and "_fit_homography" in names, names
+    assert names.count("_pyramid") == names.count("_refine_bases_jit") == names.count("_refine_motion") == 2, names
+    assert [c.kwargs.get("confidence") for c in calls if c.name == "_forward"] == [False, True]
+    seen = set()
+    for c in calls:
+        key = (c.name, str(c.fn.trace(*c.args, **c.kwargs).jaxpr.in_avals), repr(sorted(c.kwargs.items())))
+        if key in seen:  # the two images / directions share one signature (one compilation)
+            continue
+        seen.add(key)
+        for platform in PLATFORMS:
+            e = accel.export_for(c.fn, platform, *c.args, **c.kwargs)
+            assert e.platforms == (platform,) and e.nr_devices == 1
+            assert accel.uses_float64(e) == [], (c.name, platform)
+            text = e.mlir_module()
+            assert "lapack" not in text and "callback" not in text, (c.name, platform)
+    assert len(seen) == 6  # forward x2, pyramid, bases, solver, fit
+
+
+def test_captured_calls_are_the_ones_the_predictor_runs(small_predictor):
+    """The capture answers with zeros without running anything; the functions it records,
+    run for real, give the Predictor's own flows (an independent check that the export above
+    covered what the Predictor computes)."""
+    from camflow_jax import accel
+
+    a, b, cam = _pair()
+    calls = accel.capture_jitted_calls(small_predictor, a, b, **cam, refine=False)
+    assert [c.name for c in calls] == ["_forward"]
+    out = calls[0].fn(*calls[0].args, **calls[0].kwargs)
+    ref = small_predictor(a, b, **cam, refine=False)
+    np.testing.assert_allclose(np.asarray(out["flow_f"]), ref["flow_f"], atol=1e-5)
+    assert "logvar_f" not in ref and "logvar_f" not in out  # flows-only by default
+
+
+@pytest.fixture(scope="module")
+def small_predictor_bf16(small_predictor):
+    p = small_predictor
+    return Predictor(p.model, p.variables, p.static_bases, p.model_config, dtype="bfloat16")
+
+
+@pytest.mark.slow  # compiles the bf16 network (225 s at load 9 on 2 cores); tests/test_models.py has a fast sibling
+def test_bf16_inference_agrees_with_float32(small_predictor, small_predictor_bf16):
+    p32, p16 = small_predictor, small_predictor_bf16
+    assert p16.model.config.dtype == "bfloat16" and p32.model.config.dtype == "float32"
+    # The weights are shared and stay float32: bf16 is a compute dtype only.
+    assert {x.dtype for x in jax.tree.leaves(p16.variables)} == {jnp.dtype(jnp.float32)}
+    src = SyntheticScenes(seed=1000, num_samples=4, height=64, width=128)
+    gaps, errs32, errs16 = [], [], []
+    for i in range(len(src)):
+        s = src[i]
+        cam = dict(depth1=s["depth1"], depth2=s["depth2"], intrinsics=s["K"])
+        a = p32(s["img1"], s["img2"], **cam, refine=False, confidence=True)
+        b = p16(s["img1"], s["img2"], **cam, refine=False, confidence=True)
+        for k in ("flow_f", "flow_b", "logvar_f", "coeffs_f"):
+            assert b[k].dtype == np.float32 and np.all(np.isfinite(b[k])), k
+        gaps += [_epe(a["flow_f"], b["flow_f"]), _epe(a["flow_b"], b["flow_b"])]
+        errs32.append(_epe(a["flow_f"], s["flow_f"]))
+        errs16.append(_epe(b["flow_f"], s["flow_f"]))
+        # bf16 must really have run: identical outputs would mean the dtype was ignored.
+        assert not np.array_equal(a["flow_f"], b["flow_f"])
+    assert max(gaps) < BF16_MAX_GAP_PX and np.mean(gaps) < BF16_MEAN_GAP_PX, gaps
+    assert abs(np.mean(errs16) - np.mean(errs32)) < BF16_ACCURACY_PX, (errs32, errs16)
+    assert min(errs32) > 5 * BF16_MEAN_GAP_PX, errs32  # the bounds are small next to the model's error
+
+
+def test_predictor_dtype_is_validated(small_predictor):
+    p32 = small_predictor
+    with pytest.raises(ValueError, match="dtype"):
+        Predictor(p32.model, p32.variables, p32.static_bases, p32.model_config, dtype="int8")
+
+
+@pytest.mark.slow
+def test_bf16_train_step_runs_and_its_loss_is_close_to_float32():
+    """One real train step (the trainer's setup, smoke config) in each dtype from the same state
+    and batch: the bf16 loss terms are finite and within 2% of float32's, the parameters stay
+    float32 and the update differs (bf16 really ran)."""
+    terms, params = {}, {}
+    for dtype in ("float32", "bfloat16"):
+        config = benchmarking.load_config("camflow_jax/configs/smoke.py", 64, 128, 2, dtype, arch="config")
+        config.model.depths, config.model.num_heads = (1, 1, 1), (1, 1, 1)
+        t = benchmarking.build_train(config)
+        host = next(iter(trainer.make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
+        state, out = t["p_train"](t["state"], t["to_global"](host), t["static"])
+        terms[dtype] = {k: float(v) for k, v in jax.device_get(out).items()}
+        params[dtype] = state["params"]
+    assert {x.dtype for x in jax.tree.leaves(params["bfloat16"])} == {jnp.dtype(jnp.float32)}
+    f32, b16 = terms["float32"], terms["bfloat16"]
+    assert all(np.isfinite(v) for v in b16.values()), b16
+    assert abs(b16["loss"] - f32["loss"]) <= 0.02 * abs(f32["loss"]), (f32, b16)
+    moved = jax.tree.leaves(jax.tree.map(lambda a, b: float(jnp.abs(a - b).max()), params["float32"], params["bfloat16"]))
+    assert max(moved) > 0
