@@ -149,6 +149,16 @@ def test_auto_crop_no_black_border_and_more_area_than_a_fixed_crop():
 
 
 # --------------------------------------------------------------------------- comparison
+def test_windowed_highfreq_rms_ignores_a_slow_sway():
+    t = np.arange(120)
+    sway = 7.7 * np.sin(2 * np.pi * t / 40 + 0.7)[:, None]  # 0.025 cycles/frame, not shake
+    assert clips.highfreq_rms(sway) > 0.1  # leaks through the plain FFT (not periodic in 120)
+    assert clips.highfreq_rms(sway, window=True) < 0.01
+    jitter = np.random.default_rng(0).normal(0, 1, (120, 200))
+    # white noise: 80 % of its energy is above 0.1 cycles/frame -> RMS sqrt(0.8)
+    assert clips.highfreq_rms(jitter, window=True) == pytest.approx(np.sqrt(0.8), rel=0.05)
+
+
 def test_output_residual_identity_and_perfect_stabilization():
     rng = np.random.default_rng(1)
     base = cv2.resize(rng.uniform(0, 255, (24, 40, 3)).astype(np.float32), (160, 96),

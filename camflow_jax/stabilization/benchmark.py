@@ -288,8 +288,9 @@ def output_residual(frames_in, frames_out, jitter, grid: int = 5, margin: float 
 
     Per frame t the homography W_t input -> output (SIFT, :func:`metrics.frame_homography`);
     points u fixed in the smooth view land at J_t(u) in the input and W_t(J_t(u)) in the
-    output; ``hf_out_px`` is :func:`clips.highfreq_rms` of W_t J_t u - u (a constant zoom and a
-    slow drift are not shake), ``hf_in_px`` that of J_t u - u. Frames whose match fails are
+    output; ``hf_out_px`` is :func:`clips.highfreq_rms` (Hann-windowed: a stabilizer may remove
+    the clip's slow sway, which must not leak into the band) of W_t J_t u - u (a constant zoom
+    and a slow drift are not shake), ``hf_in_px`` that of J_t u - u. Frames whose match fails are
     skipped (counted in ``failures``).
     """
     h, w = np.asarray(frames_in[0]).shape[:2]
@@ -307,8 +308,9 @@ def output_residual(frames_in, frames_out, jitter, grid: int = 5, margin: float 
         d_out.append(clips_lib.apply_homography_np(M, z) - u)
     if len(d_out) < 4:
         raise ValueError("too few frames could be matched between input and output")
-    return {"hf_in_px": clips_lib.highfreq_rms(np.stack(d_in)),
-            "hf_out_px": clips_lib.highfreq_rms(np.stack(d_out)), "failures": failures}
+    return {"hf_in_px": clips_lib.highfreq_rms(np.stack(d_in), window=True),
+            "hf_out_px": clips_lib.highfreq_rms(np.stack(d_out), window=True),
+            "failures": failures}
 
 
 def score_output(frames_in, frames_out, fps: float, jitter=None) -> dict:
@@ -393,13 +395,14 @@ def comparison_table(rows: list[dict]) -> str:
         return "" if v is None or not np.isfinite(v) else format(v, fmt)
 
     lines = ["| clip | method | HF residual px (input -> output) | jitter px | stability "
-             "| cropping | border (mean / max) | distortion | per-pair error px | ms/frame "
+             "| cropping | border mean / max (input) | distortion | per-pair error px | ms/frame "
              "| load (1 min) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
             f"| {r['clip']} | {r['method']} | {f(r, 'hf_in_px', '.3f')} -> {f(r, 'hf_out_px', '.3f')} "
             f"| {f(r, 'jitter_px', '.3f')} | {f(r, 'stability', '.3f')} | {f(r, 'cropping', '.3f')} "
             f"| {f(r, 'border_fraction', '.4f')} / {f(r, 'border_fraction_max', '.4f')} "
+            f"({f(r.get('input', {}), 'border_fraction', '.4f')}) "
             f"| {f(r, 'distortion', '.3f')} | {f(r, 'pair_error_px', '.3f')} "
             f"| {f(r, 'ms_per_frame', '.1f')} | {r['load_before'][0]:.1f} |")
     return "\n".join(lines)

@@ -405,12 +405,15 @@ def residual_motion(jitter, updates, height: int, width: int, zoom: float = 1.0,
     return np.stack(d_in), np.stack(d_out)
 
 
-def highfreq_rms(signal, cutoff: float = 0.1) -> float:
+def highfreq_rms(signal, cutoff: float = 0.1, window: bool = False) -> float:
     """RMS of the part of ``signal`` ``[T, ...]`` above ``cutoff`` cycles per frame.
 
     Each series (over the leading time axis) is detrended by its least-squares line, its
     spectrum above ``cutoff`` kept (``np.fft.rfft``), and the RMS taken over everything
-    (Parseval, so no inverse transform is needed).
+    (Parseval, so no inverse transform is needed). ``window``: a Hann window before the
+    transform (energy renormalised by the window's mean square), so a large slow motion left in
+    the signal (e.g. a smooth sway a stabilizer removed but the reference keeps) does not leak
+    into the high band; white shake reads the same either way in expectation.
     """
     s = np.asarray(signal, np.float64)
     n = s.shape[0]
@@ -420,6 +423,9 @@ def highfreq_rms(signal, cutoff: float = 0.1) -> float:
     t = np.arange(n) - (n - 1) / 2.0
     s = s - s.mean(0)
     s = s - np.outer(t, (t @ s) / (t @ t))
+    if window:
+        hann = np.hanning(n)
+        s = s * hann[:, None] / np.sqrt(np.mean(hann ** 2))
     spec = np.fft.rfft(s, axis=0)
     f = np.fft.rfftfreq(n)
     keep = f > cutoff
