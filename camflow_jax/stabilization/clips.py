@@ -26,6 +26,18 @@ clip zoomed alike shows them at c + zoom (u - c). The deviations d_in = z_t - u 
 d_out = zoom (y_t - u) are compared after removing low frequencies: the smooth path itself may
 drift (a stabilizer need not reproduce it exactly), but anything above ``cutoff`` cycles per
 frame is shake left in the video.
+
+Robustness clips (moving content that must not move the camera path):
+
+* :func:`moving_object_clip` — :func:`planar_clip`'s background with a large textured
+  rectangle (``object_fraction`` of the frame area) sliding across the world plane; with
+  ``with_object=False`` the identical clip without it (same seed: same background, path and
+  shake), so the two can be compared. ``pair_homographies`` are the background's.
+* :func:`shake_video` — any real frame sequence (e.g. OpenCV's ``vtest.avi``, a still camera
+  filming walking people) shaken by a seeded known motion: a slow sway plus white jitter,
+  zoomed about the centre so no border is ever exposed. ``jitter`` holds the exact J_t.
+* :func:`pair_motion_error` — RMS distance between estimated per-pair flows and the exact
+  background homographies' flows (the camera path's per-step error, in pixels).
 """
 
 from __future__ import annotations
@@ -38,7 +50,8 @@ import numpy as np
 from camflow_jax.stabilization.render import forward_points
 
 __all__ = ["ShakyClip", "planar_clip", "parallax_clip", "planar_jitter", "residual_motion", "highfreq_rms",
-           "apply_homography_np"]
+           "apply_homography_np", "moving_object_clip", "shake_video", "pair_motion_error",
+           "homography_flow_np"]
 
 
 @dataclasses.dataclass
@@ -130,10 +143,13 @@ def planar_clip(num_frames: int = 60, height: int = 96, width: int = 160, seed: 
                 fps: float = 30.0, jitter: float = 0.015, jitter_deg: float = 0.5,
                 pan: tuple[float, float] = (0.006, 0.002), sway_deg: float = 2.0,
                 zoom_sway: float = 0.03, noise_std: float = 0.0,
-                with_smooth: bool = False) -> ShakyClip:
+                with_smooth: bool = False, _overlay=None) -> ShakyClip:
     """Planar shaky clip (module doc). ``pan`` is in frame widths per frame; the rotation sway
     (amplitude ``sway_deg``) and zoom sway (relative amplitude ``zoom_sway``) have periods of
-    4 and 6 seconds; ``noise_std`` adds Gaussian sensor noise (grey levels)."""
+    4 and 6 seconds; ``noise_std`` adds Gaussian sensor noise (grey levels).
+
+    ``_overlay(img, G, k, texture_size)`` (internal, :func:`moving_object_clip`) draws moving
+    content into frame k (world -> frame homography G) before the noise is added."""
     _check_sizes(num_frames, height, width)
     rng = np.random.default_rng([seed, 611])
     texture = _feature_texture(rng, 1024)
@@ -151,21 +167,161 @@ def planar_clip(num_frames: int = 60, height: int = 96, width: int = 160, seed: 
                        @ _translate(-centre[k, 0], -centre[k, 1]) for k in range(num_frames)])
     jit = planar_jitter(rng, num_frames, height, width, jitter, jitter_deg)
 
-    def render(G):
+    def render(G, k=None):
         img = cv2.warpPerspective(texture, G, (width, height), flags=cv2.INTER_LINEAR,
                                   borderMode=cv2.BORDER_WRAP)
+        if _overlay is not None and k is not None:
+            img = _overlay(img, G, k, size)
         if noise_std > 0:
             img = np.clip(img + rng.normal(0, noise_std, img.shape), 0, 255).astype(np.uint8)
         return img
 
     G = np.stack([jit[k] @ smooth[k] for k in range(num_frames)])
-    frames = np.stack([render(g) for g in G])
-    smooth_frames = np.stack([render(S) for S in smooth]) if with_smooth else None
+    frames = np.stack([render(g, k) for k, g in enumerate(G)])
+    smooth_frames = np.stack([render(S, k) for k, S in enumerate(smooth)]) if with_smooth else None
     pairs = np.stack([G[k + 1] @ np.linalg.inv(G[k]) for k in range(num_frames - 1)])
     pairs /= pairs[:, 2:3, 2:3]
     info = dict(seed=seed, jitter=jitter, jitter_deg=jitter_deg, pan=tuple(pan),
                 sway_deg=sway_deg, zoom_sway=zoom_sway, noise_std=noise_std, texture_size=size)
     return ShakyClip(frames, jit, float(fps), "planar", smooth_frames, pairs, info)
+
+
+def moving_object_clip(num_frames: int = 60, height: int = 96, width: int = 160, seed: int = 0, *,
+                       object_fraction: float = 0.25, with_object: bool = True,
+                       travel: float = 0.6, **planar_kwargs) -> ShakyClip:
+    """:func:`planar_clip` plus a large moving textured object (module doc).
+
+    The object is a rectangle of the frame's aspect covering ``object_fraction`` of the frame
+    area, with its own feature texture, lying on the world plane and sliding across it by
+    ``travel`` frame widths over the clip (plus a slow vertical bob), so in the video it moves
+    with the camera *and* by itself, like a passing car. ``with_object=False`` returns the same
+    clip (same seed: same background, smooth path and shake) without it. ``info["object_mask"]``
+    is ``[T, H, W]`` bool (where the object is drawn); ``pair_homographies`` are the
+    background's exact motion.
+    """
+    if not 0.0 < object_fraction < 1.0:
+        raise ValueError(f"object_fraction must be in (0, 1), got {object_fraction}")
+    _check_sizes(num_frames, height, width)
+    rng = np.random.default_rng([seed, 617])
+    oh = max(4, int(round(height * np.sqrt(object_fraction))))
+    ow = max(4, int(round(width * np.sqrt(object_fraction))))
+    # the object's own texture, at the background's texel density (planar_clip scales its
+    # 1024-texel texture by width / 576), so it offers as many features per pixel as the rest
+    tex = _feature_texture(rng, 512)
+    scale = min(1.0, width / 576.0)
+    tex = cv2.resize(tex, (max(8, int(round(512 * scale))),) * 2, interpolation=cv2.INTER_AREA)
+    reps = (int(np.ceil(oh / tex.shape[0])), int(np.ceil(ow / tex.shape[1])), 1)
+    patch = np.ascontiguousarray(np.tile(tex, reps)[:oh, :ow])
+    phase = rng.uniform(0, 2 * np.pi)
+    masks = []
+
+    def overlay(img, G, k, size):
+        # object's top-left corner in frame-0 smooth coordinates: slides right, bobs slowly
+        u = k / max(num_frames - 1, 1)
+        x0 = (0.5 - travel / 2 + travel * u) * width - ow / 2
+        y0 = 0.5 * (height - oh) + 0.08 * height * np.sin(2 * np.pi * u + phase)
+        # frame-0 pixel -> world: the inverse of the clip's first world->frame homography
+        world = np.linalg.inv(first[0]) @ _translate(x0, y0)
+        A = G @ world
+        obj = cv2.warpPerspective(patch, A, (width, height), flags=cv2.INTER_LINEAR)
+        m = cv2.warpPerspective(np.ones((oh, ow), np.float32), A, (width, height),
+                                flags=cv2.INTER_LINEAR)[..., None]
+        masks.append(m[..., 0] > 0.5)
+        return np.clip(img * (1 - m) + obj * m + 0.5, 0, 255).astype(np.uint8)
+
+    first: list = []
+
+    def overlay_first(img, G, k, size):
+        if k == 0 and not first:
+            first.append(G)
+        return overlay(img, G, k, size)
+
+    clip = planar_clip(num_frames, height, width, seed,
+                       _overlay=overlay_first if with_object else None, **planar_kwargs)
+    info = dict(clip.info, object_fraction=object_fraction if with_object else 0.0,
+                travel=travel)
+    if with_object:
+        info["object_mask"] = np.stack(masks[:num_frames])
+    return dataclasses.replace(clip, kind="moving_object" if with_object else "planar",
+                               info=info)
+
+
+def shake_video(frames, seed: int = 0, *, fps: float = 30.0, jitter: float = 0.01,
+                jitter_deg: float = 0.3, sway: float = 0.02, sway_period_s: float = 4.0,
+                zoom: float | None = None) -> ShakyClip:
+    """A seeded known shake applied to real frames ``[T, H, W, 3]`` (module doc).
+
+    Frame t of the result is source frame t warped by G_t = J_t S_t Z: Z a centred zoom (the
+    margin that keeps every warp inside the source; default from the shake's size), S_t a slow
+    horizontal and vertical sway of ``sway`` frame widths (period ``sway_period_s``, the smooth
+    path a stabilizer may keep), J_t white jitter as :func:`planar_jitter` (``jitter`` std of
+    the translation in widths, ``jitter_deg`` std of the rotation). The result's ``jitter`` is
+    J_t and ``pair_homographies`` the exact G_{t+1} G_t^-1, both correct for the whole frame
+    only where the source camera was still (moving people are the source's own motion).
+    """
+    frames = np.asarray(frames)
+    if frames.ndim != 4 or frames.shape[-1] != 3:
+        raise ValueError(f"frames must be [T, H, W, 3], got shape {frames.shape}")
+    num_frames, height, width = frames.shape[:3]
+    _check_sizes(num_frames, height, width)
+    rng = np.random.default_rng([seed, 619])
+    jit = planar_jitter(rng, num_frames, height, width, jitter, jitter_deg)
+    t = np.arange(num_frames) / float(fps)
+    ph = rng.uniform(0, 2 * np.pi, 2)
+    sx = sway * width * np.sin(2 * np.pi * t / sway_period_s + ph[0])
+    sy = 0.5 * sway * width * np.sin(2 * np.pi * t / (1.5 * sway_period_s) + ph[1])
+    if zoom is None:
+        # 4 sigma of translation + sway, and the corner shift of a 4-sigma rotation
+        reach = 4 * jitter * width + sway * width + np.deg2rad(4 * jitter_deg) * 0.5 * np.hypot(height, width)
+        zoom = 1.0 + 2.0 * reach / min(height, width)
+    c = ((width - 1) / 2.0, (height - 1) / 2.0)
+    Z = _translate(*c) @ _similarity(0.0, float(zoom), 0, 0) @ _translate(-c[0], -c[1])
+    G = np.stack([jit[k] @ _translate(sx[k], sy[k]) @ Z for k in range(num_frames)])
+    out = np.stack([cv2.warpPerspective(f, g, (width, height), flags=cv2.INTER_LINEAR,
+                                        borderMode=cv2.BORDER_REFLECT) for f, g in zip(frames, G)])
+    pairs = np.stack([G[k + 1] @ np.linalg.inv(G[k]) for k in range(num_frames - 1)])
+    pairs /= pairs[:, 2:3, 2:3]
+    info = dict(seed=seed, jitter=jitter, jitter_deg=jitter_deg, sway=sway,
+                sway_period_s=sway_period_s, zoom=float(zoom))
+    return ShakyClip(out, jit, float(fps), "shaken_video", None, pairs, info)
+
+
+def homography_flow_np(H, height: int, width: int) -> np.ndarray:
+    """``[H, W, 2]`` displacement x -> H(x) - x on the pixel grid (float64)."""
+    ys, xs = np.mgrid[0:height, 0:width].astype(np.float64)
+    p = np.stack([xs, ys], -1)
+    return apply_homography_np(H, p) - p
+
+
+def pair_motion_error(flows, pair_homographies, height: int, width: int,
+                      mask=None) -> float:
+    """RMS (pixels of the ``height x width`` frames) of estimated per-pair flows minus the exact
+    background motion.
+
+    ``flows``: ``[T-1, h, w, 2]`` forward flows on any grid of the frame's aspect, in pixels of
+    that grid (e.g. the stabilizer's working grid, :class:`pipeline.Motion` ``flows``); they are
+    compared at the grid's pixel centres (half-pixel convention) with the exact homographies'
+    displacement, scaled to full pixels. ``mask`` ``[T-1, h, w]`` bool: only those pixels count
+    (default all).
+    """
+    flows = np.asarray(flows, np.float64)
+    Hs = np.asarray(pair_homographies, np.float64)
+    if flows.ndim != 4 or flows.shape[-1] != 2 or flows.shape[0] != Hs.shape[0]:
+        raise ValueError(f"flows [T-1, h, w, 2] and T-1 homographies needed, got {flows.shape} "
+                         f"and {Hs.shape}")
+    h, w = flows.shape[1:3]
+    sx, sy = width / w, height / h
+    ys, xs = np.mgrid[0:h, 0:w].astype(np.float64)
+    p = np.stack([(xs + 0.5) * sx - 0.5, (ys + 0.5) * sy - 0.5], -1)
+    err = []
+    for f, H in zip(flows, Hs):
+        exact = apply_homography_np(H, p) - p
+        err.append(f * np.array([sx, sy]) - exact)
+    err = np.stack(err)
+    sq = (err ** 2).sum(-1)
+    if mask is not None:
+        sq = sq[np.asarray(mask, bool)]
+    return float(np.sqrt(sq.mean()))
 
 
 def parallax_clip(num_frames: int = 60, height: int = 96, width: int = 160, seed: int = 0, *,
@@ -249,12 +405,15 @@ def residual_motion(jitter, updates, height: int, width: int, zoom: float = 1.0,
     return np.stack(d_in), np.stack(d_out)
 
 
-def highfreq_rms(signal, cutoff: float = 0.1) -> float:
+def highfreq_rms(signal, cutoff: float = 0.1, window: bool = False) -> float:
     """RMS of the part of ``signal`` ``[T, ...]`` above ``cutoff`` cycles per frame.
 
     Each series (over the leading time axis) is detrended by its least-squares line, its
     spectrum above ``cutoff`` kept (``np.fft.rfft``), and the RMS taken over everything
-    (Parseval, so no inverse transform is needed).
+    (Parseval, so no inverse transform is needed). ``window``: a Hann window before the
+    transform (energy renormalised by the window's mean square), so a large slow motion left in
+    the signal (e.g. a smooth sway a stabilizer removed but the reference keeps) does not leak
+    into the high band; white shake reads the same either way in expectation.
     """
     s = np.asarray(signal, np.float64)
     n = s.shape[0]
@@ -264,6 +423,9 @@ def highfreq_rms(signal, cutoff: float = 0.1) -> float:
     t = np.arange(n) - (n - 1) / 2.0
     s = s - s.mean(0)
     s = s - np.outer(t, (t @ s) / (t @ t))
+    if window:
+        hann = np.hanning(n)
+        s = s * hann[:, None] / np.sqrt(np.mean(hann ** 2))
     spec = np.fft.rfft(s, axis=0)
     f = np.fft.rfftfreq(n)
     keep = f > cutoff

@@ -12,6 +12,23 @@ registry estimators run with ``forward_only=True``.
 Every estimator counts its calls and failures (``stats()``). A failed estimate (the registry's
 identity fallback, e.g. too few feature matches, or a non-finite network output) uses the
 identity motion for that frame pair and is counted; a stale motion is never reused silently.
+
+Moving objects (camflow): the refined flow is a combination of global motion bases, fitted by
+a robust (Cauchy) photometric cost; a large moving object (a passing car) still bends it
+towards its own motion. By default (``inlier_fit=True``) the stabilizer therefore keeps only the
+camera's motion: :func:`inlier_homography` fits a homography, with RANSAC, to the refined flow
+at the pixels the refinement's IRLS weights (the Predictor's ``weights_f``, an inlier map)
+call inliers, and the estimator returns that homography's flow. Feature estimators
+(``sift_ransac`` ...) are robust by their own RANSAC / MAGSAC fit, which the stabilizer runs
+with a tighter inlier threshold than the registry's 3 px (:data:`FEATURE_THRESHOLD_PX`): with
+3 px, an object moving less than 6 px per frame relative to the background lets RANSAC pick a
+compromise homography that half follows it (measured in docs/stabilization.md, "Moving
+objects").
+
+Measured limit: on the moving-object clip (a textured object of 25 % of the frame moving ~4 px
+per frame relative to the background) the camflow refinement's flow follows the object
+(its basis span can bend that far) and its weights do not single the object out, so the
+inlier fit cannot remove it; see docs/stabilization.md.
 """
 
 from __future__ import annotations
@@ -24,7 +41,12 @@ import numpy as np
 from camflow_jax import estimators as registry
 from camflow_jax import geometry_np
 
-__all__ = ["Estimator", "RegistryEstimator", "CamFlowEstimator", "make_estimator"]
+__all__ = ["Estimator", "RegistryEstimator", "CamFlowEstimator", "make_estimator",
+           "inlier_homography"]
+
+#: RANSAC / MAGSAC inlier threshold (pixels of the estimation size) of the stabilizer's feature
+#: estimators (module doc); the registry's default is 3 px.
+FEATURE_THRESHOLD_PX = 0.5
 
 #: Transitional (tools/eval_real.py checks names against it): the registry's names and old names.
 ESTIMATORS = registry.NAMES + tuple(registry.ALIASES)
@@ -75,7 +97,8 @@ class Estimator:
 
 
 class RegistryEstimator(Estimator):
-    """A registry estimator by name (``registry.get(name, forward_only=True, **options)``).
+    """A registry estimator by name (``registry.get(name, forward_only=True, **options)``);
+    feature estimators get ``threshold=FEATURE_THRESHOLD_PX`` unless ``options`` set one.
 
     ``last_homography`` holds the latest fitted H (None after a failure or for dense methods),
     ``last_note`` the estimator's latest note.
@@ -84,6 +107,10 @@ class RegistryEstimator(Estimator):
     def __init__(self, name: str, **options):
         super().__init__()
         self.motion_estimator = registry.get(name, forward_only=True, **options)
+        if "threshold" not in options and "threshold" in getattr(self.motion_estimator, "options", {}):
+            # a feature estimator: the stabilizer's tighter inlier threshold (module doc)
+            self.motion_estimator = registry.get(self.motion_estimator.name, forward_only=True,
+                                                 threshold=FEATURE_THRESHOLD_PX, **options)
         self.name = self.motion_estimator.name
         self.last_homography = None
         self.last_note = ""
@@ -93,6 +120,47 @@ class RegistryEstimator(Estimator):
         self.last_homography = None if m.fallback else m.homography
         self.last_note = m.note
         return None if m.fallback else m.flow_f
+
+
+def inlier_homography(flow, weights=None, *, min_weight: float = 0.5, num_points: int = 4096,
+                      threshold: float | None = None, min_points: int = 32) -> np.ndarray | None:
+    """Homography (image-1 -> image-2 pixels, ``H[2, 2] = 1``) of a forward flow ``[H, W, 2]``
+    at its inlier pixels, or None when none can be fitted.
+
+    Points on a regular grid (about ``num_points``) whose ``weights`` ``[H, W]`` (e.g. the
+    refinement's IRLS weights; None: all points) are at least ``min_weight`` are matched to
+    x + flow(x) and fitted with RANSAC (``threshold`` pixels, default 0.1 % of the diagonal
+    and at least 0.5 px), then least squares on RANSAC's inliers. If fewer than ``min_points``
+    pass the weight test, the best-weighted half of the grid is used instead.
+    """
+    import cv2
+
+    flow = np.asarray(flow, np.float32)
+    if flow.ndim != 3 or flow.shape[-1] != 2:
+        raise ValueError(f"flow must be [H, W, 2], got shape {flow.shape}")
+    h, w = flow.shape[:2]
+    step = max(1, int(np.sqrt(h * w / float(num_points))))
+    ys, xs = np.mgrid[step // 2:h:step, step // 2:w:step]
+    ys, xs = ys.ravel(), xs.ravel()
+    f = flow[ys, xs]
+    keep = np.all(np.isfinite(f), axis=-1)
+    if weights is not None:
+        wts = np.asarray(weights, np.float32).reshape(h, w)[ys, xs]
+        good = keep & (wts >= min_weight)
+        if good.sum() < min_points:
+            good = keep & (wts >= np.median(wts[keep])) if keep.any() else keep
+        keep = good
+    if keep.sum() < max(min_points, 4):
+        return None
+    src = np.stack([xs, ys], -1)[keep].astype(np.float32)
+    dst = src + f[keep]
+    if threshold is None:
+        threshold = max(0.5, 1e-3 * float(np.hypot(h, w)))
+    H, _ = cv2.findHomography(src.reshape(-1, 1, 2), dst.reshape(-1, 1, 2), cv2.RANSAC,
+                              float(threshold), maxIters=2000, confidence=0.999)
+    if H is None or not np.all(np.isfinite(H)) or abs(H[2, 2]) < 1e-12:
+        return None
+    return (H / H[2, 2]).astype(np.float64)
 
 
 class CamFlowEstimator(Estimator):
@@ -106,8 +174,12 @@ class CamFlowEstimator(Estimator):
     """
 
     def __init__(self, predictor, depth_files=None, intrinsics=None, fov_deg: float | None = None,
-                 frame_size: tuple[int, int] | None = None, refine: bool = True):
-        """``depth_files``: one depth map per video frame (any resolution of the frame's aspect,
+                 frame_size: tuple[int, int] | None = None, refine: bool = True,
+                 inlier_fit: bool = True):
+        """``inlier_fit``: return the flow of :func:`inlier_homography` of the model's flow at
+        the refinement's inlier pixels (module doc; the network alone has no weights, so the
+        RANSAC fit alone then rejects outliers); False: the model's flow as it is.
+        ``depth_files``: one depth map per video frame (any resolution of the frame's aspect,
         any global scale), for CamFlow+'s depth bases; ``intrinsics`` (fx, fy, cx, cy) in pixels
         of the original ``frame_size`` (H, W), or ``fov_deg`` (horizontal field of view) with
         the principal point at the centre. The pipeline asks for pairs (t, t+1) in order, so the
@@ -128,6 +200,9 @@ class CamFlowEstimator(Estimator):
         self.intrinsics = None if intrinsics is None else np.asarray(intrinsics, np.float64).reshape(4)
         self.fov_deg = fov_deg
         self.frame_size = frame_size
+        self.inlier_fit = bool(inlier_fit)
+        self.last_homography = None
+        self.inlier_fractions: list[float] = []  # per pair: share of pixels with weight >= 0.5
 
     @classmethod
     def from_checkpoint(cls, path: str | None, **kwargs) -> "CamFlowEstimator":
@@ -170,7 +245,31 @@ class CamFlowEstimator(Estimator):
                              "expected [H, W, 2] or [1, H, W, 2]")
         if not np.all(np.isfinite(flow)):
             return None
-        return geometry_np.resize_flow(flow, a.shape[0], a.shape[1])
+        flow = geometry_np.resize_flow(flow, a.shape[0], a.shape[1])
+        self.last_homography = None
+        if not self.inlier_fit:
+            return flow
+        weights = None
+        if m.weights is not None and np.size(m.weights) == flow.shape[0] * flow.shape[1]:
+            weights = np.asarray(m.weights, np.float32).reshape(flow.shape[:2])
+            self.inlier_fractions.append(float((weights >= 0.5).mean()))
+        H = inlier_homography(flow, weights)
+        if H is None:  # too few inliers: counted as a failure (identity), never a stale motion
+            return None
+        self.last_homography = H
+        return geometry_np.homography_flow(H, *flow.shape[:2])
+
+    def fresh(self) -> "CamFlowEstimator":
+        new = super().fresh()
+        new.inlier_fractions, new.last_homography = [], None
+        return new
+
+    def stats(self) -> dict:
+        out = super().stats()
+        out["inlier_fit"] = self.inlier_fit
+        if self.inlier_fractions:
+            out["mean_inlier_fraction"] = float(np.mean(self.inlier_fractions))
+        return out
 
 
 def make_estimator(name: str, checkpoint: str | None = None, **kwargs) -> Estimator:

@@ -51,7 +51,8 @@ class StabilizerConfig:
 
     crop: 'auto' (smallest zoom hiding the borders over the clip, at most ``max_zoom``),
       'none' (zoom 1, borders filled per ``border``), or a float in (0, 1]: the kept fraction of
-      each dimension (zoom = 1 / crop).
+      each dimension (zoom = 1 / crop). Except with 'none', frames that the zoom cannot cover
+      get their update field scaled down (``render.fit_updates_to_zoom``): no black border.
     """
 
     smoothing: profiles_lib.SmoothingParams = profiles_lib.SmoothingParams()
@@ -268,6 +269,8 @@ class Plan:
     #: Per frame, None or an output-space homography applied after the correction (an edited
     #: camera path: :func:`camflow_jax.stabilization.motion_file.path_edits`).
     edits: list | None = None
+    #: [T] factors the update fields were scaled by to fit the zoom (1 = untouched), or None.
+    update_scale: np.ndarray | None = None
 
 
 def update_fields(flows, params: profiles_lib.SmoothingParams, threshold: float,
@@ -346,7 +349,14 @@ def plan_stabilization(motion: Motion, config: StabilizerConfig,
     if zoom is None:
         zoom, frame_zooms = render_lib.auto_zoom(b, H, W, config.max_zoom,
                                                  config.fixed_point_iterations)
-    return Plan(b, radii, float(zoom), frame_zooms, (H, W), config)
+    scale = None
+    if config.crop != "none":
+        # auto below the cap: every frame fits (frame_zooms says so); at the cap, a frame over
+        # it also reads max_zoom there, so the need is measured again above the cap
+        need = frame_zooms if frame_zooms is not None and zoom < config.max_zoom else None
+        scale = render_lib.fit_updates_to_zoom(b, H, W, zoom, config.fixed_point_iterations,
+                                               need=need)
+    return Plan(b, radii, float(zoom), frame_zooms, (H, W), config, update_scale=scale)
 
 
 def render(frames: Iterable[np.ndarray], plan: Plan,

@@ -28,7 +28,7 @@ import numpy as np
 
 __all__ = ["BORDERS", "sample_field", "solve_inverse", "source_offsets", "source_map",
            "render_frame", "forward_points", "border_fraction", "required_zoom", "required_zooms",
-           "auto_zoom"]
+           "auto_zoom", "fit_updates_to_zoom"]
 
 BORDERS = {"black": cv2.BORDER_CONSTANT, "replicate": cv2.BORDER_REPLICATE,
            "reflect": cv2.BORDER_REFLECT101}
@@ -261,3 +261,49 @@ def auto_zoom(updates, height: int, width: int, max_zoom: float = 1.5,
         raise ValueError(f"max_zoom must be >= 1, got {max_zoom}")
     per_frame = required_zooms(updates, height, width, max_zoom, iterations)
     return float(per_frame.max()) if per_frame.size else 1.0, per_frame
+
+
+def fit_updates_to_zoom(updates, height: int, width: int, zoom: float, iterations: int = 4,
+                        steps: int = 8, radius: int = 5, need=None) -> np.ndarray:
+    """Scales update fields in place so that ``zoom`` hides every border; returns the factors.
+
+    Per frame, the largest a in [0, 1] (bisection, ``steps`` halvings, kept on the safe side)
+    such that a B_t needs at most ``zoom`` (:func:`required_zooms`); the factors are then made
+    smooth over time without exceeding any frame's own (a min filter then a mean, both over
+    +-``radius`` frames: each mean averages values no larger than the centre frame's), so the
+    smoothing is relaxed gradually around the frames that needed it. Frames that already fit
+    keep a = 1 unless a neighbour's relaxation reaches them. a = 0 (no stabilization of that
+    frame) always fits zoom >= 1. ``updates`` ``[T, h, w, 2]`` (array or writable memmap).
+    ``need``: the frames' :func:`required_zooms` when already known (capped at ``max_zoom``
+    >= ``zoom``: only whether each exceeds ``zoom`` is read). Returns ``[T]`` factors.
+    """
+    if zoom < 1.0:
+        raise ValueError(f"zoom must be >= 1, got {zoom}")
+    t_len = updates.shape[0]
+    if need is None:
+        need = required_zooms(updates, height, width, max_zoom=zoom * 1.001, iterations=iterations)
+    need = np.asarray(need, np.float64)
+    bad = np.flatnonzero(need > zoom * (1 + 1e-6))
+    alpha = np.ones(t_len)
+    if bad.size == 0:
+        return alpha
+    base = np.asarray(updates[bad], np.float64)
+    lo, hi = np.zeros(bad.size), np.ones(bad.size)
+    for _ in range(steps):  # invariant: lo fits, hi does not
+        mid = 0.5 * (lo + hi)
+        z = required_zooms((base * mid[:, None, None, None]).astype(np.float32), height, width,
+                           max_zoom=zoom * 1.001, iterations=iterations)
+        good = z <= zoom * (1 + 1e-6)
+        lo, hi = np.where(good, mid, lo), np.where(good, hi, mid)
+    alpha[bad] = lo
+    r = max(0, int(radius))
+    pad = np.pad(alpha, r, mode="edge")
+    mins = np.array([pad[t:t + 2 * r + 1].min() for t in range(t_len)])
+    pad = np.pad(mins, r, mode="edge")
+    smooth = np.array([pad[t:t + 2 * r + 1].mean() for t in range(t_len)])
+    smooth = np.minimum(smooth, alpha)  # edge padding can exceed a frame's own factor
+    for t in np.flatnonzero(smooth < 1.0):
+        updates[t] = (np.asarray(updates[t], np.float64) * smooth[t]).astype(updates.dtype)
+    if isinstance(updates, np.memmap):
+        updates.flush()
+    return smooth

@@ -1,0 +1,84 @@
+"""Our stabilizer (each estimator) side by side with ffmpeg's vid.stab, in one run.
+
+    PYTHONPATH=$PWD python tools/stab_vs_vidstab.py --estimators sift_ransac,camflow \\
+        --frames 120 --size 288x384 --seed 0 --out results.json
+
+Clips: OpenCV's vtest.avi (``apt-get install opencv-doc``; ``--video`` for another still-camera
+video) shaken by a seeded known motion, and the synthetic moving-object clip with and without
+its object (``--synthetic-size``, ``--synthetic-frames``; ``--no-synthetic`` skips them). The
+work is :func:`camflow_jax.stabilization.benchmark.compare_with_vidstab`; this script parses
+arguments and prints the table (with the load average: timings on a shared machine are
+indicative).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from camflow_jax import cli_utils
+from camflow_jax import estimators as registry
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        h, w = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"size must be HxW, got {text!r}") from None
+    if h < 16 or w < 16:
+        raise argparse.ArgumentTypeError(f"size must be at least 16x16, got {text!r}")
+    return h, w
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--estimators", default="sift_ransac,camflow",
+                   help="comma-separated registry names (camflow_jax.estimators)")
+    p.add_argument("--video", help="a still-camera video to shake (default: OpenCV's vtest.avi)")
+    p.add_argument("--frames", type=cli_utils.int_at_least(8), default=120)
+    p.add_argument("--size", type=_size, default=(288, 384), help="HxW the video is scaled to")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--synthetic-size", type=_size, default=(192, 320))
+    p.add_argument("--synthetic-frames", type=cli_utils.int_at_least(8), default=90)
+    p.add_argument("--no-synthetic", action="store_true", help="only the shaken video")
+    p.add_argument("--no-vidstab", action="store_true", help="only our stabilizer")
+    p.add_argument("--out", help="JSON file for all rows")
+    args = p.parse_args(argv)
+
+    def body() -> int:
+        from camflow_jax.stabilization import benchmark, clips
+        from camflow_jax.stabilization import estimators as est_lib
+
+        names = [registry.resolve(n)[0] for n in args.estimators.split(",") if n]
+        video = args.video or benchmark.find_vtest()
+        if video is None:
+            raise FileNotFoundError("vtest.avi not found (apt-get install opencv-doc) and no --video given")
+        if not os.path.isfile(video):
+            raise FileNotFoundError(f"video not found: {video}")
+        fps = 10.0 if os.path.basename(video) == "vtest.avi" else 30.0
+        named = {"vtest_shaken": clips.shake_video(
+            benchmark.decode_video(video, args.frames, args.size), args.seed, fps=fps)}
+        if not args.no_synthetic:
+            h, w = args.synthetic_size
+            for obj in (True, False):
+                named["moving_object" if obj else "no_object"] = clips.moving_object_clip(
+                    args.synthetic_frames, h, w, seed=args.seed, with_object=obj)
+        factories = {n: est_lib.make_estimator(n).fresh for n in names}
+        load0 = benchmark.load_average()
+        rows = benchmark.compare_with_vidstab(named, factories, vidstab=not args.no_vidstab,
+                                              log=lambda m: print(m, file=sys.stderr, flush=True))
+        print(benchmark.comparison_table(rows))
+        print(f"load average before: {load0}, after: {benchmark.load_average()}")
+        if args.out:
+            cli_utils.write_text_atomic(args.out, json.dumps(
+                {"rows": rows, "video": video, "load_before": load0,
+                 "load_after": benchmark.load_average()}, indent=1, default=float))
+        return 0
+
+    return cli_utils.run_cli(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
