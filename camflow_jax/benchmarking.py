@@ -316,6 +316,9 @@ def bench_flows_only(opts: BenchmarkOptions, config) -> dict:
 # ----------------------------------------------------------------------------------------------
 
 def bench_refine(opts: BenchmarkOptions) -> dict:
+    """The refinement's added time per pair: ``pred(...)`` (flows-only network + refinement, the
+    default) against the network alone, flows-only (``refine=False``, the default output) and
+    with the confidence maps (``confidence=True``: the full network), interleaved."""
     import numpy as np
 
     from camflow_jax.data.synthetic import SyntheticScenes
@@ -325,39 +328,48 @@ def bench_refine(opts: BenchmarkOptions) -> dict:
     pairs = [(s["img1"], s["img2"], {"depth1": s["depth1"], "depth2": s["depth2"], "intrinsics": s["K"]})
              for s in (src[0], src[1])]
     pred = Predictor.from_pretrained()
+    jitted = ("_forward", "_pyramid", "_refine_bases_jit", "_refine_motion", "_fit_homography")
 
     def cache_sizes():
-        return {k: getattr(getattr(pred, k), "_cache_size", lambda: None)() for k in ("_forward", "_refine")}
+        return {k: getattr(getattr(pred, k, None), "_cache_size", lambda: None)() for k in jitted}
 
+    calls = {"net_flows_only": dict(refine=False), "net_with_confidence": dict(refine=False, confidence=True),
+             "refined": dict(refine=True)}
     first = []
     for i, (a, b, cam) in enumerate(pairs):  # a second pair of the same size must not recompile
-        for refine in (False, True):
+        for name, kw in calls.items():
             t0 = time.perf_counter()
-            pred(a, b, **cam, refine=refine)
-            first.append({"pair": i, "refine": refine, "seconds": round(time.perf_counter() - t0, 3),
+            pred(a, b, **cam, **kw)
+            first.append({"pair": i, "call": name, "seconds": round(time.perf_counter() - t0, 3),
                           "jit_cache_sizes": cache_sizes()})
     a, b, cam = pairs[0]
     for _ in range(opts.warmup):
-        pred(a, b, **cam, refine=False)
-        pred(a, b, **cam, refine=True)
+        for kw in calls.values():
+            pred(a, b, **cam, **kw)
     load_before = _loadavg()
-    net, ref = [], []
-    for _ in range(opts.repeats):  # interleaved, so load changes hit both alike
-        t0 = time.perf_counter()
-        pred(a, b, **cam, refine=False)
-        net.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        info = pred(a, b, **cam, refine=True)["refine_info"]
-        ref.append(time.perf_counter() - t0)
-    net_med, ref_med = statistics.median(net), statistics.median(ref)
+    times = {k: [] for k in calls}
+    info = None
+    for _ in range(opts.repeats):  # interleaved, so load changes hit all alike
+        for name, kw in calls.items():
+            t0 = time.perf_counter()
+            out = pred(a, b, **cam, **kw)
+            times[name].append(time.perf_counter() - t0)
+            info = out.get("refine_info", info)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    added = med["refined"] - med["net_flows_only"]
     return {
         "measurement": "refine", "height": opts.height, "width": opts.width,
         "repeats": opts.repeats, "warmup": opts.warmup, "first_calls": first,
-        "net_median_s": round(net_med, 4), "refined_median_s": round(ref_med, 4),
-        "added_median_s": round(ref_med - net_med, 4),
-        "added_fraction_of_net": round((ref_med - net_med) / net_med, 3),
-        "paired_added_median_s": round(statistics.median(np.subtract(ref, net)), 4),
-        "net_s": [round(t, 4) for t in net], "refined_s": [round(t, 4) for t in ref],
+        "net_median_s": round(med["net_flows_only"], 4),
+        "net_with_confidence_median_s": round(med["net_with_confidence"], 4),
+        "refined_median_s": round(med["refined"], 4),
+        "added_median_s": round(added, 4),
+        "added_fraction_of_net": round(added / med["net_flows_only"], 3),
+        "added_fraction_of_net_with_confidence": round(added / med["net_with_confidence"], 3),
+        "paired_added_median_s": round(statistics.median(np.subtract(times["refined"], times["net_flows_only"])), 4),
+        "net_s": [round(t, 4) for t in times["net_flows_only"]],
+        "net_with_confidence_s": [round(t, 4) for t in times["net_with_confidence"]],
+        "refined_s": [round(t, 4) for t in times["refined"]],
         "refine_info": {k: info[k] for k in ("iterations", "start", "improved", "working_size_hw")},
         "loadavg_before": load_before, "loadavg_after": _loadavg(),
     }
