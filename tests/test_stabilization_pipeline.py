@@ -93,6 +93,8 @@ def test_camflow_adapter_with_fake_predictor():
     bad = estimators.CamFlowEstimator(lambda a, b, **kw: {"flow": 0})
     with pytest.raises(ValueError, match="flow_f"):
         bad(img1, img2)
+    # no coefficients from this predictor; the failed pair is recorded as one
+    assert est.coefficients == [None] and nan.coefficients == [None]
     shipped = estimators.make_estimator("camflow")  # no checkpoint: the model in the package
     assert "shipped model" in shipped.predictor.description
     with pytest.raises(ValueError, match="unknown estimator"):
@@ -189,3 +191,32 @@ def test_segmented_planning_equals_whole_clip(tmp_path):
     assert radii.min() < 6 == radii.max()  # the adaptive rule did something
     np.testing.assert_array_equal(got_radii, radii)
     np.testing.assert_allclose(np.asarray(got), want, atol=2e-4)
+
+
+def test_camflow_coefficients_reach_the_motion_file(tmp_path):
+    """The camflow estimator's per-pair coefficients travel to the exported motion (zeros where
+    a pair failed and the identity motion was used), and read back unchanged."""
+    from camflow_jax.stabilization import motion_file
+
+    calls = []
+
+    def predictor(img1, img2, **kw):
+        calls.append(1)
+        if len(calls) == 2:  # the second pair fails: non-finite flow
+            return {"flow_f": np.full((24, 40, 2), np.nan, np.float32), "coeffs_f": np.full(5, np.nan)}
+        f = np.zeros((24, 40, 2), np.float32)
+        f[..., 0] = 1.0
+        return {"flow_f": f, "coeffs_f": np.arange(5.0) + len(calls)}
+
+    tex = cv2.GaussianBlur(np.random.default_rng(1).integers(0, 255, (60, 90, 3)).astype(np.uint8), (0, 0), 2)
+    frames = [np.ascontiguousarray(tex[0:48, k:k + 80]) for k in range(4)]
+    est = estimators.CamFlowEstimator(predictor, inlier_fit=False)
+    cfg = pipeline.StabilizerConfig()
+    motion = pipeline.estimate_motion(frames, est, cfg)
+    expected = np.stack([np.arange(5.0) + 1, np.zeros(5), np.arange(5.0) + 3])
+    np.testing.assert_array_equal(motion.coefficients, expected)
+    plan = pipeline.plan_stabilization(motion, cfg)
+    for ext in ("json", "csv", "npz"):
+        path = str(tmp_path / f"m.{ext}")
+        motion_file.write(path, motion_file.record_from_plan(motion, plan))
+        np.testing.assert_allclose(motion_file.read(path).coefficients, expected)

@@ -203,6 +203,9 @@ class CamFlowEstimator(Estimator):
         self.inlier_fit = bool(inlier_fit)
         self.last_homography = None
         self.inlier_fractions: list[float] = []  # per pair: share of pixels with weight >= 0.5
+        #: per pair: the model's forward basis coefficients (refined when refining), or None
+        #: where the estimate failed (exported as zeros: the identity motion used there)
+        self.coefficients: list = []
 
     @classmethod
     def from_checkpoint(cls, path: str | None, **kwargs) -> "CamFlowEstimator":
@@ -235,6 +238,8 @@ class CamFlowEstimator(Estimator):
     def _estimate(self, a, b):
         d1, d2, K = self._camera(self.calls, a.shape[0], a.shape[1])
         m = self.motion_estimator(a, b, depth1=d1, depth2=d2, intrinsics=K)
+        self.coefficients.append(None)  # set below once the pair's estimate is known good
+        coeffs = (m.extras or {}).get("coeffs_f")
         if m.fallback:  # featureless, or worse than no motion (camflow_jax.plausibility)
             return None
         flow = np.asarray(m.flow_f, np.float32)
@@ -247,6 +252,8 @@ class CamFlowEstimator(Estimator):
             return None
         flow = geometry_np.resize_flow(flow, a.shape[0], a.shape[1])
         self.last_homography = None
+        if coeffs is not None and np.all(np.isfinite(coeffs)):
+            self.coefficients[-1] = np.asarray(coeffs, np.float64).reshape(-1)
         if not self.inlier_fit:
             return flow
         weights = None
@@ -255,13 +262,14 @@ class CamFlowEstimator(Estimator):
             self.inlier_fractions.append(float((weights >= 0.5).mean()))
         H = inlier_homography(flow, weights)
         if H is None:  # too few inliers: counted as a failure (identity), never a stale motion
+            self.coefficients[-1] = None
             return None
         self.last_homography = H
         return geometry_np.homography_flow(H, *flow.shape[:2])
 
     def fresh(self) -> "CamFlowEstimator":
         new = super().fresh()
-        new.inlier_fractions, new.last_homography = [], None
+        new.inlier_fractions, new.last_homography, new.coefficients = [], None, []
         return new
 
     def stats(self) -> dict:

@@ -168,6 +168,8 @@ class Motion:
     estimator: str = ""
     stats: dict = dataclasses.field(default_factory=dict)
     masked_fraction: np.ndarray | None = None  # [T-1]
+    #: [T-1, K] the estimator's basis coefficients per pair (camflow), or None
+    coefficients: np.ndarray | None = None
 
     @property
     def num_frames(self) -> int:
@@ -181,7 +183,7 @@ class Motion:
         motion_file.write(str(path), motion_file.MotionRecord(
             frame_size=tuple(int(v) for v in self.frame_size), num_frames=self.num_frames,
             fps=float(self.fps), estimator=self.estimator, flows=self.flows,
-            stats=dict(self.stats or {})))
+            stats=dict(self.stats or {}), coefficients=self.coefficients))
 
     @classmethod
     def load(cls, path: str) -> "Motion":
@@ -191,7 +193,8 @@ class Motion:
         rec = motion_file.read(str(path))
         if rec.flows is None:
             raise ValueError(f"{path} holds no dense motion (flows): only .npz motion files do")
-        return cls(rec.flows, tuple(rec.frame_size), rec.fps, rec.estimator, rec.stats)
+        return cls(rec.flows, tuple(rec.frame_size), rec.fps, rec.estimator, rec.stats,
+                   coefficients=rec.coefficients)
 
 
 def estimate_motion(frames: Iterable[np.ndarray], estimator: Callable, config: StabilizerConfig,
@@ -247,7 +250,16 @@ def estimate_motion(frames: Iterable[np.ndarray], estimator: Callable, config: S
     stats = estimator.stats() if hasattr(estimator, "stats") else {}
     return Motion(stacked, tuple(size), fps,
                   getattr(estimator, "name", type(estimator).__name__), stats,
-                  np.array(masked))
+                  np.array(masked), _coefficients(getattr(estimator, "coefficients", None), count))
+
+
+def _coefficients(per_pair, count: int) -> np.ndarray | None:
+    """``[count, K]`` from an estimator's per-pair coefficients (None entries, failed pairs,
+    become zeros: the identity motion used there), or None when there are none."""
+    if not per_pair or len(per_pair) != count or all(c is None for c in per_pair):
+        return None
+    k = next(len(c) for c in per_pair if c is not None)
+    return np.stack([np.zeros(k) if c is None else np.asarray(c, np.float64) for c in per_pair])
 
 
 @dataclasses.dataclass

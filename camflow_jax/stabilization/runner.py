@@ -128,7 +128,7 @@ def _recorded_motion(record, config) -> pipeline.Motion:
         h, w = pipeline.working_size(*record.frame_size, config)
         flows = motion_file.homography_flows(record.pair_homography, *record.frame_size, h, w)
     return pipeline.Motion(flows, tuple(record.frame_size), record.fps, record.estimator,
-                           dict(record.stats or {}))
+                           dict(record.stats or {}), coefficients=record.coefficients)
 
 
 def _timestamps(source, n: int) -> np.ndarray:
