@@ -9,11 +9,13 @@ image 1's grid (``warp(img2, flow) ≈ img1``), following docs/design.md, "Conve
 
 from __future__ import annotations
 
+import hashlib
+
 import cv2
 import numpy as np
 
 
-__all__ = ["to_gray_u8", "feature_homography", "dis_flow", "ecc_homography"]
+__all__ = ["to_gray_u8", "FeatureCache", "detect_features", "feature_homography", "dis_flow", "ecc_homography"]
 
 #: Smallest image side :func:`dis_flow` accepts (OpenCV's DIS fails or crashes below it).
 DIS_MIN_SIDE = 32
@@ -30,37 +32,84 @@ def to_gray_u8(img: np.ndarray) -> np.ndarray:
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
+class FeatureCache:
+    """The keypoints and descriptors of the last few images, keyed by the image's content.
+
+    A video's frame t+1 is image 2 of pair (t, t+1) and image 1 of pair (t+1, t+2); with a
+    cache :func:`feature_homography` detects it once. The key is a digest of the grey image's
+    bytes with the detector settings, so a hit returns exactly what detection would (a cache
+    never changes a result, only its cost). ``size``: how many images are kept (oldest first
+    out); ``hits`` / ``misses`` count lookups.
+    """
+
+    def __init__(self, size: int = 2):
+        if size < 1:
+            raise ValueError(f"cache size must be >= 1, got {size}")
+        self.size = int(size)
+        self._items: dict = {}
+        self.hits = self.misses = 0
+
+    def features(self, gray: np.ndarray, detector: str, max_features: int):
+        key = (detector, int(max_features), gray.shape,
+               hashlib.blake2b(np.ascontiguousarray(gray).tobytes(), digest_size=16).digest())
+        found = self._items.pop(key, None)
+        if found is None:
+            self.misses += 1
+            found = detect_features(gray, detector, max_features)
+        else:
+            self.hits += 1
+        self._items[key] = found  # most recent last
+        while len(self._items) > self.size:
+            self._items.pop(next(iter(self._items)))
+        return found
+
+
+def _detector(detector: str, max_features: int):
+    if detector == "sift":
+        return cv2.SIFT_create(nfeatures=max_features)
+    if detector == "orb":
+        return cv2.ORB_create(nfeatures=max_features)
+    raise ValueError(f"detector must be 'sift' or 'orb', got {detector!r}")
+
+
+def detect_features(gray: np.ndarray, detector: str = "sift",
+                    max_features: int = 4000) -> tuple[np.ndarray, np.ndarray | None]:
+    """Keypoint positions ``[N, 2]`` float32 (x, y) and descriptors (None when there are none)
+    of a grey uint8 image (:func:`to_gray_u8`)."""
+    k, d = _detector(detector, max_features).detectAndCompute(gray, None)
+    pts = np.float32([p.pt for p in k]).reshape(-1, 2)
+    return pts, d
+
+
 def feature_homography(img1, img2, detector: str = "sift", method: str = "magsac", *,
                        ratio: float = 0.7, min_matches: int = 10, threshold: float = 3.0,
-                       max_features: int = 4000) -> np.ndarray | None:
+                       max_features: int = 4000,
+                       cache: FeatureCache | None = None) -> np.ndarray | None:
     """Keypoint matching (Lowe ratio test) + robust homography fit.
 
     Returns the ``[3, 3]`` homography image 1 -> image 2, or ``None`` when fewer than
     ``min_matches`` matches survive or the fit fails (callers decide the fallback; a stale
-    homography is never reused silently).
+    homography is never reused silently). ``cache``: a :class:`FeatureCache` that keeps the
+    features of images seen before (consecutive video pairs share a frame).
     """
     g1, g2 = to_gray_u8(img1), to_gray_u8(img2)
-    if detector == "sift":
-        det = cv2.SIFT_create(nfeatures=max_features)
-        norm = cv2.NORM_L2
-    elif detector == "orb":
-        det = cv2.ORB_create(nfeatures=max_features)
-        norm = cv2.NORM_HAMMING
-    else:
-        raise ValueError(f"detector must be 'sift' or 'orb', got {detector!r}")
+    _detector(detector, 1)  # validates the name before any work
+    norm = cv2.NORM_L2 if detector == "sift" else cv2.NORM_HAMMING
     flags = {"ransac": cv2.RANSAC, "magsac": cv2.USAC_MAGSAC}
     if method not in flags:
         raise ValueError(f"method must be 'ransac' or 'magsac', got {method!r}")
-    k1, d1 = det.detectAndCompute(g1, None)
-    k2, d2 = det.detectAndCompute(g2, None)
-    if d1 is None or d2 is None or len(k1) < 4 or len(k2) < 4:
+    if cache is not None:
+        (p1, d1), (p2, d2) = (cache.features(g, detector, max_features) for g in (g1, g2))
+    else:
+        (p1, d1), (p2, d2) = (detect_features(g, detector, max_features) for g in (g1, g2))
+    if d1 is None or d2 is None or len(p1) < 4 or len(p2) < 4:
         return None
     pairs = cv2.BFMatcher(norm).knnMatch(d1, d2, k=2)
     good = [m[0] for m in pairs if len(m) == 2 and m[0].distance < ratio * m[1].distance]
     if len(good) < max(min_matches, 4):
         return None
-    src = np.float32([k1[m.queryIdx].pt for m in good]).reshape(-1, 1, 2)
-    dst = np.float32([k2[m.trainIdx].pt for m in good]).reshape(-1, 1, 2)
+    src = p1[[m.queryIdx for m in good]].reshape(-1, 1, 2)
+    dst = p2[[m.trainIdx for m in good]].reshape(-1, 1, 2)
     H, _ = cv2.findHomography(src, dst, flags[method], threshold, maxIters=5000, confidence=0.999)
     if H is None or not np.all(np.isfinite(H)):
         return None

@@ -195,9 +195,12 @@ class _Feature(_HomographyEstimator):
         self.detector, self.robust = detector, robust
         self.options = {"ratio": ratio, "threshold": threshold, "min_matches": min_matches,
                         "max_features": max_features}
+        # consecutive video pairs share a frame: its features are detected once (exact reuse)
+        self.cache = baselines.FeatureCache(2)
 
     def _estimate(self, a, b, depth1, depth2, intrinsics):
-        H = baselines.feature_homography(a, b, self.detector, self.robust, **self.options)
+        H = baselines.feature_homography(a, b, self.detector, self.robust, cache=self.cache,
+                                         **self.options)
         return self._motion(H, *a.shape[:2], "too few feature matches")
 
 

@@ -89,6 +89,35 @@ def test_homography_estimators_recover_a_known_homography(pair, name, tol):
     assert estimators.get(name, forward_only=True)(img1, img2).flow_b is None
 
 
+def test_feature_cache_detects_each_video_frame_once_and_changes_no_result(monkeypatch):
+    """Consecutive pairs share a frame: with the cache each frame is detected once, and every
+    pair's homography is the one detection from scratch gives, close to the clip's exact motion."""
+    from camflow_jax.stabilization import clips
+
+    clip = clips.moving_object_clip(5, 96, 160, seed=2, with_object=False)
+    frames = list(clip.frames)
+    calls = []
+    real = baselines.detect_features
+    monkeypatch.setattr(baselines, "detect_features", lambda *a, **k: calls.append(1) or real(*a, **k))
+    est = estimators.get("sift_ransac", forward_only=True)
+    cached = [est(a, b).homography for a, b in zip(frames[:-1], frames[1:])]
+    assert len(calls) == len(frames) and est.cache.hits == len(frames) - 2
+    ys, xs = np.mgrid[8:96:16, 8:160:16].astype(np.float64)
+    p = np.stack([xs.ravel(), ys.ravel(), np.ones(xs.size)])
+    for t, (a, b) in enumerate(zip(frames[:-1], frames[1:])):
+        fresh = baselines.feature_homography(a, b, "sift", "ransac", threshold=3.0)
+        np.testing.assert_array_equal(cached[t], fresh)
+        q, g = cached[t] @ p, clip.pair_homographies[t] @ p
+        assert np.abs(q[:2] / q[2] - g[:2] / g[2]).max() < 0.5  # the known motion, in pixels
+    # a cache never returns another image's features
+    cache = baselines.FeatureCache(2)
+    g1 = baselines.to_gray_u8(frames[0])
+    g2 = g1.copy()
+    g2[0, 0] ^= 1
+    assert cache.features(g1, "sift", 4000)[0] is not cache.features(g2, "sift", 4000)[0]
+    assert cache.hits == 0 and cache.features(g1, "sift", 4000) is not None and cache.hits == 1
+
+
 def test_ecc_coarse_to_fine_recovers_a_larger_motion():
     img1, img2, H = fx.make_pair(np.random.default_rng(11), 192, 256, jitter=12.0)
     m = estimators.get("ecc", min_side=40)(img1, img2)  # 192 -> 96 -> 48: three levels

@@ -69,10 +69,12 @@ BORDER_THRESHOLD = 24
 CLASSIC_FLOOR_PX, CLASSIC_FLOOR_RAD = 0.1, 1e-4
 
 
-def frame_homography(img_a, img_b, max_side: int = 640) -> np.ndarray | None:
+def frame_homography(img_a, img_b, max_side: int = 640,
+                     cache: baselines.FeatureCache | None = None) -> np.ndarray | None:
     """Homography a -> b (full-resolution pixels) from SIFT, ratio 0.7, > 10 matches, RANSAC.
 
-    Returns None when matching fails.
+    Returns None when matching fails. ``cache``: reuses the features of frames seen before
+    (:class:`camflow_jax.baselines.FeatureCache`; the same result, detected once).
     """
     a, b = np.asarray(img_a), np.asarray(img_b)
     h, w = a.shape[:2]
@@ -81,7 +83,8 @@ def frame_homography(img_a, img_b, max_side: int = 640) -> np.ndarray | None:
         size = (max(1, round(w * s)), max(1, round(h * s)))
         a = cv2.resize(a, size, interpolation=cv2.INTER_AREA)
         b = cv2.resize(b, size, interpolation=cv2.INTER_AREA)
-    H = baselines.feature_homography(a, b, "sift", "ransac", ratio=0.7, min_matches=11)
+    H = baselines.feature_homography(a, b, "sift", "ransac", ratio=0.7, min_matches=11,
+                                     cache=cache)
     if H is None:
         return None
     if s < 1.0:
@@ -296,9 +299,12 @@ class MetricsAccumulator:
         self.h_in, self.h_out, self.m, self.scale_crop = [], [], [], []
         self.border_in, self.border_out = [], []
         self.failed = {"input_pairs": 0, "output_pairs": 0, "input_output": 0}
+        # each frame takes part in up to three matches (with its predecessor, its successor
+        # and its input / output twin): its features are detected once
+        self._features = baselines.FeatureCache(4)
 
     def _pair(self, a, b, key, store):
-        H = frame_homography(a, b, self.max_side)
+        H = frame_homography(a, b, self.max_side, self._features)
         if H is None:
             self.failed[key] += 1
             H = np.eye(3)  # documented fallback; never the previous (stale) homography
@@ -322,7 +328,7 @@ class MetricsAccumulator:
                 self._pair(self._prev_in, frame_in, "input_pairs", self.h_in)
             self._pair(self._prev_out, frame_out, "output_pairs", self.h_out)
         if frame_in is not None:
-            M = frame_homography(frame_in, frame_out, self.max_side)
+            M = frame_homography(frame_in, frame_out, self.max_side, self._features)
             if M is None:
                 self.failed["input_output"] += 1
                 self.scale_crop.append(np.nan)
