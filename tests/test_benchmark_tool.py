@@ -17,15 +17,15 @@ from camflow_jax import benchmarking
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# A narrower net than configs/smoke.py (one Swin block per stage): the train step compiles
-# in seconds. CamFlow+ 36 with per-sample depth bases, as the benchmark's default config.
+# A narrower net than configs/smoke.py (one pyramid level, one Swin block): the train step
+# compiles in seconds. CamFlow+ 36 with per-sample depth bases, as the benchmark's default config.
 TINY_CONFIG = """
 from camflow_jax.configs import smoke
 
 
 def get_config():
     c = smoke.get_config()
-    c.model.depths = (1, 1, 1)
+    c.model.depths, c.model.layer_depth, c.model.num_heads = (1,), (1,), (2,)
     return c
 """
 
@@ -69,7 +69,7 @@ def test_report_structure_and_file(report):
     train, data = result["results"][2:]
     assert train["groups"] == [12, 12, 12] and train["per_sample_depth_bases"] and train["loss_finite"]
     for r in result["results"]:  # the narrow net of the config, not the released structure
-        assert r["embed_dim"] == 8 and r["depths"] == [1, 1, 1], r["measurement"]
+        assert r["embed_dim"] == 8 and r["depths"] == [1], r["measurement"]
     assert data["pipeline_as_trainer"]  # tiny batches: the trainer's pipeline, unchanged
 
 

@@ -1,7 +1,11 @@
 """Training system: device-count invariance, multi-process, resume, CLI and config errors.
 
 Runs go through the real CLI in subprocesses (device counts must be fixed before jax is
-imported) with the tiny smoke architecture, sharing a persistent compilation cache.
+imported) with the smoke config narrowed to one pyramid level (:data:`COMMON`): these tests are
+about control flow and bookkeeping, not accuracy, and the narrow net compiles about 3x faster.
+Every single-device run compiles the same program, so the session's persistent compilation
+cache (``tests/conftest.py``) compiles it once; the 4-step reference run is shared by the
+session (``four_steps_one_device``, also used by test_train_reliability).
 """
 
 import json
@@ -15,8 +19,15 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# One pyramid level, one Swin block (the fewest ModelConfig allows: the three basis groups and
+# their heads, the mask net and the depth bases stay); 8 training pairs at batch 4: 2 steps per
+# epoch, so a 4-step run also crosses an epoch (the data order and the lr decay of epoch 2);
+# 64x64 input. No held-out evaluation (runs compared by their losses and weights); the reference
+# run (conftest.four_steps_one_device) evaluates 2 pairs: EVAL.
 COMMON = ["--config=configs/smoke.py", "--config.batch_size=4", "--config.checkpoint_every=2",
-          "--config.data.num_eval=2"]
+          "--config.data.num_eval=0", "--config.data.num_train=8", "--config.model.depths=(1,)",
+          "--config.model.layer_depth=(1,)", "--config.model.num_heads=(2,)", "--config.model.width=64"]
+EVAL = "--config.data.num_eval=2"
 
 
 def _env(tmp_cache, devices=1):
@@ -50,19 +61,6 @@ def _params(workdir):
 
 def _losses(workdir):
     return [json.loads(l) for l in (Path(workdir) / "metrics.jsonl").read_text().splitlines()]
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("jax_cache")
-
-
-@pytest.fixture(scope="module")
-def four_steps_one_device(tmp_path_factory, cache):
-    wd = tmp_path_factory.mktemp("ref")
-    proc = _train(wd, "--config.num_steps=4", cache=cache)
-    (wd.parent / f"{wd.name}.stdout").write_text(proc.stdout)
-    return wd
 
 
 def _stdout(workdir) -> str:
@@ -172,8 +170,11 @@ def test_checkpoint_with_the_old_rng_entry_resumes(tmp_path, cache, four_steps_o
     import jax
     import orbax.checkpoint as ocp
 
+    import shutil
+
     wd = tmp_path / "legacy"
-    _train(wd, "--config.num_steps=2", cache=cache)
+    shutil.copytree(four_steps_one_device, wd)
+    shutil.rmtree(wd / "checkpoints" / "4")  # the workdir of a run that stopped at step 2
     item = wd / "checkpoints" / "2" / "state"
     with ocp.StandardCheckpointer() as ck:  # rewrite step 2's state as the old trainer saved it
         tree = ck.restore(item)
@@ -182,8 +183,6 @@ def test_checkpoint_with_the_old_rng_entry_resumes(tmp_path, cache, four_steps_o
         ck.save(tmp_path / "old_state", tree, force=True)
     with ocp.StandardCheckpointer() as ck:
         assert "rng" in ck.metadata(tmp_path / "old_state").item_metadata.tree
-    import shutil
-
     shutil.rmtree(item)
     shutil.copytree(tmp_path / "old_state", item)
     out = _train(wd, "--config.num_steps=4", cache=cache).stdout
@@ -193,6 +192,10 @@ def test_checkpoint_with_the_old_rng_entry_resumes(tmp_path, cache, four_steps_o
         np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
 
+# Slow tier: test_two_processes_match_single_process runs 2 devices in each of 2 processes, so
+# the default tier still shards a batch over several devices of one process; this adds only the
+# one-process, 4-device mesh, at the price of compiling one more program.
+@pytest.mark.slow
 def test_four_devices_match_one_device(tmp_path, cache, four_steps_one_device):
     wd = tmp_path / "four"
     out = _train(wd, "--config.num_steps=4", devices=4, cache=cache).stdout
@@ -318,9 +321,27 @@ def test_stop_after_seconds_checkpoints_and_resumes(tmp_path, cache, four_steps_
 
 def test_num_epochs_sets_the_step_count(tmp_path, cache):
     wd = tmp_path / "w"
-    # 24 training pairs at batch 4: 6 steps per epoch, 2 epochs.
-    _train(wd, "--config.num_epochs=2", "--config.data.num_train=24", "--config.checkpoint_every=0", cache=cache)
-    assert json.loads((wd / "summary.json").read_text())["final_step"] == 12
+    # COMMON's 8 training pairs at batch 4: 2 steps per epoch; 3 epochs override num_steps=1.
+    # (The program is the reference's: the lr schedule's epoch length is the same.)
+    _train(wd, "--config.num_epochs=3", "--config.num_steps=1", "--config.checkpoint_every=0", cache=cache)
+    assert json.loads((wd / "summary.json").read_text())["final_step"] == 6
+    assert [r["step"] for r in _losses(wd)] == [1, 2, 3, 4, 5, 6]
+
+
+def test_num_epochs_counts_whole_batches_of_the_training_set():
+    import ml_collections
+
+    from camflow_jax.trainer import with_step_count
+
+    c = ml_collections.ConfigDict(dict(batch_size=4, num_steps=1, num_epochs=2,
+                                       optim=dict(steps_per_epoch=0)))
+    for num_train, per_epoch in ((24, 6), (27, 6), (3, 1)):  # a partial last batch is dropped; >= 1
+        got, steps_per_epoch = with_step_count(c, num_train)
+        assert (steps_per_epoch, got.num_steps) == (per_epoch, 2 * per_epoch)
+    c.optim.steps_per_epoch = 5  # an explicit epoch length wins
+    assert with_step_count(c, 24)[0].num_steps == 10
+    c.num_epochs = 0  # no epochs: num_steps as given
+    assert with_step_count(c, 24)[0].num_steps == 1
 
 
 def test_resume_with_another_model_is_refused_and_keeps_the_checkpoints(tmp_path, cache, four_steps_one_device):

@@ -19,8 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_train import COMMON, ROOT, _env, _losses, _one_line_error, _params, _train  # noqa: F401
-from test_train import cache, four_steps_one_device  # noqa: F401  (fixtures)
+from test_train import COMMON, EVAL, ROOT, _env, _losses, _one_line_error, _params, _train  # noqa: F401
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -200,7 +199,7 @@ def test_every_packaged_config_passes_the_check_and_a_misspelt_one_does_not():
     (signal.SIGINT, "step 1/4", ["--config.checkpoint_every=4"]),
     # During the evaluation of step 1 (eval_every=1; its first batch compiles the eval step):
     # the evaluation stops, step 1 is saved, exit 143.
-    pytest.param(signal.SIGTERM, "step 1/4", ["--config.checkpoint_every=4", "--config.eval_every=1"],
+    pytest.param(signal.SIGTERM, "step 1/4", ["--config.checkpoint_every=4", "--config.eval_every=1", EVAL],
                  marks=pytest.mark.slow),
 ], ids=["sigint-steps", "sigterm-evaluation"])
 def test_a_signal_saves_exits_and_resume_is_bit_identical(tmp_path, cache, four_steps_one_device,
@@ -299,10 +298,18 @@ def test_an_unusable_workdir_is_refused_before_training(tmp_path, cache, case):
 # ----------------------------------------------------------------------------- 5. disk full
 @pytest.mark.slow
 def test_a_full_disk_is_one_line_and_the_last_checkpoint_resumes(tmp_path, cache, four_steps_one_device):
-    """A real full file system: a 12 MiB tmpfs holds the metadata and one or two checkpoints (about 5 MB each)."""
+    """A real full file system: a tmpfs that holds the metadata and one or two checkpoints (sized
+    from the reference workdir's files)."""
+    def size(path):
+        return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+    ckpt = size(four_steps_one_device / "checkpoints" / "4")
+    metadata = size(four_steps_one_device) - size(four_steps_one_device / "checkpoints")
     mnt = tmp_path / "small"
     mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(mnt)], capture_output=True).returncode:
+    kib = int(metadata + 1.7 * ckpt) // 1024
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={kib}k", "tmpfs", str(mnt)],
+                      capture_output=True).returncode:
         pytest.skip("mounting a tmpfs is not permitted here")
     try:
         wd = mnt / "w"
@@ -321,7 +328,7 @@ def test_a_full_disk_is_one_line_and_the_last_checkpoint_resumes(tmp_path, cache
         subprocess.run(["umount", str(mnt)])
     moved = tmp_path / "moved"
     if good[0] > 4:
-        pytest.fail(f"12 MiB held {good[0]} steps: the test expects fewer than 4")
+        pytest.fail(f"{kib} KiB held {good[0]} steps: the test expects fewer than 4")
     out = _train(moved, "--config.num_steps=4", cache=cache).stdout
     assert f"at step {good[0]}" in out and "unreadable" not in out
     _assert_bit_identical(moved, four_steps_one_device)
