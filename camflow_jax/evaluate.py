@@ -122,4 +122,7 @@ def _run(args) -> int:
 
 
 if __name__ == "__main__":
+    from camflow_jax import runtime
+
+    runtime.use_huge_pages()  # re-executes once with huge pages for malloc (docs/performance.md)
     sys.exit(main())

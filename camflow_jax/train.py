@@ -142,4 +142,7 @@ def _parse_flags(argv):
 
 
 if __name__ == "__main__":
+    from camflow_jax import runtime
+
+    runtime.use_huge_pages()  # re-executes once with huge pages for malloc (docs/performance.md)
     app.run(main, flags_parser=_parse_flags)
