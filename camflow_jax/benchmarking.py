@@ -86,7 +86,7 @@ def machine_info() -> dict:
             "device_count": jax.device_count(), "cpu_count": os.cpu_count(),
             "processor": platform.processor() or platform.machine(), "python": platform.python_version(),
             "jax": jax.__version__, "jaxlib": jaxlib.__version__, "flax": flax.__version__,
-            "optax": optax.__version__,
+            "optax": optax.__version__, "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
             "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
 
 

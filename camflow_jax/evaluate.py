@@ -27,6 +27,13 @@ is refused): one ``error:`` line, exit status 2; ``--verbose`` adds the tracebac
 
 from __future__ import annotations
 
+if __name__ == "__main__":
+    # Re-execute once with huge pages for malloc (camflow_jax/runtime.py, docs/performance.md),
+    # before the imports below: the restart then costs only an interpreter start.
+    from camflow_jax import runtime
+
+    runtime.use_huge_pages()
+
 import argparse
 import os
 import sys

@@ -28,6 +28,13 @@ old ``sift`` / ``orb`` still work, with a note: they are ``sift_ransac`` / ``orb
 
 from __future__ import annotations
 
+if __name__ == "__main__":
+    # Re-execute once with huge pages for malloc (camflow_jax/runtime.py, docs/performance.md),
+    # before the imports below: the restart then costs only an interpreter start.
+    from camflow_jax import runtime
+
+    runtime.use_huge_pages()
+
 import argparse
 import sys
 

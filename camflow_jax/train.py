@@ -7,6 +7,13 @@ Several processes (multi-host TPU/GPU, or a localhost test): pass --coordinator_
 discovers them (Cloud TPU, SLURM).
 """
 
+if __name__ == "__main__":
+    # Re-execute once with huge pages for malloc (camflow_jax/runtime.py, docs/performance.md),
+    # before the imports below: the restart then costs only an interpreter start.
+    from camflow_jax import runtime
+
+    runtime.use_huge_pages()
+
 import logging as std_logging
 import signal
 import sys

@@ -76,8 +76,10 @@ so the counts the roofline uses are the same);
 batch 8 needs ~29 GiB, hence ``--train-batch 2`` on machines with less memory).
 Tiny sizes for a quick check: ``--arch config --config configs/smoke.py --height 64 --width 128
 --batch 2 --repeats 2``. Glibc maps each call's large XLA scratch buffers afresh (one page fault
-per 4 KiB: ~56k per 320x576 forward); ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` before the
-command backs them with transparent huge pages (see docs/performance.md for its effect).
+per 4 KiB: ~56k per 320x576 forward). Like the training command, this script re-executes itself
+once with ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``, which backs them with transparent huge pages
+(:mod:`camflow_jax.runtime`; docs/performance.md has its effect); ``CAMFLOW_JAX_NO_HUGEPAGES=1``
+measures without. The machine info records ``glibc_tunables``.
 
 This script parses the arguments and prints; the measurements are
 :mod:`camflow_jax.benchmarking` (:func:`camflow_jax.benchmarking.run`).
@@ -143,4 +145,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    from camflow_jax import runtime  # noqa: E402
+
+    runtime.use_huge_pages()  # what the entry points do: measure what users get
     main()
