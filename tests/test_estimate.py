@@ -308,8 +308,7 @@ def test_estimate_cli_trained_model_recovers_homography(tmp_path, h, w):
     CAMFLOW_TRAINED_CHECKPOINT to check another model."""
     from camflow_jax.data.synthetic import SyntheticScenes
 
-    # Two pairs: each CLI call loads and compiles the model again (35 s a pair on 2 cores).
-    scenes = SyntheticScenes(seed=4242, num_samples=2, height=h, width=w, categories=("RE",))
+    scenes = SyntheticScenes(seed=4242, num_samples=4, height=h, width=w, categories=("RE",))
     ratios = []
     for i in range(len(scenes)):
         img1, H = scenes[i]["img1"], scenes[i]["homography"].astype(np.float64)
