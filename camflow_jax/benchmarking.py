@@ -100,18 +100,11 @@ def compile_fn(fn, *args, fast: bool = False):
 
 
 def flops_of(compiled) -> float | None:
-    """Total FLOPs of a compiled computation from XLA's cost analysis (a dict, or a list of
-    per-module dicts in some jax versions); None when the backend gives none."""
-    try:
-        cost = compiled.cost_analysis()
-    except Exception:  # noqa: BLE001 - some backends do not implement it
-        return None
-    if cost is None:
-        return None
-    if isinstance(cost, dict):
-        cost = [cost]
-    total = [float(c["flops"]) for c in cost if c and "flops" in c]
-    return sum(total) if total else None
+    """Total FLOPs of a compiled computation from XLA's cost analysis
+    (:func:`camflow_jax.accel.cost_of`); None when the backend gives none."""
+    from camflow_jax import accel
+
+    return accel.cost_of(compiled)["flops"]
 
 
 def memory_of(compiled) -> dict:
