@@ -229,7 +229,8 @@ class Predictor:
         # The refinement as three jitted pieces (bases, starts, solver), each compiled once per
         # working size: one jit around all three ran 1.2-1.4x slower on a 2-core CPU (XLA fused
         # the depth-basis construction into the solver's consumers; docs/refinement.md, "Cost").
-        self._refine_bases_jit = jax.jit(self._refine_bases)
+        self._refine_bases_jit = jax.jit(self._refine_bases, static_argnames=("cfg",))
+        self._basis_pyramid = jax.jit(refine_lib.basis_pyramid, static_argnames=("cfg",))
         self._refine_starts = jax.jit(self._starts_impl, static_argnames=("cfg",))
         self._pyramid = jax.jit(refine_lib.image_pyramid, static_argnames=("cfg",))
         self._refine_motion = jax.jit(refine_lib.refine_with_pyramids, static_argnames=("cfg",))
@@ -317,39 +318,40 @@ class Predictor:
             return default if value else None
         raise ValueError(f"refine must be True, False or a camflow_jax.refine.RefineConfig, got {value!r}")
 
-    def _static_refine_bases(self, size):
-        """The network's static bases at the refinement's working ``size`` as components
-        (u, v) ``[N, h, w]``, resized as its output flow is (align-corners, values scaled), so
-        their coefficients mean what the network's do. Cached per size (a video or a benchmark
-        of equal frames computes them once)."""
-        if size not in self._static_cache:
+    def _static_refine_bases(self, size, cfg):
+        """The network's static bases at the refinement's working ``size``, resized as its
+        output flow is (align-corners, values scaled) so their coefficients mean what the
+        network's do, as a :class:`camflow_jax.refine.BasisPyramid` for ``cfg``. Cached per size
+        and config (a video or a benchmark of equal frames builds it once; both directions of a
+        pair share it)."""
+        key = (size, cfg.levels, cfg.strides)
+        if key not in self._static_cache:
             h, w = size
             sh, sw = self.static_bases.shape[1:3]
             sb = self.static_bases
             u = geometry.resize_bilinear_align_corners(sb[..., :1], h, w)[..., 0] * (w / sw)
             v = geometry.resize_bilinear_align_corners(sb[..., 1:], h, w)[..., 0] * (h / sh)
             self._static_cache.clear()  # one size at a time: bounded memory
-            self._static_cache[size] = (u, v)
-        return self._static_cache[size]
+            self._static_cache[key] = self._basis_pyramid((u, v), cfg=cfg)
+        return self._static_cache[key]
 
-    def _refine_bases(self, static_uv, depth, K):
-        """The refinement's basis set at the working size, as components (u, v) ``[N, h, w]``:
-        the static part, then depth bases built at the working size from the depth map (sharper
-        than resized network-size ones), scaled to the network grid's pixel units so their
-        coefficients compare with the network's."""
+    def _refine_bases(self, static_bp, depth, K, cfg):
+        """The refinement's basis set at the working size: the static part, then depth bases
+        built at the working size from the depth map (sharper than resized network-size ones),
+        scaled to the network grid's pixel units so their coefficients compare with the
+        network's (a :class:`camflow_jax.refine.BasisPyramid`)."""
         from camflow_jax import bases as bases_mod
 
-        u, v = static_uv
-        if not self.num_depth:
-            return u, v
         h, w = depth.shape
         sigmas = tuple(float(s) * w / self.width for s in self.depth_sigmas)
         du, dv = bases_mod.depth_translational_components(depth, K, sigmas)
-        return jnp.concatenate([u, du * (w / self.width)]), jnp.concatenate([v, dv * (h / self.height)])
+        depth_bp = refine_lib.basis_pyramid((du * (w / self.width), dv * (h / self.height)), cfg)
+        return refine_lib.join_basis_pyramids(static_bp, depth_bp)
 
     def _starts_impl(self, bases, coeffs, hflow, *, cfg):
-        """``[S, N]`` start coefficients, in ``cfg.starts`` order, for one direction."""
-        h, w = bases[0].shape[1:]
+        """``[S, N]`` start coefficients, in ``cfg.starts`` order, for one direction (``bases``:
+        a :class:`camflow_jax.refine.BasisPyramid`)."""
+        h, w = bases.full[0][0].shape[1:]
         coarse = refine_lib.pyramid_sizes(h, w, cfg.levels)[-1]
         starts = []
         for name in cfg.starts:
@@ -358,14 +360,16 @@ class Predictor:
             elif name == "zero":
                 starts.append(jnp.zeros_like(coeffs))
             else:  # "homography": a feature homography's flow, projected on the bases
-                starts.append(refine_lib.project_flow(hflow, jnp.stack(bases, axis=-1), coarse))
+                full = jnp.stack([jnp.concatenate([u for u, _ in bases.full]),
+                                  jnp.concatenate([v for _, v in bases.full])], axis=-1)
+                starts.append(refine_lib.project_flow(hflow, full, coarse))
         return jnp.stack(starts)
 
-    def _refine_direction(self, static_uv, pyr1, pyr2, depth, K, coeffs, hflow, cfg):
+    def _refine_direction(self, static_bp, pyr1, pyr2, depth, K, coeffs, hflow, cfg):
         """Refines one direction (image 1 -> image 2 of the pyramids ``pyr1``, ``pyr2``;
         ``depth`` of image 1) at the working size; ``depth``/``K`` and the homography flow are
         given at that size too."""
-        bases = self._refine_bases_jit(static_uv, depth, K) if self.num_depth else static_uv
+        bases = self._refine_bases_jit(static_bp, depth, K, cfg=cfg) if self.num_depth else static_bp
         if cfg.starts == ("network",):
             starts = np.asarray(coeffs, np.float32)[None]
         else:
@@ -451,9 +455,9 @@ class Predictor:
             hf, hb = (geometry_np.resize_flow(f, h, w) for f in (hf, hb))
         else:
             hf = hb = np.zeros((1, 1, 2), np.float32)
-        static_uv = self._static_refine_bases(size)
+        static_bp = self._static_refine_bases(size, cfg)
         p1, p2 = self._pyramid(g1, cfg=cfg), self._pyramid(g2, cfg=cfg)  # each image once
-        runs = [self._refine_direction(static_uv, a, b, d, Kw, c, hflow, cfg)
+        runs = [self._refine_direction(static_bp, a, b, d, Kw, c, hflow, cfg)
                 for a, b, d, c, hflow in ((p1, p2, d1, out["coeffs_f"], hf), (p2, p1, d2, out["coeffs_b"], hb))]
         runs[0]["homography"] = self._fit_homography(runs[0]["flow"])
         runs = [{k: np.asarray(v) for k, v in jax.device_get(r).items()} for r in runs]
@@ -487,7 +491,6 @@ class Predictor:
             "note": note,
         }
         return new
-        return out
 
     # --------------------------------------------------------------------------- public call
     def __call__(self, img1, img2, depth1=None, depth2=None, intrinsics=None, refine=None,

@@ -34,7 +34,7 @@ it over pairs; :func:`refine_pair` refines both directions of a pair in one call
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -44,7 +44,7 @@ from camflow_jax import geometry
 
 __all__ = ["RefineConfig", "gray", "local_normalize", "image_gradients", "pyramid_sizes",
            "downsample2", "resample_bases", "image_pyramid", "residual", "jacobian", "refine_motion",
-           "refine_with_pyramids", "refine_pair",
+           "refine_with_pyramids", "refine_pair", "BasisPyramid", "basis_pyramid", "join_basis_pyramids",
            "project_flow", "CAUCHY_C"]
 
 #: Cauchy width in units of the robust sigma (95 % efficiency on Gaussian noise).
@@ -230,11 +230,33 @@ def residual(phi1_pts, phi2_stack, grid_pts, bu, bv, coeffs):
       phi2 sampled at x + F, and whether x + F lies inside image 2
       (:func:`camflow_jax.geometry.in_frame`, the library's one validity rule).
     """
-    x = grid_pts[0] + coeffs @ bu
-    y = grid_pts[1] + coeffs @ bv
+    return _residual_at(phi1_pts, phi2_stack, grid_pts[0] + coeffs @ bu, grid_pts[1] + coeffs @ bv)
+
+
+def _residual_at(phi1_pts, phi2_stack, x, y):
+    """:func:`residual` at given sample positions ``x``, ``y`` ``[P]`` in image 2."""
     h, w = phi2_stack.shape[:2]
-    s = geometry.sample_bilinear(phi2_stack, x, y, mode="edge")
+    s = _sample_edge(phi2_stack, x, y)
     return s[:, 0] - phi1_pts, s[:, 1:], geometry.in_frame(x, y, h, w)
+
+
+def _sample_edge(image, x, y):
+    """:func:`camflow_jax.geometry.sample_bilinear` (``mode="edge"``) of ``[H, W, C]`` at
+    ``[P]`` points, written as one reduction over the four corners, so that XLA:CPU
+    materialises the ``[P, C]`` samples instead of fusing the whole interpolation into every
+    consumer (the ``[N, P]`` Jacobian would redo it for each basis)."""
+    h, w = image.shape[:2]
+    x = jnp.clip(x.astype(jnp.float32), 0.0, w - 1.0)
+    y = jnp.clip(y.astype(jnp.float32), 0.0, h - 1.0)
+    x0, y0 = jnp.floor(x), jnp.floor(y)
+    fx, fy = x - x0, y - y0
+    x0i = jnp.clip(x0.astype(jnp.int32), 0, w - 1)
+    y0i = jnp.clip(y0.astype(jnp.int32), 0, h - 1)
+    x1i, y1i = jnp.minimum(x0i + 1, w - 1), jnp.minimum(y0i + 1, h - 1)
+    idx = jnp.stack([y0i * w + x0i, y0i * w + x1i, y1i * w + x0i, y1i * w + x1i], axis=1)  # [P, 4]
+    wts = jnp.stack([(1 - fx) * (1 - fy), fx * (1 - fy), (1 - fx) * fy, fx * fy], axis=1)
+    corners = jnp.take(image.reshape(h * w, -1), idx, axis=0)  # [P, 4, C]
+    return jnp.einsum("pk,pkc->pc", wts, corners)
 
 
 def jacobian(grad, bu, bv):
@@ -262,14 +284,49 @@ def image_pyramid(g: jax.Array, cfg: RefineConfig = RefineConfig()) -> tuple[jax
 def _level_data(phi1, stack2, bu, bv, stride: int):
     """The arrays a level's iterations read, at every ``stride``-th pixel: phi1 there, the
     (phi2, grad phi2) stack, the pixels' coordinates ``[2, P]`` and the bases' u and v there
-    ``[N, P]``."""
+    ``[N, P]`` (given already sampled: :class:`BasisPyramid`)."""
     h, w = phi1.shape
     ys, xs = jnp.meshgrid(jnp.arange(0, h, stride, dtype=jnp.float32),
                           jnp.arange(0, w, stride, dtype=jnp.float32), indexing="ij")
-    n = bu.shape[0]
-    sl = (slice(None), slice(None, None, stride), slice(None, None, stride))
-    return (phi1[sl[1:]].reshape(-1), stack2, jnp.stack([xs.reshape(-1), ys.reshape(-1)]),
-            bu[sl].reshape(n, -1), bv[sl].reshape(n, -1))
+    return (phi1[::stride, ::stride].reshape(-1), stack2, jnp.stack([xs.reshape(-1), ys.reshape(-1)]), bu, bv)
+
+
+class BasisPyramid(NamedTuple):
+    """A basis set prepared for :func:`refine_with_pyramids` (:func:`basis_pyramid`).
+
+    full: groups of components ``(u [N_g, H, W], v [N_g, H, W])`` at the working size, in
+      basis order (the set is their concatenation along N; kept apart so a group can be shared
+      without a copy, e.g. the static bases of every pair of one size).
+    levels: per pyramid level, coarsest first, ``(u [N, P_l], v [N, P_l])`` at that level's
+      sampled pixels (every ``cfg.strides[l]``-th pixel of the bases halved level by level)."""
+
+    full: tuple
+    levels: tuple
+
+
+def basis_pyramid(bases, cfg: RefineConfig = RefineConfig()) -> BasisPyramid:
+    """The :class:`BasisPyramid` of bases ``[N, H, W, 2]`` or components ``(u, v)`` ``[N, H, W]``
+    for ``cfg``'s levels and strides (one group). Join groups with :func:`join_basis_pyramids`."""
+    if isinstance(bases, (tuple, list)):
+        u, v = (jnp.asarray(b, jnp.float32) for b in bases)
+    else:
+        bases = jnp.asarray(bases, jnp.float32)
+        u, v = bases[..., 0], bases[..., 1]
+    levels = []
+    halved = (u, v)
+    for li in range(cfg.levels - 1, -1, -1):  # finest first: each level halves the previous
+        k = cfg.strides[li]
+        levels.append(tuple(x[:, ::k, ::k].reshape(x.shape[0], -1) for x in halved))
+        if li:
+            halved = tuple(_half(x) * 0.5 for x in halved)
+    return BasisPyramid(full=((u, v),), levels=tuple(levels[::-1]))
+
+
+def join_basis_pyramids(*parts: BasisPyramid) -> BasisPyramid:
+    """One basis set from several (bases in argument order)."""
+    levels = tuple((jnp.concatenate([p.levels[li][0] for p in parts]),
+                    jnp.concatenate([p.levels[li][1] for p in parts])) for li in range(len(parts[0].levels)))
+    return BasisPyramid(full=sum((tuple(p.full) for p in parts), ()), levels=levels)
 
 
 def _robust_sigma(r, inside, cfg):
@@ -280,18 +337,30 @@ def _robust_sigma(r, inside, cfg):
     return jnp.maximum(1.4826 * mad, cfg.sigma_min)
 
 
-def _evaluate(data, coeffs, sigma, grad1=None):
-    """(mean robust cost, J^T W J, J^T W r) at ``coeffs`` (means over the level's pixels).
-    ``grad1`` ``[P, 2]``: grad phi(I_1) at the pixels; when given, the Jacobian uses the mean of
-    both images' gradients (ESM: second-order convergence near the solution)."""
+def _cost(data, coeffs, sigma):
+    """(mean robust cost, (r, grad phi2, IRLS weights)) at ``coeffs`` over the level's pixels."""
     r, grad, inside = residual(*data, coeffs)
+    rho, wts = _robust(r, inside, sigma)
+    return rho.sum() / r.shape[0], (r, grad, wts)
+
+
+def _normal_equations(data, pixels, grad1=None):
+    """(J^T W J, J^T W r) (means over the level's pixels) from :func:`_cost`'s per-pixel
+    values. ``grad1`` ``[P, 2]``: grad phi(I_1) at the pixels; when given, the Jacobian uses the
+    mean of both images' gradients (ESM: second-order convergence near the solution)."""
+    r, grad, wts = pixels
     if grad1 is not None:
         grad = 0.5 * (grad + grad1)
-    rho, wts = _robust(r, inside, sigma)
     Jt = jacobian(grad, data[3], data[4])
     Jw = Jt * wts[None, :]
     p = r.shape[0]
-    return rho.sum() / p, jnp.einsum("np,mp->nm", Jw, Jt) / p, Jw @ r / p
+    return jnp.einsum("np,mp->nm", Jw, Jt) / p, Jw @ r / p
+
+
+def _evaluate(data, coeffs, sigma, grad1=None):
+    """(mean robust cost, J^T W J, J^T W r) at ``coeffs`` (:func:`_cost`, :func:`_normal_equations`)."""
+    cost, pixels = _cost(data, coeffs, sigma)
+    return (cost, *_normal_equations(data, pixels, grad1))
 
 
 def _solve(A, g, lam):
@@ -316,15 +385,18 @@ def _level(data, coeffs0, sigma, max_iters: int, cfg: RefineConfig, grad1=None):
         delta = _solve(s["A"], s["g"], s["lam"])
         delta = jnp.where(jnp.all(jnp.isfinite(delta)), delta, 0.0)
         cand = s["w"] + delta
-        cost, A, g = _evaluate(data, cand, sigma, grad1)
+        cost, pixels = _cost(data, cand, sigma)
         ok = jnp.isfinite(cost) & (cost < s["cost"])
+        # The normal equations only for an accepted step (a rejected one retries the same
+        # system with more damping): rejected trials cost a residual, not a Jacobian.
+        A, g = jax.lax.cond(ok, lambda: _normal_equations(data, pixels, grad1), lambda: (s["A"], s["g"]))
         # the largest flow change at the level's pixels
         change = jnp.maximum(jnp.max(jnp.abs(delta @ data[3])), jnp.max(jnp.abs(delta @ data[4])))
         new = {
             "w": jnp.where(ok, cand, s["w"]),
             "cost": jnp.where(ok, cost, s["cost"]),
-            "A": jnp.where(ok, A, s["A"]),
-            "g": jnp.where(ok, g, s["g"]),
+            "A": A,
+            "g": g,
             "lam": jnp.where(ok, jnp.maximum(s["lam"] / 3.0, 1e-7), s["lam"] * 4.0),
             "it": s["it"] + 1,
         }
@@ -348,14 +420,13 @@ def project_flow(flow: jax.Array, bases: jax.Array, size: tuple[int, int] | None
         flow = resample_bases(flow[None], *size)[0]
         bases = resample_bases(bases, *size)
     n = bases.shape[0]
-    ok = jnp.all(jnp.isfinite(flow), axis=-1)
-    A = bases.reshape(n, -1).T
-    m = jnp.repeat(ok.reshape(-1), 2).astype(jnp.float32)
-    b = jnp.where(jnp.isfinite(flow), flow, 0.0).reshape(-1)
-    AtA = (A * m[:, None]).T @ A
-    Atb = (A * m[:, None]).T @ b
-    AtA = AtA + (1e-9 * jnp.trace(AtA) / n + 1e-12) * jnp.eye(n)
-    return jnp.linalg.solve(AtA, Atb)
+    ok = jnp.repeat(jnp.all(jnp.isfinite(flow), axis=-1).reshape(-1), 2)
+    A = jnp.where(ok[:, None], bases.reshape(n, -1).T, 0.0)
+    b = jnp.where(ok, flow.reshape(-1), 0.0)
+    # Minimum-norm least squares (SVD, small singular values cut): basis sets can be nearly
+    # dependent (depth bases of a constant depth map fall into the homography span), and
+    # normal equations then return huge cancelling coefficients that only cancel on this grid.
+    return jnp.linalg.lstsq(A, b, rcond=1e-4)[0]
 
 
 def refine_motion(img1, img2, bases, starts, cfg: RefineConfig = RefineConfig()) -> dict:
@@ -364,8 +435,10 @@ def refine_motion(img1, img2, bases, starts, cfg: RefineConfig = RefineConfig())
     Args:
       img1, img2: ``[H, W]`` or ``[H, W, C]`` (any intensity scale; grey levels 0..255 for the
         default ``epsilon``).
-      bases: ``[N, H, W, 2]`` on image 1's grid (pixels of that grid), or its components
-        ``(u [N, H, W], v [N, H, W])`` (saves a copy); the refined flow is ``sum_k coeffs_k bases_k``.
+      bases: ``[N, H, W, 2]`` on image 1's grid (pixels of that grid), its components
+        ``(u [N, H, W], v [N, H, W])`` (saves a copy), or their :class:`BasisPyramid` (built once
+        and reused, e.g. for bases shared by many pairs); the refined flow is
+        ``sum_k coeffs_k bases_k``.
       starts: ``[S, N]`` candidate start coefficients; ``starts[0]`` is the reference (the
         network's), returned unchanged when refinement cannot lower its cost (non-finite
         values are read as 0, so the result is always finite).
@@ -385,26 +458,19 @@ def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineCo
     """:func:`refine_motion` from the images' :func:`image_pyramid` s (``pyr1`` of image 1,
     ``pyr2`` of image 2, made with the same ``cfg``); same arguments and results otherwise."""
     H, W = pyr1[-1].shape[:2]
-    if isinstance(bases, (tuple, list)):
-        bu, bv = (jnp.asarray(b, jnp.float32) for b in bases)
-    else:
-        bases = jnp.asarray(bases, jnp.float32)
-        bu, bv = bases[..., 0], bases[..., 1]
+    bp = bases if isinstance(bases, BasisPyramid) else basis_pyramid(bases, cfg)
+    if len(bp.levels) != cfg.levels:
+        raise ValueError(f"the basis pyramid has {len(bp.levels)} levels, the config {cfg.levels}")
     starts = jnp.asarray(starts, jnp.float32)
     starts = jnp.where(jnp.isfinite(starts), starts, 0.0)  # never propagate NaN from a start
-    # The bases halved level by level (coarsest first), like the images.
-    bpyr = [(bu, bv)]
-    for _ in range(cfg.levels - 1):
-        u, v = bpyr[-1]
-        bpyr.append((_half(u) * 0.5, _half(v) * 0.5))
-    n = bu.shape[0]
+    n = bp.levels[0][0].shape[0]
     levels = []
-    for li, (u, v) in enumerate(bpyr[::-1]):  # coarsest first
+    for li, (u, v) in enumerate(bp.levels):  # coarsest first
         k = cfg.strides[li]
         data = _level_data(pyr1[li][..., 0], pyr2[li], u, v, k)
         grad1 = pyr1[li][::k, ::k, 1:].reshape(-1, 2) if cfg.esm else None
         levels.append((data, min(cfg.active[li] or n, n), grad1))
-    full = _level_data(pyr1[-1][..., 0], pyr2[-1], bu, bv, 1)  # the finest level, every pixel
+    full = _level_data(pyr1[-1][..., 0], pyr2[-1], None, None, 1)[:3]  # the finest level's every pixel
 
     def coarse_to_fine(coeffs):
         its = []
@@ -426,26 +492,40 @@ def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineCo
     # each for as long as the slowest); the lowest final cost wins, on one robust scale (the
     # reference start's result's), at the finest level's every pixel.
     runs = [coarse_to_fine(starts[i]) for i in range(starts.shape[0])]
-    r_ref, _, in_ref = residual(*full, runs[0][0])
-    sigma = _robust_sigma(r_ref, in_ref, cfg)
+    # The flows of every result and of the reference start at every pixel, in one pass over
+    # the bases (the largest arrays here): the final check and the output read them.
+    cands = jnp.stack([c for c, _ in runs] + [starts[0]])
+    fu = fv = 0.0
+    lo = 0
+    for gu, gv in bp.full:
+        m = gu.shape[0]
+        fu = fu + cands[:, lo:lo + m] @ gu.reshape(m, -1)
+        fv = fv + cands[:, lo:lo + m] @ gv.reshape(m, -1)
+        lo += m
+    # Materialised once: XLA:CPU would otherwise fuse the sums into each consumer (the
+    # bilinear sampling reads them several times) and recompute them (2x the refinement's
+    # fixed cost on a 2-core CPU).
+    fu, fv = jax.lax.optimization_barrier((fu, fv))
+    phi1_full, stack2_full, pts_full = full
+    resid = [_residual_at(phi1_full, stack2_full, pts_full[0] + fu[i], pts_full[1] + fv[i])
+             for i in range(cands.shape[0])]
+    sigma = _robust_sigma(resid[0][0], resid[0][2], cfg)
     costs, maps = [], []
-    for c, _ in runs:
-        r, _, inside = residual(*full, c)
-        rho, wts = _robust(r, inside, sigma)
+    for i, (c, _) in enumerate(runs):
+        rho, wts = _robust(resid[i][0], resid[i][2], sigma)
         costs.append(jnp.where(jnp.all(jnp.isfinite(c)), rho.mean(), jnp.inf))
         maps.append(wts)
     costs = jnp.stack(costs)
     best = jnp.argmin(jnp.where(jnp.isfinite(costs), costs, jnp.inf))
-    coeffs = jnp.stack([c for c, _ in runs])[best]
     its = jnp.stack([i for _, i in runs])[best]
     cost_after, wts = costs[best], jnp.stack(maps)[best]
-    r0, _, in0 = residual(*full, starts[0])
-    rho0, wts0 = _robust(r0, in0, sigma)
+    rho0, wts0 = _robust(resid[-1][0], resid[-1][2], sigma)
     cost_before = rho0.mean()
-    improved = jnp.isfinite(cost_after) & (cost_after < cost_before) & jnp.all(jnp.isfinite(coeffs))
-    coeffs = jnp.where(improved, coeffs, starts[0])
+    improved = jnp.isfinite(cost_after) & (cost_after < cost_before) & jnp.all(jnp.isfinite(cands[best]))
+    pick = jnp.where(improved, best, cands.shape[0] - 1)
+    coeffs = cands[pick]
     wts = jnp.where(improved, wts, wts0)
-    flow = jnp.stack([jnp.einsum("n,nhw->hw", coeffs, bu), jnp.einsum("n,nhw->hw", coeffs, bv)], axis=-1)
+    flow = jnp.stack([fu[pick], fv[pick]], axis=-1).reshape(H, W, 2)
     return {
         "coeffs": coeffs,
         "flow": flow,

@@ -137,7 +137,7 @@ def test_jacobian_matches_finite_differences():
     img1, img2 = shifted_pair(rng, 2, 1)
     one = CFG.replace(levels=1, iterations=(1,), strides=(1,), active=(0,))
     stack1, stack2 = R.image_pyramid(jnp.asarray(img1), one)[0], R.image_pyramid(jnp.asarray(img2), one)[0]
-    data = R._level_data(stack1[..., 0], stack2, jnp.asarray(HB[..., 0]), jnp.asarray(HB[..., 1]), 1)
+    data = R._level_data(stack1[..., 0], stack2, *R.basis_pyramid(HB, one).levels[0], 1)
     c = jnp.asarray(translation_coeffs(1.6, 0.7) + 0.05 * rng.normal(size=12))
     r, grad, inside = R.residual(*data, c)
     J = np.asarray(R.jacobian(grad, data[3], data[4]))  # [N, P]
