@@ -101,15 +101,24 @@ def capture_jitted_calls(pred, img1, img2, **call_kwargs) -> list[JittedCall]:
         return call
 
     saved = {k: getattr(pred, k) for k in names}
+    # The predictor's caches (e.g. the static bases per size) are emptied for the call, so the
+    # jitted work behind them is recorded too, and restored after it: the zeros the recorders
+    # answer with must never be cached as results.
+    caches = {k: dict(v) for k, v in vars(pred).items() if isinstance(v, dict) and k.endswith("_cache")}
     try:
         for k in names:
             setattr(pred, k, recorder(k, saved[k]))
+        for k in caches:
+            getattr(pred, k).clear()
         with warnings.catch_warnings(), np.errstate(all="ignore"):  # host maths on the zero answers
             warnings.simplefilter("ignore", RuntimeWarning)
             pred(img1, img2, **call_kwargs)
     finally:
         for k, v in saved.items():
             setattr(pred, k, v)
+        for k, v in caches.items():
+            getattr(pred, k).clear()
+            getattr(pred, k).update(v)
     return calls
 
 

@@ -321,7 +321,7 @@ def bench_refine(opts: BenchmarkOptions) -> dict:
     pairs = [(s["img1"], s["img2"], {"depth1": s["depth1"], "depth2": s["depth2"], "intrinsics": s["K"]})
              for s in (src[0], src[1])]
     pred = Predictor.from_pretrained()
-    jitted = ("_forward", "_pyramid", "_refine_bases_jit", "_refine_motion", "_fit_homography")
+    jitted = ("_forward", "_basis_pyramid", "_refine_pair")
 
     def cache_sizes():
         return {k: getattr(getattr(pred, k, None), "_cache_size", lambda: None)() for k in jitted}
@@ -445,8 +445,9 @@ def bench_roofline(opts: BenchmarkOptions) -> list[dict]:
         conf = _analysed(accel.capture_jitted_calls(pred, img1, img2, refine=False, confidence=True),
                          opts.fast_compile)
         if refine_parts is None:  # the refinement is float32 whatever the network computes in
+            # per pair: the static bases' pyramid is built once per image size (cached)
             refine_calls = [c for c in accel.capture_jitted_calls(pred, img1, img2, refine=True)
-                            if c.name != "_forward"]
+                            if c.name not in ("_forward", "_basis_pyramid")]
             refine_parts = _analysed(refine_calls, opts.fast_compile)
         for name, parts in (("infer_flows_only", flows), ("infer_with_confidence", conf),
                             ("infer_flows_only_refined", flows + refine_parts)):

@@ -229,12 +229,8 @@ class Predictor:
         # The refinement as three jitted pieces (bases, starts, solver), each compiled once per
         # working size: one jit around all three ran 1.2-1.4x slower on a 2-core CPU (XLA fused
         # the depth-basis construction into the solver's consumers; docs/refinement.md, "Cost").
-        self._refine_bases_jit = jax.jit(self._refine_bases, static_argnames=("cfg",))
         self._basis_pyramid = jax.jit(refine_lib.basis_pyramid, static_argnames=("cfg",))
-        self._refine_starts = jax.jit(self._starts_impl, static_argnames=("cfg",))
-        self._pyramid = jax.jit(refine_lib.image_pyramid, static_argnames=("cfg",))
-        self._refine_motion = jax.jit(refine_lib.refine_with_pyramids, static_argnames=("cfg",))
-        self._fit_homography = jax.jit(geometry.fit_homography)
+        self._refine_pair = jax.jit(self._refine_pair_impl, static_argnames=("input_hw", "cfg"))
         self.refine_config = self._refine_setting(refine, refine_lib.RefineConfig())
         self._static_cache = {}
         self._warned_no_depth = False
@@ -335,18 +331,39 @@ class Predictor:
             self._static_cache[key] = self._basis_pyramid((u, v), cfg=cfg)
         return self._static_cache[key]
 
-    def _refine_bases(self, static_bp, depth, K, cfg):
-        """The refinement's basis set at the working size: the static part, then depth bases
-        built at the working size from the depth map (sharper than resized network-size ones),
-        scaled to the network grid's pixel units so their coefficients compare with the
-        network's (a :class:`camflow_jax.refine.BasisPyramid`)."""
+    def _depth_bases(self, depth, K, cfg):
+        """Depth bases built at the working size from the depth map (sharper than resized
+        network-size ones), scaled to the network grid's pixel units so their coefficients
+        compare with the network's (a :class:`camflow_jax.refine.BasisPyramid`)."""
         from camflow_jax import bases as bases_mod
 
         h, w = depth.shape
         sigmas = tuple(float(s) * w / self.width for s in self.depth_sigmas)
         du, dv = bases_mod.depth_translational_components(depth, K, sigmas)
-        depth_bp = refine_lib.basis_pyramid((du * (w / self.width), dv * (h / self.height)), cfg)
-        return refine_lib.join_basis_pyramids(static_bp, depth_bp)
+        return refine_lib.basis_pyramid((du * (w / self.width), dv * (h / self.height)), cfg)
+
+    def _refine_pair_impl(self, static_bp, g1, g2, d1, d2, K, coeffs, hflows, *, input_hw, cfg):
+        """Both directions of a pair at the working size, in one jitted call: the images'
+        pyramids (each image once: it is image 2 of one direction and image 1 of the other),
+        each direction's basis set (the shared static part, depth bases from its own depth),
+        the start coefficients, and the two refinements. ``K`` is the
+        input's intrinsics, resized here; ``coeffs`` ``[2, N]`` and ``hflows`` ``[2, h, w, 2]``
+        (forward, backward). Returns :func:`camflow_jax.refine.refine_with_pyramids`'s dict with
+        a leading axis of 2, plus the forward flow's homography."""
+        p1, p2 = refine_lib.image_pyramid(g1, cfg), refine_lib.image_pyramid(g2, cfg)
+        if self.num_depth:
+            Kw = geometry.resize_intrinsics(K, input_hw, g1.shape)
+        runs = []
+        # One direction after the other: batching them (vmap) turns the normal equations into
+        # a batched matmul that XLA:CPU runs ~9x slower than two plain ones.
+        for i, (pa, pb, d) in enumerate(((p1, p2, d1), (p2, p1, d2))):
+            bp = (refine_lib.join_basis_pyramids(static_bp, self._depth_bases(d, Kw, cfg))
+                  if self.num_depth else static_bp)
+            starts = self._starts_impl(bp, coeffs[i], hflows[i], cfg=cfg)
+            runs.append(refine_lib.refine_with_pyramids(pa, pb, bp, starts, cfg))
+        out = jax.tree.map(lambda a, b: jnp.stack([a, b]), *runs)
+        out["homography"] = geometry.fit_homography(out["flow"][0])
+        return out
 
     def _starts_impl(self, bases, coeffs, hflow, *, cfg):
         """``[S, N]`` start coefficients, in ``cfg.starts`` order, for one direction (``bases``:
@@ -364,17 +381,6 @@ class Predictor:
                                   jnp.concatenate([v for _, v in bases.full])], axis=-1)
                 starts.append(refine_lib.project_flow(hflow, full, coarse))
         return jnp.stack(starts)
-
-    def _refine_direction(self, static_bp, pyr1, pyr2, depth, K, coeffs, hflow, cfg):
-        """Refines one direction (image 1 -> image 2 of the pyramids ``pyr1``, ``pyr2``;
-        ``depth`` of image 1) at the working size; ``depth``/``K`` and the homography flow are
-        given at that size too."""
-        bases = self._refine_bases_jit(static_bp, depth, K, cfg=cfg) if self.num_depth else static_bp
-        if cfg.starts == ("network",):
-            starts = np.asarray(coeffs, np.float32)[None]
-        else:
-            starts = self._refine_starts(bases, coeffs, hflow, cfg=cfg)
-        return self._refine_motion(pyr1, pyr2, bases, starts, cfg=cfg)
 
     def _feature_start(self, img1, img2):
         """Flows of a SIFT + MAGSAC homography (forward, backward), or zeros when it fails."""
@@ -446,23 +452,18 @@ class Predictor:
         g1, g2 = grey(img1), grey(img2)
         if self.num_depth:
             d1, d2 = down(depth1, cv2.INTER_LINEAR), down(depth2, cv2.INTER_LINEAR)
-            Kw = np.asarray(geometry.resize_intrinsics(K, (H0, W0), size), np.float32)
+            K = np.asarray(K, np.float32)
         else:
             d1 = d2 = np.zeros((1, 1), np.float32)
-            Kw = np.zeros(4, np.float32)
+            K = np.zeros(4, np.float32)
         if "homography" in cfg.starts:
-            hf, hb = self._feature_start(img1, img2)
-            hf, hb = (geometry_np.resize_flow(f, h, w) for f in (hf, hb))
+            hflows = np.stack([geometry_np.resize_flow(f, h, w) for f in self._feature_start(img1, img2)])
         else:
-            hf = hb = np.zeros((1, 1, 2), np.float32)
-        static_bp = self._static_refine_bases(size, cfg)
-        p1, p2 = self._pyramid(g1, cfg=cfg), self._pyramid(g2, cfg=cfg)  # each image once
-        runs = [self._refine_direction(static_bp, a, b, d, Kw, c, hflow, cfg)
-                for a, b, d, c, hflow in ((p1, p2, d1, out["coeffs_f"], hf), (p2, p1, d2, out["coeffs_b"], hb))]
-        runs[0]["homography"] = self._fit_homography(runs[0]["flow"])
-        runs = [{k: np.asarray(v) for k, v in jax.device_get(r).items()} for r in runs]
-        res = {k: np.stack([r[k] for r in runs]) for k in runs[1]}
-        res["homography"] = runs[0]["homography"]
+            hflows = np.zeros((2, 1, 1, 2), np.float32)
+        coeffs = np.stack([out["coeffs_f"], out["coeffs_b"]]).astype(np.float32)
+        res = self._refine_pair(self._static_refine_bases(size, cfg), g1, g2, d1, d2, K, coeffs, hflows,
+                                input_hw=(H0, W0), cfg=cfg)
+        res = {k: np.asarray(v) for k, v in jax.device_get(res).items()}
         new = {"net_" + k: out[k] for k in ("flow_f", "flow_b", "homography", "coeffs_f", "coeffs_b")}
         flows, wts = res["flow"], res["weights"]
         Hw = np.asarray(res["homography"], np.float64)

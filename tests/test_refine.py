@@ -227,3 +227,54 @@ def test_predictor_refines_by_default_and_keeps_the_network_result(shipped):
     back = np.rot90(outp["flow_f"], k=1, axes=(0, 1))
     back = np.stack([back[..., 1], -back[..., 0]], -1)  # vectors turned back with the grid
     assert interior_epe(back, out["flow_f"]) < 0.05
+
+
+def _block_mean_np(x, times):
+    """numpy oracle of repeated 2x2 averaging with the last row/column repeated when odd."""
+    for _ in range(times):
+        h, w = x.shape[-2:]
+        x = np.pad(x, [(0, 0)] * (x.ndim - 2) + [(0, h % 2), (0, w % 2)], mode="edge")
+        x = 0.25 * (x[..., 0::2, 0::2] + x[..., 1::2, 0::2] + x[..., 0::2, 1::2] + x[..., 1::2, 1::2])
+    return x
+
+
+def test_basis_pyramid_samples_the_halved_bases():
+    # an odd size, so the edge repetition matters; values halve with each level (pixels of the
+    # coarser grid)
+    rng = np.random.default_rng(11)
+    u, v = rng.normal(size=(2, 5, 37, 51)).astype(np.float32)
+    cfg = R.RefineConfig(levels=3, iterations=(1, 1, 1), strides=(1, 2, 3), active=(0, 0, 0))
+    bp = R.basis_pyramid((u, v), cfg)
+    assert len(bp.levels) == 3 and np.array_equal(np.asarray(bp.full[0][0]), u)
+    for li, (lu, lv) in enumerate(bp.levels):  # coarsest first
+        times, k = 2 - li, cfg.strides[li]
+        for got, src in ((lu, u), (lv, v)):
+            want = (_block_mean_np(src, times) / 2 ** times)[:, ::k, ::k].reshape(5, -1)
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+    both = R.join_basis_pyramids(bp, R.basis_pyramid((2 * u[:2], 2 * v[:2]), cfg))
+    assert len(both.full) == 2 and both.levels[0][0].shape[0] == 7
+
+
+def test_sampling_matches_opencv_remap_with_replicated_borders():
+    rng = np.random.default_rng(12)
+    img = rng.uniform(0, 255, (23, 31, 3)).astype(np.float32)
+    x = rng.uniform(-3, 34, 500).astype(np.float32)
+    y = rng.uniform(-3, 26, 500).astype(np.float32)
+    got = np.asarray(R._sample_edge(jnp.asarray(img), jnp.asarray(x), jnp.asarray(y)))
+    # clamped coordinates = replicated borders for bilinear interpolation
+    xc, yc = np.clip(x, 0, 30), np.clip(y, 0, 22)
+    want = cv2.remap(img, xc[None], yc[None], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)[0]
+    np.testing.assert_allclose(got, want, atol=0.05)  # OpenCV's 5-bit interpolation weights
+
+
+def test_project_flow_with_dependent_bases_is_the_minimum_norm_fit():
+    # a basis repeated (as depth bases of a constant depth map repeat the homography span):
+    # the normal equations are singular; the projection must still reproduce the flow with
+    # the minimum-norm coefficients (numpy's lstsq), not huge cancelling ones
+    B = np.concatenate([HB, HB[:2], 0.5 * HB[:1]])  # [15, H, W, 2]
+    c_true = translation_coeffs(1.5, -0.75)
+    flow = np.einsum("n,nhwc->hwc", c_true, HB)
+    got = np.asarray(R.project_flow(jnp.asarray(flow), jnp.asarray(B)))
+    want = np.linalg.lstsq(B.reshape(15, -1).T.astype(np.float64), flow.reshape(-1), rcond=None)[0]
+    np.testing.assert_allclose(got, want, atol=1e-3)
+    np.testing.assert_allclose(np.einsum("n,nhwc->hwc", got, B), flow, atol=1e-3)
