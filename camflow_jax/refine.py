@@ -75,6 +75,10 @@ class RefineConfig:
     starts: which candidate starts to try ("network", "zero", "homography": a feature
       homography when the caller can compute one); the first is the reference for
       ``cost_before``.
+    select_after: with several starts, each runs only up to this level (0 = the coarsest), and
+      the one with the lowest robust cost there goes on alone (None: every start runs to the
+      finest level and the final cost decides; the cheaper choice only skips the losers'
+      finer levels).
     esm: the Jacobian uses the mean of both images' gradients, grad phi(I_2)(x + F) and
       grad phi(I_1)(x), instead of image 2's alone (efficient second-order minimisation: near the
       solution the step is second-order accurate at first-order cost). On development pairs it
@@ -93,6 +97,7 @@ class RefineConfig:
     tol: float = 0.02
     active: tuple[int, ...] = (12, 0, 0)
     starts: tuple[str, ...] = ("network",)
+    select_after: int | None = None
     esm: bool = True
 
     def __post_init__(self):
@@ -113,6 +118,8 @@ class RefineConfig:
                 raise ValueError(f"refinement setting {name} must be a positive number, got {v}")
         if not (self.presmooth == self.presmooth and 0 <= self.presmooth < float("inf")):
             raise ValueError(f"presmooth must be >= 0, got {self.presmooth}")
+        if self.select_after is not None and not 0 <= int(self.select_after) < self.levels:
+            raise ValueError(f"select_after must be None or a level in 0..{self.levels - 1}, got {self.select_after}")
         known = {"network", "zero", "homography"}
         if not self.starts or any(s not in known for s in self.starts) or len(set(self.starts)) != len(self.starts):
             raise ValueError(f"starts must be distinct names from {sorted(known)}, got {self.starts}")
@@ -472,9 +479,10 @@ def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineCo
         levels.append((data, min(cfg.active[li] or n, n), grad1))
     full = _level_data(pyr1[-1][..., 0], pyr2[-1], None, None, 1)[:3]  # the finest level's every pixel
 
-    def coarse_to_fine(coeffs):
+    def coarse_to_fine(coeffs, first=0, last=cfg.levels):
         its = []
-        for li, (data, m, grad1) in enumerate(levels):
+        for li in range(first, last):
+            data, m, grad1 = levels[li]
             r0, _, in0 = residual(*data, coeffs)
             sigma = _robust_sigma(r0, in0, cfg)
             if m < n:  # only the first m bases move: the others' flow is a fixed offset
@@ -490,8 +498,23 @@ def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineCo
 
     # Every start runs coarse to fine (one after the other: a batched while_loop would run
     # each for as long as the slowest); the lowest final cost wins, on one robust scale (the
-    # reference start's result's), at the finest level's every pixel.
-    runs = [coarse_to_fine(starts[i]) for i in range(starts.shape[0])]
+    # reference start's result's), at the finest level's every pixel. With ``select_after``,
+    # the starts run only up to that level, and the one with the lowest cost there (on the
+    # reference start's scale, at that level's pixels) goes on alone.
+    num = starts.shape[0]
+    sel = cfg.levels - 1 if cfg.select_after is None or num == 1 else min(cfg.select_after, cfg.levels - 1)
+    runs = [coarse_to_fine(starts[i], 0, sel + 1) for i in range(num)]
+    run_start = jnp.arange(num)
+    if sel < cfg.levels - 1:
+        data = levels[sel][0]
+        res = [residual(*data, c) for c, _ in runs]
+        scale = _robust_sigma(res[0][0], res[0][2], cfg)
+        level_costs = jnp.stack([jnp.where(jnp.all(jnp.isfinite(c)), _robust(r, inside, scale)[0].mean(), jnp.inf)
+                                 for (c, _), (r, _, inside) in zip(runs, res)])
+        pick = jnp.argmin(level_costs)
+        c_fin, its_fin = coarse_to_fine(jnp.stack([c for c, _ in runs])[pick], sel + 1)
+        runs = [(c_fin, jnp.concatenate([jnp.stack([i for _, i in runs])[pick], its_fin]))]
+        run_start = pick[None]
     # The flows of every result and of the reference start at every pixel, in one pass over
     # the bases (the largest arrays here): the final check and the output read them.
     cands = jnp.stack([c for c, _ in runs] + [starts[0]])
@@ -502,10 +525,6 @@ def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineCo
         fu = fu + cands[:, lo:lo + m] @ gu.reshape(m, -1)
         fv = fv + cands[:, lo:lo + m] @ gv.reshape(m, -1)
         lo += m
-    # Materialised once: XLA:CPU would otherwise fuse the sums into each consumer (the
-    # bilinear sampling reads them several times) and recompute them (2x the refinement's
-    # fixed cost on a 2-core CPU).
-    fu, fv = jax.lax.optimization_barrier((fu, fv))
     phi1_full, stack2_full, pts_full = full
     resid = [_residual_at(phi1_full, stack2_full, pts_full[0] + fu[i], pts_full[1] + fv[i])
              for i in range(cands.shape[0])]
@@ -533,7 +552,7 @@ def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineCo
         "cost_before": cost_before,
         "cost_after": jnp.where(improved, cost_after, cost_before),
         "iterations": its,
-        "start": jnp.where(improved, best, 0),
+        "start": jnp.where(improved, run_start[best], 0),
         "improved": improved,
         "sigma": sigma,
     }

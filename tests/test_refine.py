@@ -177,6 +177,22 @@ def test_refine_pair_runs_both_directions():
     assert interior_epe(flows[1], np.float32([-2, 1])) < 0.05
 
 
+@pytest.mark.parametrize("select_after", [None, 0])
+def test_a_second_start_wins_when_the_first_is_in_the_wrong_basin(select_after):
+    # the true motion is a shift of (2, -1); the reference start is 17 px off (beyond the
+    # 2-level pyramid's reach: alone it ends far off), zero motion is close: the zero start
+    # must win, chosen by the final cost or already at the coarsest level, and give the shift
+    rng = np.random.default_rng(9)
+    img1, img2 = shifted_pair(rng, 2, -1)
+    starts = np.stack([translation_coeffs(-12, 8), np.zeros(12, np.float32)])
+    if select_after is None:
+        assert interior_epe(refine(img1, img2, HB, starts[:1])["flow"], np.float32([2, -1])) > 5
+    out = refine(img1, img2, HB, starts, CFG.replace(starts=("network", "zero"), select_after=select_after))
+    assert int(out["start"]) == 1 and bool(out["improved"])
+    assert interior_epe(out["flow"], np.float32([2, -1])) < 0.05
+    assert out["iterations"].shape == (2,)
+
+
 def test_config_is_checked():
     with pytest.raises(ValueError, match="iterations"):
         R.RefineConfig(levels=2, iterations=(1, 2, 3))
@@ -184,6 +200,8 @@ def test_config_is_checked():
         R.RefineConfig(starts=("sift",))
     with pytest.raises(ValueError, match="unknown refinement setting"):
         R.RefineConfig().replace(level=2)
+    with pytest.raises(ValueError, match="select_after"):
+        R.RefineConfig(select_after=3)
     assert hash(R.RefineConfig()) == hash(R.RefineConfig())  # a static jit argument
 
 
