@@ -28,7 +28,8 @@ from pathlib import Path
 
 __all__ = ["MODES", "BenchmarkOptions", "run", "bench_infer", "bench_train", "bench_refine", "build_train",
            "load_config", "apply_groups", "arch_keys", "machine_info", "compile_fn", "flops_of", "memory_of",
-           "timing_summary", "bench_roofline", "inference_predictor", "bench_flows_only"]
+           "timing_summary", "bench_roofline", "inference_predictor", "bench_flows_only", "flows_only_setup",
+           "train_setup"]
 
 MODES = ("infer", "train", "all", "refine", "roofline", "flows_only")
 
@@ -257,10 +258,13 @@ def bench_infer(opts: BenchmarkOptions, batch: int, config) -> dict:
     }
 
 
-def bench_flows_only(opts: BenchmarkOptions, config) -> dict:
-    """The network forward with the mask net (confidence) and without it (the flows-only path),
-    both compiled, timed interleaved (``--repeats`` each after ``--warmup``) so that load changes
-    hit both alike; same random weights, inputs and ``--groups`` as mode infer."""
+def flows_only_setup(opts: BenchmarkOptions, config, batch: int | None = None) -> dict:
+    """Mode flows_only's network and its two compiled forwards (also mode release's): the
+    ``--groups`` network (default 12,12) of ``config``'s structure with random weights, random
+    gray inputs [B, H, W, 1] and random static bases [N, H, W, 2] at ``--height`` x ``--width``;
+    ``fns[True]`` computes flows, coefficients and the mask net's log-variances (confidence) of
+    both directions, ``fns[False]`` the flows-only path. Returns {'groups', 'model', 'variables',
+    'g1', 'g2', 'bases', 'fns', 'compile_s'}."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -269,16 +273,32 @@ def bench_flows_only(opts: BenchmarkOptions, config) -> dict:
 
     groups = _parse_groups(opts.groups) or [12, 12]
     model = build_model({**_arch(config), "group_sizes": groups, "dtype": opts.dtype})
-    b, h, w = opts.batch, opts.height, opts.width
+    b, h, w = opts.batch if batch is None else batch, opts.height, opts.width
     rng = np.random.default_rng(0)
     g1 = jnp.asarray(rng.standard_normal((b, h, w, 1), np.float32))
     g2 = jnp.asarray(rng.standard_normal((b, h, w, 1), np.float32))
     bases = jnp.asarray(rng.uniform(-1, 1, (sum(groups), h, w, 2)).astype(np.float32))
     variables = init_variables(model, jax.random.key(0), h, w)
-    fns = {}
+    fns, compile_s = {}, {}
     for conf in (True, False):
-        fns[conf], _, _ = compile_fn(jax.jit(lambda v, a, c, bs, conf=conf: model.apply(v, a, c, bs, confidence=conf)),
-                                     variables, g1, g2, bases, fast=opts.fast_compile)
+        fns[conf], lower_s, comp_s = compile_fn(
+            jax.jit(lambda v, a, c, bs, conf=conf: model.apply(v, a, c, bs, confidence=conf)),
+            variables, g1, g2, bases, fast=opts.fast_compile)
+        compile_s[conf] = lower_s + comp_s
+    return {"groups": groups, "model": model, "variables": variables, "g1": g1, "g2": g2, "bases": bases,
+            "fns": fns, "compile_s": compile_s}
+
+
+def bench_flows_only(opts: BenchmarkOptions, config) -> dict:
+    """The network forward with the mask net (confidence) and without it (the flows-only path),
+    both compiled, timed interleaved (``--repeats`` each after ``--warmup``) so that load changes
+    hit both alike; same random weights, inputs and ``--groups`` as mode infer."""
+    import jax
+    import numpy as np
+
+    s = flows_only_setup(opts, config)
+    groups, variables, g1, g2, bases, fns = (s[k] for k in ("groups", "variables", "g1", "g2", "bases", "fns"))
+    b, h, w = opts.batch, opts.height, opts.width
     full, flows = (fns[True](variables, g1, g2, bases), fns[False](variables, g1, g2, bases))
     same = bool(np.array_equal(np.asarray(full["flow_f"]), np.asarray(flows["flow_f"])))
     for _ in range(opts.warmup):
@@ -521,6 +541,36 @@ def _mem_available_bytes() -> int | None:
     return None
 
 
+def train_setup(opts: BenchmarkOptions, config) -> dict:
+    """The real train step compiled on one fixed device-resident batch (mode train's, also mode
+    release's): :func:`build_train` of ``config``, the pipeline's first host batch, the step
+    compiled for it; raises MemoryError where XLA's memory analysis says it does not fit. Returns
+    {'t' (build_train's dict), 'host_batch', 'first_batch_s', 'fixed', 'batch_bytes', 'step',
+    'lower_s', 'compile_s', 'flops', 'memory'}."""
+    import jax
+    import numpy as np
+
+    from camflow_jax import trainer
+
+    t = build_train(config)
+    t0 = time.perf_counter()
+    host_batch = next(iter(trainer.make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
+    first_batch_s = time.perf_counter() - t0
+    fixed = t["to_global"](host_batch)  # one real batch, resident on the device(s)
+    jax.block_until_ready(fixed)
+    batch_bytes = int(sum(np.asarray(v).nbytes for v in host_batch.values()))
+    step, lower_s, compile_s = compile_fn(t["p_train"], t["state"], fixed, t["static"], fast=opts.fast_compile)
+    flops, memory = flops_of(step), memory_of(step)
+    need = sum(memory.get(k, 0) for k in ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes"))
+    available = _mem_available_bytes()
+    if jax.devices()[0].platform == "cpu" and available and need > 0.85 * available:
+        raise MemoryError(f"the train step needs {need / 2**30:.1f} GiB (XLA memory analysis) but only "
+                          f"{available / 2**30:.1f} GiB are available: use a smaller --train-batch or --train-size")
+    return {"t": t, "host_batch": host_batch, "first_batch_s": first_batch_s, "fixed": fixed,
+            "batch_bytes": batch_bytes, "step": step, "lower_s": lower_s, "compile_s": compile_s,
+            "flops": flops, "memory": memory}
+
+
 def bench_train(opts: BenchmarkOptions, config) -> list[dict]:
     """[train (fixed batch), train_data (grain pipeline)] measurements of one compiled step."""
     import jax
@@ -528,22 +578,12 @@ def bench_train(opts: BenchmarkOptions, config) -> list[dict]:
 
     from camflow_jax import trainer
 
-    t = build_train(config)
+    s = train_setup(opts, config)
+    t, step, fixed, host_batch = s["t"], s["step"], s["fixed"], s["host_batch"]
+    first_batch_s, batch_bytes, lower_s, compile_s = s["first_batch_s"], s["batch_bytes"], s["lower_s"], s["compile_s"]
+    flops, memory = s["flops"], s["memory"]
     to_global, static = t["to_global"], t["static"]
     b = config.batch_size
-    t0 = time.perf_counter()
-    host_batch = next(iter(trainer.make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
-    first_batch_s = time.perf_counter() - t0
-    fixed = to_global(host_batch)  # one real batch, resident on the device(s)
-    jax.block_until_ready(fixed)
-    batch_bytes = int(sum(np.asarray(v).nbytes for v in host_batch.values()))
-    step, lower_s, compile_s = compile_fn(t["p_train"], t["state"], fixed, static, fast=opts.fast_compile)
-    flops, memory = flops_of(step), memory_of(step)
-    need = sum(memory.get(k, 0) for k in ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes"))
-    available = _mem_available_bytes()
-    if jax.devices()[0].platform == "cpu" and available and need > 0.85 * available:
-        raise MemoryError(f"the train step needs {need / 2**30:.1f} GiB (XLA memory analysis) but only "
-                          f"{available / 2**30:.1f} GiB are available: use a smaller --train-batch or --train-size")
     state = t["state"]
     common = {"device": str(jax.devices()[0]), "platform": jax.devices()[0].platform,
               "cpu_count": os.cpu_count(), "height": config.model.height, "width": config.model.width,
