@@ -166,3 +166,45 @@ def test_command_line_prints_one_json_line_per_measurement(tiny_config, tmp_path
     assert written["args"] == {**vars(benchmarking.BenchmarkOptions()), "mode": "infer", "arch": "config",
                                "config": str(tiny_config), "height": 64, "width": 64, "batch": 1, "groups": "12,12",
                                "repeats": 1, "warmup": 0, "fast_compile": True, "out": str(out)}
+
+
+# --- mode release (against the authors' PyTorch model): only its refusals are tested here; they
+# need neither torch nor the release's code, and cost milliseconds (the CLI's main() in-process).
+
+def _benchmark_cli():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("benchmark_cli", ROOT / "tools" / "benchmark.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _refusal(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as e:
+        _benchmark_cli().main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and err.startswith("benchmark.py: error: "), err
+    return err
+
+
+def test_release_mode_refuses_a_missing_or_wrong_release_path(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torch", None)  # the path is checked before torch is imported
+    assert "--release-code PATH" in _refusal(["--mode", "release"], capsys)
+    err = _refusal(["--mode", "release", "--release-code", str(tmp_path)], capsys)
+    assert "does not hold the released CamFlow code" in err and "model/net.py" in err
+    (tmp_path / "model").mkdir()
+    (tmp_path / "experiments").mkdir()
+    for f in benchmarking.RELEASE_FILES:
+        (tmp_path / f).write_text("")  # the files, but no CamFlow network in net.py
+    assert "defines no CamFlow network" in _refusal(["--mode", "release", "--release-code", str(tmp_path)], capsys)
+
+
+def test_release_mode_refuses_without_torch(tmp_path, monkeypatch, capsys):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "experiments").mkdir()
+    for f in benchmarking.RELEASE_FILES:
+        (tmp_path / f).write_text("class CamFlow(nn.Module):\n\n\ndef fetch_net(params):\n")
+    monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
+    err = _refusal(["--mode", "release", "--release-code", str(tmp_path)], capsys)
+    assert "needs PyTorch" in err and "pip install torch" in err

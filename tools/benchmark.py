@@ -28,6 +28,20 @@ Measurements (``--mode``; ``all`` runs the four in this order):
   flows_only  the network forward with the mask net (confidence maps) and without it (the
           flows-only path the Predictor runs by default), both compiled and timed interleaved
           at ``--batch`` with mode infer's weights and inputs: the time the mask net costs.
+  release  against the authors' released PyTorch model (``--release-code``: a clone of
+          github.com/lhaippp/CamFlow-Code; needs ``pip install torch``, imported only in this mode):
+          their CamFlow network built from their experiments/params.json (24 bases, random
+          weights, random bases), its forward in eval mode under torch.no_grad() at batch 1, timed
+          interleaved round by round with mode flows_only's two compiled forwards of ours (full:
+          flows + confidence, both directions; flows only) at the same structure (``--arch
+          release``, ``--groups 12,12``): medians, per-round ratios ours / release, CPU seconds,
+          torch's thread count (its default). ``--release-train``: instead, their train step in
+          torch (forward, their net_stg 4 loss, backward, Adam) against our real train step (mode
+          train's) at ``--train-batch`` (default 2); skipped below 12 GiB of available memory. The
+          JSON says what each side computes. Where timm, torchvision, kornia, einops, imageio or
+          mlflow are not installed (and for model/DLT.py, which the release lacks), stand-ins are
+          put in sys.modules for the names the release imports but the timed paths never call.
+          Exits 2 with a one-line message without torch or without the release at the path.
   roofline  no timing: XLA's FLOP and byte counts (cost analysis of the CPU compilation) of the
           Predictor's jitted calls for one ``--height`` x ``--width`` pair (flows-only forward,
           forward with confidence, flows-only forward + refinement; random weights of the
@@ -68,6 +82,15 @@ Reproduce the Performance page's numbers (docs/performance.md) on an otherwise i
         --out docs/benchmarks/cpu_2core_flows_only.json
     python tools/benchmark.py --mode roofline --height 320 --width 576 --train-batch 2 --fast-compile \\
         --out docs/benchmarks/roofline_320x576.json
+
+Against the released PyTorch model (docs/performance.md, "Against the released PyTorch model";
+``pip install torch`` and ``git clone https://github.com/lhaippp/CamFlow-Code /tmp/CamFlow-Code``):
+
+    python tools/benchmark.py --mode release --release-code /tmp/CamFlow-Code --height 320 --width 576 \\
+        --repeats 15 --warmup 3 --out docs/benchmarks/cpu_2core_release_320x576.json
+    python tools/benchmark.py --mode release --release-code /tmp/CamFlow-Code --release-train \\
+        --height 320 --width 576 --train-batch 2 --repeats 3 --warmup 1 \\
+        --out docs/benchmarks/cpu_2core_release_train_b2_320x576.json
 
 (``--fast-compile`` only lowers LLVM's optimization level; XLA's HLO passes, fusion included, and
 so the counts the roofline uses are the same);
@@ -135,13 +158,25 @@ def parse_args(argv=None):
     p.add_argument("--fast-compile", action="store_true",
                    help="compile with XLA's backend optimization level 0 (less compile time, slower "
                         "code, same FLOP counts): for tests, not for timings")
+    p.add_argument("--release-code", default=None, metavar="PATH",
+                   help="release: a clone of https://github.com/lhaippp/CamFlow-Code (the authors' PyTorch "
+                        "release; needs pip install torch)")
+    p.add_argument("--release-train", action="store_true",
+                   help="release: time the train steps (batch --train-batch, default 2) instead of the forwards")
     p.add_argument("--out", default=None, help="JSON file for all results and machine info")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.mode == "release" and (args.arch != "release" or args.groups not in (None, "12,12")):
+        p.error("--mode release compares the released structure: --arch release, --groups 12,12")
+    return args
 
 
 def main(argv=None):
-    benchmarking.run(benchmarking.BenchmarkOptions(**vars(parse_args(argv))),
-                     on_result=lambda r: print(json.dumps(r), flush=True))
+    try:
+        benchmarking.run(benchmarking.BenchmarkOptions(**vars(parse_args(argv))),
+                         on_result=lambda r: print(json.dumps(r), flush=True))
+    except benchmarking.ReleaseUnavailable as e:
+        print(f"benchmark.py: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":
