@@ -1,8 +1,9 @@
 """Which refinement start wins: 30 held-out synthetic pairs (SyntheticScenes seed 1000, the first 30
 of the benchmark set, 320x576, with each sample's depth and K), default RefineConfig()
-(starts=("network",)) against RefineConfig(starts=("network", "homography", "zero")). EPE in the
-benchmark's published all-pixel form (evaluation.protocols.score_sample).
-Usage: python docs/refinement/starts.py N OUT.json
+(starts=("network",)) against RefineConfig(starts=STARTS) (default network,homography,zero). EPE
+in the benchmark's published all-pixel form (evaluation.protocols.score_sample), per pair and as
+the mean of the category means (AVG).
+Usage: python docs/refinement/starts.py N OUT.json [STARTS, e.g. network,zero]
 """
 import collections
 import json
@@ -17,10 +18,10 @@ from camflow_jax.predictor import Predictor
 from camflow_jax.refine import RefineConfig
 
 
-def main(n, out):
+def main(n, out, starts="network,homography,zero"):
     src = SyntheticScenes(seed=1000, num_samples=100, height=320, width=576)  # the benchmark set
     pred = Predictor.from_pretrained()
-    multi = RefineConfig(starts=("network", "homography", "zero"))
+    multi = RefineConfig(starts=tuple(starts.split(",")))
     rows, wins = [], collections.Counter()
     for i in range(n):
         s = src[i]
@@ -41,6 +42,12 @@ def main(n, out):
         print(json.dumps(r), flush=True)
     summary = {"wins": {f"{k[0]}:{k[1]}": v for k, v in sorted(wins.items())},
                "mean": {k: float(np.mean([r[k] for r in rows])) for k in ("net", "default", "multi", "s_default", "s_multi")},
+               "avg_of_categories": {k: float(np.mean([np.mean([r[k] for r in rows if r["category"] == c])
+                                                        for c in sorted({r["category"] for r in rows})]))
+                                     for k in ("net", "default", "multi")},
+               "per_category": {c: {k: float(np.mean([r[k] for r in rows if r["category"] == c]))
+                                    for k in ("net", "default", "multi")} for c in sorted({r["category"] for r in rows})},
+               "starts": starts,
                "multi_better": sum(r["multi"] < r["default"] - 1e-6 for r in rows),
                "multi_worse": sum(r["multi"] > r["default"] + 1e-6 for r in rows)}
     print(json.dumps(summary))
@@ -48,4 +55,4 @@ def main(n, out):
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), sys.argv[2])
+    main(int(sys.argv[1]), sys.argv[2], *sys.argv[3:4])
