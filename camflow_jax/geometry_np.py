@@ -17,7 +17,19 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-__all__ = ["warp", "warp_validity", "homography_flow", "resize_flow"]
+__all__ = ["gray", "warp", "warp_validity", "homography_flow", "resize_flow"]
+
+
+def gray(img) -> np.ndarray:
+    """float32 grey image: the mean over the channels of ``[H, W, C]`` (``[H, W]`` as it is),
+    as :func:`camflow_jax.refine.gray` computes it in JAX. Three channels are summed in the
+    order ``mean`` sums them (the same values), ~14x faster than ``mean(axis=-1)``."""
+    x = np.asarray(img, np.float32)
+    if x.ndim != 3:
+        return x
+    if x.shape[-1] == 3:
+        return (x[..., 0] + x[..., 1] + x[..., 2]) / np.float32(3)
+    return x.mean(axis=-1)
 
 
 def _inside(x: np.ndarray, y: np.ndarray, h: int, w: int) -> np.ndarray:
@@ -94,5 +106,9 @@ def resize_flow(flow: np.ndarray, h: int, w: int) -> np.ndarray:
     if (h0, w0) == (h, w):
         return flow.copy()
     interp = cv2.INTER_AREA if (h < h0 and w < w0) else cv2.INTER_LINEAR
-    out = cv2.resize(flow, (w, h), interpolation=interp)
-    return out * np.array([w / w0, h / h0], np.float32)
+    out = np.empty((h, w, 2), np.float32)
+    # Channel by channel: OpenCV's two-channel float resize is ~8x slower than two one-channel ones.
+    for c, scale in ((0, w / w0), (1, h / h0)):
+        out[..., c] = cv2.resize(np.ascontiguousarray(flow[..., c]), (w, h), interpolation=interp)
+        out[..., c] *= np.float32(scale)
+    return out

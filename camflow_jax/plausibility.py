@@ -40,21 +40,12 @@ WORSE_RATIO = 1.05
 WORSE_MARGIN = 0.5
 
 
-def _gray(img) -> np.ndarray:
-    x = np.asarray(img, np.float32)
-    if x.ndim != 3:
-        return x
-    if x.shape[-1] == 3:  # the channel mean, summed in the order mean() sums (same values), 14x faster
-        return (x[..., 0] + x[..., 1] + x[..., 2]) / np.float32(3)
-    return x.mean(axis=-1)
-
-
 def texture(img) -> float:
     """The 99th percentile of the grey-level gradient magnitude (per pixel, 0..255 scale) of
     ``img`` (``[H, W]`` or ``[H, W, C]``), measured with its longer side shrunk to
     :data:`TEXTURE_SIZE` (when larger) and after a Gaussian blur of 1 pixel. Non-finite pixels
     count as 0 gradient."""
-    g = _gray(img)
+    g = geometry_np.gray(img)
     g = np.where(np.isfinite(g), g, 0.0).astype(np.float32)
     scale = TEXTURE_SIZE / max(g.shape)
     if scale < 1.0:  # one scale for every resolution: a gradient per pixel halves when the size doubles
@@ -81,7 +72,7 @@ def alignment_errors(img1, img2, flow_f) -> tuple[float, float]:
     they are, both over the pixels whose target stays inside image 2
     (:func:`camflow_jax.geometry_np.warp_validity`, the library's one validity rule). NaN when
     no pixel stays inside."""
-    g1, g2 = _gray(img1), _gray(img2)
+    g1, g2 = geometry_np.gray(img1), geometry_np.gray(img2)
     flow = np.asarray(flow_f, np.float32)
     valid = geometry_np.warp_validity(flow) > 0
     if not valid.any():

@@ -450,11 +450,7 @@ class Predictor:
             x = np.asarray(x, np.float32)
             return x if (h, w) == (H0, W0) else cv2.resize(x, (w, h), interpolation=interp)
 
-        def grey(img):  # refine.gray (the channel mean) at the working size; resizing first is
-            x = down(img)  # the same linear map, on a quarter of the pixels
-            return x.mean(-1, dtype=np.float32) if x.ndim == 3 else x
-
-        g1, g2 = grey(img1), grey(img2)
+        g1, g2 = down(geometry_np.gray(img1)), down(geometry_np.gray(img2))  # refine.gray's channel mean
         if self.num_depth:
             d1, d2 = down(depth1, cv2.INTER_LINEAR), down(depth2, cv2.INTER_LINEAR)
             K = np.asarray(K, np.float32)

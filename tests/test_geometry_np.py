@@ -83,3 +83,13 @@ def test_resize_flow_against_opencv_and_translation():
     same = geometry_np.resize_flow(f, 10, 12)
     np.testing.assert_array_equal(same, f)
     assert same is not f
+
+
+def test_gray_is_the_channel_mean():
+    rng = np.random.default_rng(3)
+    img = rng.integers(0, 256, (7, 9, 3), dtype=np.uint8)
+    np.testing.assert_allclose(geometry_np.gray(img), img.astype(np.float64).mean(-1), rtol=1e-6)
+    four = rng.uniform(0, 1, (5, 4, 4)).astype(np.float32)
+    np.testing.assert_allclose(geometry_np.gray(four), four.mean(-1), rtol=1e-6)
+    flat = rng.uniform(0, 1, (5, 4)).astype(np.float32)
+    np.testing.assert_array_equal(geometry_np.gray(flat), flat)
