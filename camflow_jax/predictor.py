@@ -480,9 +480,10 @@ class Predictor:
         new["coeffs_f"], new["coeffs_b"] = res["coeffs"][0], res["coeffs"][1]
         new["homography"] = Hw / Hw[2, 2]
         improved = [bool(v) for v in res["improved"]]
-        note = ("" if all(improved) else "refinement could not lower the photometric cost of the "
-                "network's estimate (" + ", ".join(d for d, ok in zip(("forward", "backward"), improved) if not ok)
-                + "); the network's estimate is kept there")
+        first = "the network's estimate" if cfg.starts[0] == "network" else f"the {cfg.starts[0]} start"
+        note = ("" if all(improved) else f"refinement could not lower the photometric cost of {first} ("
+                + ", ".join(d for d, ok in zip(("forward", "backward"), improved) if not ok)
+                + f"); {first} is kept there")
         new["refine_info"] = {
             "cost_before": [float(v) for v in res["cost_before"]],
             "cost_after": [float(v) for v in res["cost_after"]],
