@@ -1,14 +1,41 @@
-"""Session-wide fixtures of the training tests (test_train, test_train_reliability): one
-persistent compilation cache and one 4-step reference run for the whole session, so that the
-training program is compiled once and the reference trained once, whichever modules run."""
+"""Session-wide test setup.
+
+One JAX persistent compilation cache serves the whole session: this process and every
+subprocess a test starts (they inherit ``JAX_COMPILATION_CACHE_DIR``). A program that several
+tests compile is then compiled once: the training program of every training subprocess, and
+the shipped model's forward pass that the README, the notebook and the estimate CLI (one
+Predictor, hence one set of jitted functions, per call) run at the same input size. A cache hit
+loads the executable XLA wrote, so the tests run the same code either way. The cache starts
+empty (a fresh temporary folder, removed at the end) unless ``JAX_COMPILATION_CACHE_DIR`` is
+already set, in which case that cache is used.
+
+The training tests (test_train, test_train_reliability) also share one 4-step reference run
+for the whole session, so that the reference is trained once, whichever modules run.
+"""
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
 
+def pytest_configure(config):
+    path = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    if not path:
+        path = tempfile.mkdtemp(prefix="camflow-jax-cache-")
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = path  # inherited by every subprocess
+        config.add_cleanup(lambda: shutil.rmtree(path, ignore_errors=True))
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", path)  # in case jax was imported already
+
+
 @pytest.fixture(scope="session")
-def cache(tmp_path_factory):
-    """JAX persistent compilation cache of the training subprocesses (test_train._env)."""
-    return tmp_path_factory.mktemp("jax_cache")
+def cache():
+    """The session's JAX persistent compilation cache (the training subprocesses' too: test_train._env)."""
+    return Path(os.environ["JAX_COMPILATION_CACHE_DIR"])
 
 
 @pytest.fixture(scope="session")

@@ -300,14 +300,27 @@ TRAINED = os.environ.get("CAMFLOW_TRAINED_CHECKPOINT")  # default: the shipped m
 
 
 @pytest.mark.parametrize("h,w", [(160, 288)])
-def test_estimate_cli_trained_model_recovers_homography(tmp_path, h, w):
+def test_estimate_cli_trained_model_recovers_homography(tmp_path, monkeypatch, h, w):
     """Held-out synthetic RE frames warped by their own camera-motion homography label, so the
     truth is an exact homography with in-distribution motion: the trained network's flow (via the
     CLI, no depth given, --no-refine: the network alone) must be far closer to it than identity
     is. Set
-    CAMFLOW_TRAINED_CHECKPOINT to check another model."""
+    CAMFLOW_TRAINED_CHECKPOINT to check another model.
+
+    The first CLI call loads the model through ``Predictor.load`` as usual; the later ones get
+    that same Predictor back (one process running the CLI four times would otherwise load, trace
+    and compile the model four times: each Predictor has its own jitted functions)."""
     from camflow_jax.data.synthetic import SyntheticScenes
 
+    real_load, loaded = Predictor.load, {}
+
+    def load_once(cls, checkpoint=None, **kwargs):
+        key = (checkpoint, tuple(sorted(kwargs.items())))
+        if key not in loaded:
+            loaded[key] = real_load(checkpoint, **kwargs)
+        return loaded[key]
+
+    monkeypatch.setattr(Predictor, "load", classmethod(load_once))
     scenes = SyntheticScenes(seed=4242, num_samples=4, height=h, width=w, categories=("RE",))
     ratios = []
     for i in range(len(scenes)):
@@ -322,6 +335,7 @@ def test_estimate_cli_trained_model_recovers_homography(tmp_path, h, w):
         truth = fx.homography_flow(H, h, w)
         epe = _interior_epe(np.load(out / "flow_f.npy"), truth, margin=h // 16)
         ratios.append((epe, _interior_epe(np.zeros_like(truth), truth, margin=h // 16)))
+    assert len(loaded) == 1  # every call asked for the same model
     epe, epe_identity = np.mean(ratios, axis=0)
     print(f"{h}x{w}: model EPE {epe:.3f} px, identity {epe_identity:.3f} px over {len(ratios)} pairs")
     assert epe < 0.6 * epe_identity, (epe, epe_identity)
