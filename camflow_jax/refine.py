@@ -207,14 +207,6 @@ def resample_bases(bases: jax.Array, h: int, w: int) -> jax.Array:
     return out * jnp.array([w / W, h / H], out.dtype)
 
 
-def _resize_gray(g: jax.Array, h: int, w: int) -> jax.Array:
-    while g.shape != (h, w) and h <= (g.shape[0] + 1) // 2 and w <= (g.shape[1] + 1) // 2:
-        g = downsample2(g[..., None])[..., 0]
-    if g.shape == (h, w):
-        return g
-    return jax.image.resize(g, (h, w), method="linear", antialias=False)
-
-
 # ----------------------------------------------------------------------------- residual, Jacobian
 def _robust(r, inside, sigma):
     """(Cauchy cost per pixel, IRLS weight per pixel) with out-of-frame pixels at a fixed cost."""
