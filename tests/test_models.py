@@ -132,14 +132,15 @@ def test_shared_bases_and_no_depth_group():
     g = rng.standard_normal((1, 64, 64, 1)).astype(np.float32)
     bases = rng.uniform(-1, 1, (8, 64, 64, 2)).astype(np.float32)
     variables = init_variables(model, jax.random.key(0))
-    out = jax.jit(model.apply)(variables, g, -g, bases)
+    apply = jax.jit(model.apply)  # one jitted function for both sets of weights: one compile
+    out = apply(variables, g, -g, bases)
     assert out["coeffs_f"].shape == (1, 8)
     assert np.all(np.asarray(out["trans_f"]) == 0)
     np.testing.assert_allclose(out["flow_b"], np.einsum("bn,nhwc->bhwc", out["coeffs_b"], bases), atol=1e-4)
     # The release's init starts far from identity; identity_motion zeroes only the heads' outputs.
     assert float(np.abs(out["flow_f"]).mean()) > 1.0
     ident = init_variables(model, jax.random.key(0), identity_motion=True)
-    out = jax.jit(model.apply)(ident, g, -g, bases)
+    out = apply(ident, g, -g, bases)
     assert np.all(np.asarray(out["flow_f"]) == 0) and np.all(np.asarray(out["flow_b"]) == 0)
     head = ident["params"]["met"]["head_homography"]
     assert not np.any(head["out"]["kernel"]) and np.std(np.asarray(head["hidden"]["kernel"])) > 0
