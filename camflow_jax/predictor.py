@@ -490,6 +490,7 @@ class Predictor:
             "improved": improved,
             "iterations": [[int(i) for i in it] for it in res["iterations"]],
             "start": [cfg.starts[int(i)] for i in res["start"]],
+            "start_costs": [[float(c) for c in cs] for cs in res["start_costs"]],
             "working_size_hw": [h, w],
             "note": note,
         }
@@ -518,7 +519,8 @@ class Predictor:
           ones, the network's are kept as net_flow_f, net_flow_b, net_homography,
           net_coeffs_f, net_coeffs_b, and weights_f, weights_b ``[H0, W0, 1]`` hold the robust
           weights (an inlier map: low on moving objects and occlusions) and refine_info the
-          costs before and after, iterations, the winning start and a note.
+          costs before and after, iterations, the winning start, each start's final cost
+          (``start_costs``, per direction) and a note.
         """
         cfg = self.refine_config if refine is None else self._refine_setting(
             refine, self.refine_config or refine_lib.RefineConfig())

@@ -446,7 +446,9 @@ def refine_motion(img1, img2, bases, starts, cfg: RefineConfig = RefineConfig())
       dict: ``coeffs [N]``, ``flow [H, W, 2]``, ``weights [H, W]`` (final IRLS weights at the
       working resolution, 0 outside the frame: an inlier map), ``cost_before`` (start 0) and
       ``cost_after`` (robust cost at the finest level, full grid, same scale), ``iterations``
-      ``[levels]`` (coarsest first), ``start`` (index of the start that won), ``improved`` (bool:
+      ``[levels]`` (coarsest first), ``start`` (index of the start that won), ``start_costs``
+      (each start's final robust cost on the one scale ``cost_after`` uses; with
+      ``select_after``, only the start that went on: ``[1]``), ``improved`` (bool:
       False means the reference start was returned), ``sigma`` (the final robust scale).
     """
     return refine_with_pyramids(image_pyramid(gray(img1), cfg), image_pyramid(gray(img2), cfg),
@@ -545,6 +547,7 @@ def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineCo
         "cost_after": jnp.where(improved, cost_after, cost_before),
         "iterations": its,
         "start": jnp.where(improved, run_start[best], 0),
+        "start_costs": costs,
         "improved": improved,
         "sigma": sigma,
     }

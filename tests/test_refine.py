@@ -186,11 +186,21 @@ def test_a_second_start_wins_when_the_first_is_in_the_wrong_basin(select_after):
     img1, img2 = shifted_pair(rng, 2, -1)
     starts = np.stack([translation_coeffs(-12, 8), np.zeros(12, np.float32)])
     if select_after is None:
-        assert interior_epe(refine(img1, img2, HB, starts[:1])["flow"], np.float32([2, -1])) > 5
+        alone = refine(img1, img2, HB, starts[:1])
+        assert interior_epe(alone["flow"], np.float32([2, -1])) > 5
     out = refine(img1, img2, HB, starts, CFG.replace(starts=("network", "zero"), select_after=select_after))
     assert int(out["start"]) == 1 and bool(out["improved"])
     assert interior_epe(out["flow"], np.float32([2, -1])) < 0.05
     assert out["iterations"].shape == (2,)
+    costs = np.asarray(out["start_costs"])
+    if select_after is None:
+        # each start's final cost, on one scale: the first start's equals its cost when run
+        # alone (same result, same scale), and the winner's is the reported cost_after
+        assert costs.shape == (2,) and costs[1] < costs[0]
+        np.testing.assert_allclose(costs[0], float(alone["cost_after"]), rtol=1e-5)
+        np.testing.assert_allclose(costs[1], float(out["cost_after"]), rtol=1e-6)
+    else:
+        assert costs.shape == (1,)  # only the start chosen at the coarsest level went on
 
 
 def test_config_is_checked():
@@ -226,6 +236,7 @@ def test_predictor_refines_by_default_and_keeps_the_network_result(shipped):
     assert out["weights_f"].shape == (H, W) and out["weights_b"].shape == (H, W)
     info = out["refine_info"]
     assert info["start"] == ["network", "network"] and len(info["iterations"]) == 2
+    assert np.allclose(info["start_costs"], np.asarray(info["cost_after"])[:, None])  # one start
     valid = np.asarray(p["valid_f"]).reshape(H, W) > 0
     e = lambda f: np.linalg.norm(f - p["flow_f"], axis=-1)[valid].mean()  # noqa: E731
     assert e(out["flow_f"]) < 0.5 * e(net["flow_f"])
