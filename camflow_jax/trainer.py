@@ -65,6 +65,8 @@ def validate_config(config) -> None:
         v = config.loss[key]
         if not (isinstance(v, (int, float)) and np.isfinite(v) and v >= 0):
             raise ValueError(f"loss.{key} must be a finite number >= 0, got {v!r}")
+    if not 0 <= config.data.read_nice <= 19:
+        raise ValueError(f"data.read_nice must be in 0..19 (0 = the trainer's priority), got {config.data.read_nice}")
     if config.get("stop_after_seconds", 0) < 0:
         raise ValueError("stop_after_seconds must be >= 0 (0 = no limit)")
     for name in config.eval_baselines:
@@ -99,7 +101,7 @@ def make_train_dataset(config, source, **read_overrides) -> grain.IterDataset:
     return pipeline.train_dataset(
         source, seed=config.seed, global_batch=config.batch_size, process_index=jax.process_index(),
         process_count=jax.process_count(), prepare_kwargs=prepare_kwargs(config),
-        num_workers=config.data.num_workers, **read)
+        num_workers=config.data.num_workers, read_nice=config.data.read_nice, **read)
 
 
 # ----------------------------------------------------------------------------------------------

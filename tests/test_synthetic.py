@@ -103,6 +103,68 @@ def test_deterministic_per_seed_and_index(ds, samples):
     assert not np.array_equal(samples[4]["img1"], samples[3]["img1"])
 
 
+def test_without_the_homography_label_every_other_field_is_the_same(samples):
+    lean = S.SyntheticScenes(seed=0, num_samples=50, height=H, width=W, num_textures=N_TEX, homography=False)[3]
+    assert "homography" not in lean and set(lean) == set(samples[3]) - {"homography"}
+    for k, v in lean.items():
+        np.testing.assert_array_equal(np.asarray(v), np.asarray(samples[3][k]), err_msg=k)
+    with pytest.raises(ValueError, match="homography must be True or False"):
+        S.SyntheticScenes(homography="no")
+
+
+def test_training_source_computes_the_homography_label_only_for_homography_labels():
+    from camflow_jax.configs import default
+    from camflow_jax.data import pipeline
+    cfg = default.get_config().data
+    cfg.name, cfg.num_train, cfg.render_height, cfg.render_width = "synthetic", 4, 48, 96
+    assert pipeline.make_source(cfg, 48, 96).scenes.homography is False  # flow labels: not read
+    cfg.label = "homography"
+    src = pipeline.make_source(cfg, 48, 96)
+    pair, scene = src[1], src.scenes[1]
+    ys, xs = np.mgrid[0:48, 0:96].astype(np.float32)
+    grid = np.stack([xs, ys], -1).reshape(-1, 1, 2)
+    want = cv2.perspectiveTransform(grid, scene["homography"].astype(np.float64)).reshape(48, 96, 2) - grid.reshape(48, 96, 2)
+    np.testing.assert_allclose(pair["flow_f"], want, atol=1e-3)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+def test_read_threads_run_at_the_configured_nice_value_and_read_the_same_batches():
+    import threading
+
+    from camflow_jax.configs import default
+    from camflow_jax.data import pipeline
+    cfg = default.get_config().data
+    cfg.name, cfg.num_train, cfg.render_height, cfg.render_width = "synthetic", 8, 48, 96
+    seen = []
+
+    class Recording:  # records the reading thread's nice value (os.getpriority: the oracle)
+        def __init__(self, src):
+            self.src = src
+
+        def __len__(self):
+            return len(self.src)
+
+        def __getitem__(self, i):
+            seen.append((threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+            return self.src[i]
+
+    main_nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    kw = dict(seed=0, global_batch=2, process_index=0, process_count=1,
+              prepare_kwargs=dict(height=32, width=64), read_threads=1)
+    batches = {}
+    for nice in (0, main_nice + 5):
+        seen.clear()
+        it = iter(pipeline.train_dataset(Recording(pipeline.make_source(cfg, 32, 64)), read_nice=nice, **kw))
+        batches[nice] = [next(it) for _ in range(3)]
+        readers = {tid for tid, _ in seen}
+        assert threading.get_native_id() not in readers  # read in grain's thread, not here
+        assert max(n for _, n in seen) == max(main_nice, nice)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main_nice
+    for a, b in zip(*batches.values()):
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
 def test_pickle_roundtrip_gives_same_samples(ds, samples):
     clone = pickle.loads(pickle.dumps(ds))  # grain worker processes receive a pickled source
     np.testing.assert_array_equal(clone[1]["img2"], samples[1]["img2"])

@@ -246,7 +246,8 @@ def test_unknown_config_key_is_rejected(tmp_path, cache):
 @pytest.mark.parametrize("flag, needle", [("--config.optim.learning_rate=nan", "learning_rate"),
                                           ("--config.loss.feature=-1", "loss.feature"),
                                           ("--config.optim.freeze=('shallow',)", "shallow"),
-                                          ("--config.eval_baselines=('nope',)", "unknown estimator 'nope'")])
+                                          ("--config.eval_baselines=('nope',)", "unknown estimator 'nope'"),
+                                          ("--config.data.read_nice=25", "data.read_nice")])
 def test_bad_hyperparameters_are_one_line_errors(tmp_path, cache, flag, needle):
     proc = _train(tmp_path / "w", "--config.num_steps=1", flag, cache=cache, check=False)
     _one_line_error(proc, needle)

@@ -53,6 +53,8 @@ def get_config() -> ml_collections.ConfigDict:
         prefetch=2,             # batches prepared ahead (per worker, and by the read threads)
         read_threads=1,         # threads preparing batches in each process (grain's default 16
                                 # competes with the step for the cores)
+        read_nice=19,           # nice value of those threads and of worker processes (Linux; 0 = as
+                                # the trainer): the step's threads get the cores first
     ))
 
     c.loss = ml_collections.ConfigDict(dict(

@@ -7,6 +7,10 @@ several hosts sees exactly the data of a single-host run.
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
+
 import cv2
 import grain
 import numpy as np
@@ -102,7 +106,8 @@ def make_source(data_cfg, height: int, width: int, split: str = "train"):
         seed, n = ((data_cfg.train_seed, data_cfg.num_train) if split == "train"
                    else (data_cfg.eval_seed, data_cfg.num_eval))
         scenes = SyntheticScenes(seed=seed, num_samples=n, height=rh, width=rw,
-                                 motion_scale=data_cfg.get("motion_scale", 1.0))
+                                 motion_scale=data_cfg.get("motion_scale", 1.0),
+                                 homography=data_cfg.label == "homography")
         return train_sources.SyntheticPairs(scenes, data_cfg.label)
     if not data_cfg.path:
         raise ValueError(f"data.name={name!r} needs data.path (the dataset folder)")
@@ -115,29 +120,62 @@ def make_source(data_cfg, height: int, width: int, split: str = "train"):
     raise ValueError(f"unknown data.name {name!r}; choose synthetic, ghof, cahomo or frames")
 
 
+def lower_thread_priority(nice: int) -> bool:
+    """Raises the calling thread's nice value to ``nice`` (Linux, where nice is per thread; a
+    no-op elsewhere, for ``nice <= 0`` and where it is already at least that). Returns whether
+    it changed. Without privileges a thread cannot lower it again."""
+    if nice <= 0 or not sys.platform.startswith("linux"):
+        return False
+    tid = threading.get_native_id()
+    try:
+        if os.getpriority(os.PRIO_PROCESS, tid) >= nice:
+            return False
+        os.setpriority(os.PRIO_PROCESS, tid, min(int(nice), 19))
+    except OSError:  # a sandbox that forbids it: run at the normal priority
+        return False
+    return True
+
+
 class _PrepareRandom(grain.transforms.RandomMap):
-    def __init__(self, **kw):
-        self.kw = kw
+    """The random crop of a training pair. With ``nice > 0``, every thread that runs it other than
+    the main thread of the process that built the pipeline (grain's read threads, worker
+    processes) lowers its own priority on its first call: on a small CPU machine the train
+    step's threads then get the cores first and the reads fill the gaps between its ops."""
+
+    def __init__(self, nice: int = 0, **kw):
+        self.kw, self.nice, self._owner = kw, int(nice), os.getpid()
+        self._seen: set[int] = set()
+
+    def __getstate__(self):  # grain's worker processes get a copy
+        return {**self.__dict__, "_seen": set()}
 
     def random_map(self, element, rng):
+        if self.nice > 0:
+            tid = threading.get_native_id()
+            if tid not in self._seen:
+                self._seen.add(tid)
+                if os.getpid() != self._owner or threading.current_thread() is not threading.main_thread():
+                    lower_thread_priority(self.nice)
         return prepare_pair(element, rng=rng, **self.kw)
 
 
 def train_dataset(source, *, seed: int, global_batch: int, process_index: int, process_count: int,
                   prepare_kwargs: dict, num_workers: int = 0, prefetch: int = 2,
-                  read_threads: int = 1) -> grain.IterDataset:
+                  read_threads: int = 1, read_nice: int = 0) -> grain.IterDataset:
     """Shuffled, repeated, randomly cropped batches of this process's rows of the global batch.
 
     ``read_threads`` threads prepare batches ahead, at most ``prefetch`` of them. grain's defaults
     (16 threads, 500 batches) compete with the train step for the cores on small CPU machines
     and buffer hundreds of batches (500 batches of 8 pairs at 320x576 with their labels and
-    depth are tens of GiB).
+    depth are tens of GiB). ``read_nice > 0``: those threads (and worker processes) run at that
+    nice value (Linux), so they take the cores only when the train step leaves them idle; the
+    README's 64x128 run is ~4% faster with 19 on 2 cores (docs/performance.md).
     """
     if global_batch % process_count:
         raise ValueError(f"batch_size {global_batch} must be divisible by the {process_count} processes")
     local = global_batch // process_count
     ds = grain.MapDataset.source(source).shuffle(seed=seed).repeat(None)
-    ds = ds.random_map(_PrepareRandom(**prepare_kwargs), seed=seed)
+    ds = ds.random_map(_PrepareRandom(nice=read_nice, **prepare_kwargs), seed=seed)
     ds = ds.batch(local, drop_remainder=True)[process_index::process_count]
     it = ds.to_iter_dataset(grain.ReadOptions(num_threads=max(int(read_threads), 0),
                                               prefetch_buffer_size=max(int(prefetch), 1)))

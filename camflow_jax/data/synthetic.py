@@ -370,9 +370,11 @@ def _homography_label(flow_f: np.ndarray, valid_f: np.ndarray) -> np.ndarray:
 
 
 def render_pair(rng: np.random.Generator, textures: Sequence, height: int, width: int,
-                category: str, motion_scale: float = 1.0) -> dict:
+                category: str, motion_scale: float = 1.0, homography: bool = True) -> dict:
     """Draws intrinsics, a scene and a camera motion from ``rng`` and renders one labelled pair
-    (the dict of :class:`SyntheticScenes` items; see the module docstring)."""
+    (the dict of :class:`SyntheticScenes` items; see the module docstring). ``homography=False``
+    leaves the ``homography`` label out (it draws nothing from ``rng``, so every other field is
+    the same)."""
     K = sample_intrinsics(rng, height, width)
     scene = sample_scene(rng, textures, K, height, width)
     eye, zero = np.eye(3), np.zeros(3)
@@ -404,7 +406,6 @@ def render_pair(rng: np.random.Generator, textures: Sequence, height: int, width
     img1 = apply_appearance(clean1, depth1, look, rng)
     img2 = apply_appearance(clean2, depth2, look, rng)
 
-    H = _homography_label(flow_f, valid_f)
     flat_valid = np.flatnonzero(valid_f)
     if flat_valid.size > 0:
         pick = np.sort(flat_valid[rng.choice(flat_valid.size, NUM_POINTS,
@@ -415,7 +416,7 @@ def render_pair(rng: np.random.Generator, textures: Sequence, height: int, width
     else:  # degenerate (not seen in practice)
         points1 = np.zeros((NUM_POINTS, 2), np.float32)
         points2 = points1.copy()
-    return {
+    out = {
         "img1": img1,
         "img2": img2,
         "depth1": depth1,
@@ -425,7 +426,6 @@ def render_pair(rng: np.random.Generator, textures: Sequence, height: int, width
         "flow_b": flow_b,
         "valid_f": valid_f,
         "valid_b": valid_b,
-        "homography": H.astype(np.float32),
         "points1": points1,
         "points2": points2.astype(np.float32),
         "R": R.astype(np.float32),
@@ -433,6 +433,9 @@ def render_pair(rng: np.random.Generator, textures: Sequence, height: int, width
         "category": category,
         "category_id": np.int32(CATEGORIES.index(category)),
     }
+    if homography:
+        out["homography"] = _homography_label(flow_f, valid_f).astype(np.float32)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -487,19 +490,25 @@ class SyntheticScenes:
       num_textures: size of the procedural texture bank (built once per process, on first use).
       motion_scale: multiplies the camera's rotation angles and translation
         (:func:`sample_camera_motion`); 1 gives a mean flow of about 20 px at 576 wide.
+      homography: compute the ``homography`` label. Its least-squares fit is about a fifth of a
+        small sample's rendering time; training on flow labels does not read it, so its source
+        passes False and the items lack the key. Every other field is the same either way.
 
     ``source[i]`` returns a dict of numpy arrays: img1, img2 uint8 [H,W,3]; depth1, depth2
     float32 [H,W]; K float32 [4]; flow_f, flow_b float32 [H,W,2]; valid_f, valid_b float32 [H,W];
-    homography float32 [3,3]; points1, points2 float32 [32,2]; R float32 [3,3], t float32 [3]
-    (X2 = R X1 + t); category str; category_id int32.
+    homography float32 [3,3] (unless ``homography=False``); points1, points2 float32 [32,2];
+    R float32 [3,3], t float32 [3] (X2 = R X1 + t); category str; category_id int32.
     """
 
     def __init__(self, seed: int = 0, num_samples: int = 1000, height: int = 320, width: int = 576,
                  categories: Sequence[str] = CATEGORIES, textures_dir: str | os.PathLike | None = None,
-                 num_textures: int = 24, motion_scale: float = 1.0):
+                 num_textures: int = 24, motion_scale: float = 1.0, homography: bool = True):
         if not (isinstance(motion_scale, numbers.Real) and np.isfinite(motion_scale) and 0 < motion_scale <= 10):
             raise ValueError(f"motion_scale must be a finite number in (0, 10], got {motion_scale!r}")
         self.motion_scale = float(motion_scale)
+        if not isinstance(homography, (bool, np.bool_)):
+            raise ValueError(f"homography must be True or False, got {homography!r}")
+        self.homography = bool(homography)
         self.seed = _check_int("seed", seed, 0)
         self.num_samples = _check_int("num_samples", num_samples, 0)
         self.height = _check_int("height", height, 32, 8192)
@@ -523,7 +532,7 @@ class SyntheticScenes:
         return (f"SyntheticScenes(seed={self.seed}, num_samples={self.num_samples}, "
                 f"height={self.height}, width={self.width}, categories={self.categories}, "
                 f"textures_dir={self.textures_dir!r}, num_textures={self.num_textures}, "
-                f"motion_scale={self.motion_scale})")
+                f"motion_scale={self.motion_scale}, homography={self.homography})")
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -551,4 +560,4 @@ class SyntheticScenes:
         index %= self.num_samples
         rng = np.random.default_rng([self.seed, index])
         return render_pair(rng, self.textures, self.height, self.width, self.category_of(index),
-                           self.motion_scale)
+                           self.motion_scale, self.homography)
