@@ -174,7 +174,8 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
     failures, calls = _estimator_failures(motion.stats)
     if calls and failures >= calls:
         raise ValueError(f"the {motion.estimator or 'motion'} estimator failed on all {calls} frame "
-                         "pairs (e.g. too few feature matches): there is no motion to stabilize. "
+                         "pairs (e.g. too few feature matches, or every estimate aligned the frames "
+                         "worse than no motion): there is no motion to stabilize. "
                          "Try another --estimator (dis, camflow)")
     if failures:
         warnings.append(f"the {motion.estimator} estimator failed on {failures} of {calls} frame "
