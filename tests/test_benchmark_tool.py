@@ -169,42 +169,42 @@ def test_command_line_prints_one_json_line_per_measurement(tiny_config, tmp_path
 
 
 # --- mode release (against the authors' PyTorch model): only its refusals are tested here; they
-# need neither torch nor the release's code, and cost milliseconds (the CLI's main() in-process).
+# need neither torch nor the release's code, and cost milliseconds (benchmarking.run checks the
+# release before anything else), plus one run of the CLI for its exit code and one-line message.
 
-def _benchmark_cli():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("benchmark_cli", ROOT / "tools" / "benchmark.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _refusal(argv, capsys) -> str:
-    with pytest.raises(SystemExit) as e:
-        _benchmark_cli().main(argv)
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and err.count("\n") == 1 and err.startswith("benchmark.py: error: "), err
-    return err
-
-
-def test_release_mode_refuses_a_missing_or_wrong_release_path(tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "torch", None)  # the path is checked before torch is imported
-    assert "--release-code PATH" in _refusal(["--mode", "release"], capsys)
-    err = _refusal(["--mode", "release", "--release-code", str(tmp_path)], capsys)
-    assert "does not hold the released CamFlow code" in err and "model/net.py" in err
-    (tmp_path / "model").mkdir()
-    (tmp_path / "experiments").mkdir()
-    for f in benchmarking.RELEASE_FILES:
-        (tmp_path / f).write_text("")  # the files, but no CamFlow network in net.py
-    assert "defines no CamFlow network" in _refusal(["--mode", "release", "--release-code", str(tmp_path)], capsys)
-
-
-def test_release_mode_refuses_without_torch(tmp_path, monkeypatch, capsys):
-    (tmp_path / "model").mkdir()
-    (tmp_path / "experiments").mkdir()
-    for f in benchmarking.RELEASE_FILES:
-        (tmp_path / f).write_text("class CamFlow(nn.Module):\n\n\ndef fetch_net(params):\n")
+def _refusal(path, monkeypatch) -> str:
     monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
-    err = _refusal(["--mode", "release", "--release-code", str(tmp_path)], capsys)
+    opts = benchmarking.BenchmarkOptions(mode="release", release_code=None if path is None else str(path))
+    with pytest.raises(benchmarking.ReleaseUnavailable) as e:
+        benchmarking.run(opts)
+    return str(e.value)
+
+
+def _fake_release(root, net_py: str):
+    (root / "model").mkdir(exist_ok=True)
+    (root / "experiments").mkdir(exist_ok=True)
+    for f in benchmarking.RELEASE_FILES:
+        (root / f).write_text(net_py)
+
+
+def test_release_mode_refuses_a_missing_or_wrong_release_path(tmp_path, monkeypatch):
+    assert "--release-code PATH" in _refusal(None, monkeypatch)
+    err = _refusal(tmp_path, monkeypatch)
+    assert "does not hold the released CamFlow code" in err and "model/net.py" in err
+    _fake_release(tmp_path, "")  # the files, but no CamFlow network in net.py
+    assert "defines no CamFlow network" in _refusal(tmp_path, monkeypatch)
+
+
+def test_release_mode_refuses_without_torch(tmp_path, monkeypatch):
+    _fake_release(tmp_path, "class CamFlow(nn.Module):\n\n\ndef fetch_net(params):\n")
+    err = _refusal(tmp_path, monkeypatch)
     assert "needs PyTorch" in err and "pip install torch" in err
+
+
+def test_release_mode_refusal_is_one_line_and_exit_code_2(tmp_path):
+    # the path is checked before torch is imported, so this holds with or without torch
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "benchmark.py"), "--mode", "release",
+                           "--release-code", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("benchmark.py: error: "), proc.stderr
+    assert "does not hold the released CamFlow code" in proc.stderr

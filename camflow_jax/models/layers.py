@@ -51,8 +51,9 @@ def torch_conv_bias_init(fan_in: int):
     return init
 
 
-def _conv3x3(x: jax.Array, kernel: jax.Array) -> jax.Array:
-    return jax.lax.conv_general_dilated(x, kernel, (1, 1), PAD1, dimension_numbers=("NHWC", "HWIO", "NHWC"))
+def _conv3x3(x: jax.Array, kernel: jax.Array, stride: int = 1) -> jax.Array:
+    return jax.lax.conv_general_dilated(x, kernel, (stride, stride), PAD1,
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
 
 
 @jax.custom_vjp
@@ -119,8 +120,7 @@ class Conv3x3(nn.Module):
         elif s == 1:
             y = conv3x3_s1(x, kernel)
         else:
-            y = jax.lax.conv_general_dilated(x, kernel, (s, s), PAD1,
-                                             dimension_numbers=("NHWC", "HWIO", "NHWC"))
+            y = _conv3x3(x, kernel, s)
         if self.use_bias:
             bias = self.param("bias", torch_conv_bias_init(9 * cin), (cout,), jnp.float32)
             y = y + bias.astype(self.dtype)
