@@ -266,31 +266,57 @@ def resize_image(image: jax.Array, h: int, w: int) -> jax.Array:
     return jax.image.resize(image, shape, method="linear", antialias=False)
 
 
-@functools.lru_cache(maxsize=64)
-def _gaussian_matrix(n: int, sigma: float) -> np.ndarray:
-    """``[n, n]`` matrix of a 1-D Gaussian blur (radius ceil(3 sigma)) with edge replication."""
+def _gaussian_taps(sigma: float) -> np.ndarray:
+    """The 1-D Gaussian's taps ``[2 r + 1]``, radius r = ceil(3 sigma), summing to 1 (float64)."""
     radius = int(np.ceil(3.0 * sigma))
     t = np.arange(-radius, radius + 1)
     k = np.exp(-0.5 * (t / sigma) ** 2)
-    k /= k.sum()
+    return k / k.sum()
+
+
+@functools.lru_cache(maxsize=64)
+def _gaussian_matrix(n: int, sigma: float) -> np.ndarray:
+    """``[n, n]`` matrix of a 1-D Gaussian blur (radius ceil(3 sigma)) with edge replication."""
+    k = _gaussian_taps(sigma)
+    radius = k.size // 2
     m = np.zeros((n, n), np.float64)
-    rows = np.repeat(np.arange(n), t.size)
-    cols = np.clip(np.arange(n)[:, None] + t[None, :], 0, n - 1).reshape(-1)
+    rows = np.repeat(np.arange(n), k.size)
+    cols = np.clip(np.arange(n)[:, None] + np.arange(-radius, radius + 1)[None, :], 0, n - 1).reshape(-1)
     np.add.at(m, (rows, cols), np.tile(k, n))
     m = m.astype(np.float32)
     m.flags.writeable = False
     return m
 
 
+# Along an axis of n pixels, the blur is a matrix product when n <= GAUSSIAN_MATRIX_TAPS x the
+# number of taps (n^2 per line, but one dot), else a sum of 2 r + 1 shifted copies (memory-bound,
+# independent of n). Measured on a 2-core CPU (docs/refinement.md, "Cost", fifth round): the
+# matrix product wins up to ~80 pixels at sigma 4 (25 taps) and the shifted sums beyond ~150; at
+# 576 pixels the shifted sums take a third of the product's time.
+GAUSSIAN_MATRIX_TAPS = 4
+
+
+def _blur_axis(x: jax.Array, sigma: float, axis: int) -> jax.Array:
+    k = _gaussian_taps(sigma).astype(np.float32)
+    n, r = x.shape[axis], k.size // 2
+    if n <= GAUSSIAN_MATRIX_TAPS * k.size:
+        m = _gaussian_matrix(n, sigma)
+        return m @ x if axis == x.ndim - 2 else x @ m.T
+    pad = [(0, 0)] * x.ndim
+    pad[axis] = (r, r)
+    xp = jnp.pad(x, pad, mode="edge")
+    return sum(float(k[i]) * jax.lax.slice_in_dim(xp, i, i + n, axis=axis) for i in range(k.size))
+
+
 def gaussian_blur(image: jax.Array, sigma: float) -> jax.Array:
-    """Separable Gaussian blur of ``[H, W]`` (radius ceil(3 sigma), edge replication; ``sigma``
-    static, in pixels; 0 returns the input). Two small matrix products: on CPU far faster than
-    a one-channel convolution, for any sigma."""
+    """Separable Gaussian blur of ``[..., H, W]`` (radius ceil(3 sigma), edge replication:
+    OpenCV's ``GaussianBlur`` with ``BORDER_REPLICATE`` and that radius; ``sigma`` static, in
+    pixels; 0 returns the input). Along each axis either a matrix product (short axes) or a sum
+    of shifted copies (long ones): on CPU both are far faster than a one-channel convolution."""
     sigma = float(sigma)
     if sigma <= 0:
         return image
-    h, w = image.shape[-2:]
-    return _gaussian_matrix(h, sigma) @ image @ _gaussian_matrix(w, sigma).T
+    return _blur_axis(_blur_axis(image, sigma, image.ndim - 2), sigma, image.ndim - 1)
 
 
 def resize_intrinsics(K, old_hw: tuple[int, int], new_hw: tuple[int, int]):

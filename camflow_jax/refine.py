@@ -232,10 +232,15 @@ def residual(phi1_pts, phi2_stack, grid_pts, bu, bv, coeffs):
     return _residual_at(phi1_pts, phi2_stack, grid_pts[0] + coeffs @ bu, grid_pts[1] + coeffs @ bv)
 
 
-def _residual_at(phi1_pts, phi2_stack, x, y):
-    """:func:`residual` at given sample positions ``x``, ``y`` ``[P]`` in image 2."""
+def _residual_at(phi1_pts, phi2_stack, x, y, every_pixel: bool = False):
+    """:func:`residual` at given sample positions ``x``, ``y`` ``[P]`` in image 2.
+    ``every_pixel``: the samples feed only per-pixel consumers (the final check at every
+    pixel), so the plain four-gather sampler (:func:`camflow_jax.geometry.sample_bilinear`) is
+    used; :func:`_sample_edge` keeps the iterations' Jacobian from recomputing the interpolation,
+    but costs ~2.5x as much at every pixel."""
     h, w = phi2_stack.shape[:2]
-    s = _sample_edge(phi2_stack, x, y)
+    s = (geometry.sample_bilinear(phi2_stack, x, y, mode="edge") if every_pixel
+         else _sample_edge(phi2_stack, x, y))
     return s[:, 0] - phi1_pts, s[:, 1:], geometry.in_frame(x, y, h, w)
 
 
@@ -520,7 +525,7 @@ def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineCo
         fv = fv + cands[:, lo:lo + m] @ gv.reshape(m, -1)
         lo += m
     phi1_full, stack2_full, pts_full = full
-    resid = [_residual_at(phi1_full, stack2_full, pts_full[0] + fu[i], pts_full[1] + fv[i])
+    resid = [_residual_at(phi1_full, stack2_full, pts_full[0] + fu[i], pts_full[1] + fv[i], every_pixel=True)
              for i in range(cands.shape[0])]
     sigma = _robust_sigma(resid[0][0], resid[0][2], cfg)
     costs, maps = [], []
