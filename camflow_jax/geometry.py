@@ -297,6 +297,9 @@ GAUSSIAN_MATRIX_TAPS = 4
 
 
 def _blur_axis(x: jax.Array, sigma: float, axis: int) -> jax.Array:
+    """The 1-D blur of :func:`gaussian_blur` along ``axis``, one of the last two of ``x``."""
+    if axis not in (x.ndim - 2, x.ndim - 1):
+        raise ValueError(f"_blur_axis blurs one of the last two axes, got axis {axis} of {x.ndim}")
     k = _gaussian_taps(sigma).astype(np.float32)
     n, r = x.shape[axis], k.size // 2
     if n <= GAUSSIAN_MATRIX_TAPS * k.size:
