@@ -34,6 +34,7 @@ it over pairs; :func:`refine_pair` refines both directions of a pair in one call
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import NamedTuple, Sequence
 
 import jax
@@ -127,6 +128,26 @@ class RefineConfig:
         object.__setattr__(self, "strides", tuple(int(i) for i in self.strides))
         object.__setattr__(self, "active", tuple(int(i) for i in self.active))
         object.__setattr__(self, "starts", tuple(self.starts))
+
+    @classmethod
+    def at_size(cls, max_size: int, **changes) -> "RefineConfig":
+        """The default settings carried to a larger working size: one pyramid level more per
+        doubling of the default's 288 px (rounded), so the coarsest level keeps its size and
+        reach (exactly for 576, 1152, ...; within a factor sqrt(2) otherwise); each new finer level doubles the stride (the same number of sampled pixels per
+        level) and gets 4 iterations. ``at_size(288)`` is the default;
+        ``at_size(576)`` is ``levels=4, iterations=(12, 10, 6, 4), strides=(1, 2, 4, 8),
+        active=(12, 0, 0, 0)``. More precise, slower (docs/refinement.md, "Choices" and "Cost").
+        ``changes``: other settings, as :meth:`replace`."""
+        base = cls()
+        if not max_size >= base.max_size:
+            raise ValueError(f"at_size needs max_size >= {base.max_size} (the default's), got {max_size}")
+        extra = int(round(math.log2(max_size / base.max_size)))
+        cfg = dataclasses.replace(
+            base, max_size=int(max_size), levels=base.levels + extra,
+            iterations=base.iterations + (4,) * extra,
+            strides=base.strides + tuple(base.strides[-1] * 2 ** (i + 1) for i in range(extra)),
+            active=base.active + (0,) * extra)
+        return cfg.replace(**changes)
 
     def replace(self, **changes) -> "RefineConfig":
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}

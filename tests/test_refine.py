@@ -215,6 +215,28 @@ def test_config_is_checked():
     assert hash(R.RefineConfig()) == hash(R.RefineConfig())  # a static jit argument
 
 
+def test_at_size_keeps_the_coarsest_level_and_the_samples_per_level():
+    base = R.RefineConfig()
+    assert R.RefineConfig.at_size(base.max_size) == base
+    count = lambda sizes, strides: [len(range(0, a, k)) * len(range(0, b, k))  # sampled pixels per level
+                                    for (a, b), k in zip(sizes[::-1], strides)]  # (sizes finest first)
+    default_sizes = R.pyramid_sizes(162, 288, base.levels)  # a 9:16 input at the default size
+    for size, levels in ((576, 4), (640, 4), (1152, 5)):
+        cfg = R.RefineConfig.at_size(size, tol=0.01)
+        assert (cfg.levels, cfg.max_size, cfg.tol) == (levels, size, 0.01)
+        assert cfg.active[0] == base.active[0] and not any(cfg.active[1:])
+        sizes = R.pyramid_sizes(round(size * 9 / 16), size, cfg.levels)
+        got = count(sizes, cfg.strides)
+        assert all(abs(n - got[0]) <= 0.02 * got[0] for n in got), got  # the same at every level
+        if size in (576, 1152):  # a power of two times 288: the default's coarse levels exactly
+            assert sizes[-1] == default_sizes[-1]
+            assert got[:base.levels] == count(default_sizes, base.strides)
+        else:  # the number of levels is rounded: the coarsest grid within a factor sqrt(2)
+            assert 72 / 2 ** 0.5 <= sizes[-1][1] <= 72 * 2 ** 0.5
+    with pytest.raises(ValueError, match="max_size >= 288"):
+        R.RefineConfig.at_size(100)
+
+
 # ----------------------------------------------------------------------------- the Predictor
 @pytest.fixture(scope="module")
 def shipped():
