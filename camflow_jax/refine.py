@@ -136,7 +136,9 @@ class RefineConfig:
         reach (exactly for 576, 1152, ...; within a factor sqrt(2) otherwise); each new finer level doubles the stride (the same number of sampled pixels per
         level) and gets 4 iterations. ``at_size(288)`` is the default;
         ``at_size(576)`` is ``levels=4, iterations=(12, 10, 6, 4), strides=(1, 2, 4, 8),
-        active=(12, 0, 0, 0)``. More precise, slower (docs/refinement.md, "Choices" and "Cost").
+        active=(12, 0, 0, 0)``. More precise on most pairs, ~3x slower at 576, and worse in dark,
+        noisy frames, where the full-resolution cost can favour a wrong motion
+        (docs/refinement.md, "Working resolution").
         ``changes``: other settings, as :meth:`replace`."""
         base = cls()
         if not max_size >= base.max_size:
