@@ -350,7 +350,7 @@ class Predictor:
         input's intrinsics, resized here; ``coeffs`` ``[2, N]`` and ``hflows`` ``[2, h, w, 2]``
         (forward, backward). Returns :func:`camflow_jax.refine.refine_with_pyramids`'s dict with
         a leading axis of 2, plus the forward flow's homography."""
-        p1, p2 = refine_lib.image_pyramid(g1, cfg), refine_lib.image_pyramid(g2, cfg)
+        p1, p2, noisy = refine_lib.pair_pyramids(g1, g2, cfg)
         if self.num_depth:
             Kw = geometry.resize_intrinsics(K, input_hw, g1.shape)
         runs = []
@@ -362,6 +362,7 @@ class Predictor:
             starts = self._starts_impl(bp, coeffs[i], hflows[i], cfg=cfg)
             runs.append(refine_lib.refine_with_pyramids(pa, pb, bp, starts, cfg))
         out = jax.tree.map(lambda a, b: jnp.stack([a, b]), *runs)
+        out["noisy"] = noisy
         # The forward flow's homography, fitted at every other pixel (a quarter of the DLT's
         # work; exact for a homography flow): pixel (2i, 2j) is (i, j) of the subgrid, where
         # the flow is half as long, so H = S H_sub S^-1 with S = diag(2, 2, 1).
@@ -484,6 +485,9 @@ class Predictor:
         note = ("" if all(improved) else f"refinement could not lower the photometric cost of {first} ("
                 + ", ".join(d for d, ok in zip(("forward", "backward"), improved) if not ok)
                 + f"); {first} is kept there")
+        if bool(res["noisy"]):
+            note = "; ".join(x for x in (note, f"noisy images: refined with a {cfg.noise_presmooth:g}-px pre-blur "
+                                                "(RefineConfig.noise_presmooth)") if x)
         new["refine_info"] = {
             "cost_before": [float(v) for v in res["cost_before"]],
             "cost_after": [float(v) for v in res["cost_after"]],
@@ -492,6 +496,7 @@ class Predictor:
             "start": [cfg.starts[int(i)] for i in res["start"]],
             "start_costs": [[float(c) for c in cs] for cs in res["start_costs"]],
             "working_size_hw": [h, w],
+            "noisy": bool(res["noisy"]),
             "note": note,
         }
         return new

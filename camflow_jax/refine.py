@@ -46,12 +46,15 @@ from camflow_jax import geometry
 __all__ = ["RefineConfig", "gray", "local_normalize", "image_gradients", "pyramid_sizes",
            "downsample2", "resample_bases", "image_pyramid", "residual", "jacobian", "refine_motion",
            "refine_with_pyramids", "refine_pair", "BasisPyramid", "basis_pyramid", "join_basis_pyramids",
-           "project_flow", "CAUCHY_C"]
+           "project_flow", "noise_ratio", "pair_pyramids", "CAUCHY_C", "NOISE_SIZE"]
 
 #: Cauchy width in units of the robust sigma (95 % efficiency on Gaussian noise).
 CAUCHY_C = 2.3849
 #: Out-of-frame pixels cost as much as a residual of this many Cauchy widths.
 OUT_OF_FRAME_WIDTHS = 3.0
+#: The noise test (:func:`pair_pyramids`) looks at the grey image halved until its longer side
+#: is at most this (the default working size), so ``noise_ratio`` means the same at every size.
+NOISE_SIZE = 288
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +83,13 @@ class RefineConfig:
       the one with the lowest robust cost there goes on alone (None: every start runs to the
       finest level and the final cost decides; the cheaper choice only skips the losers'
       finer levels).
+    noise_presmooth: the pre-blur (pixels of each level) used instead of ``presmooth`` when the
+      pair is noisy: when either image's :func:`noise_ratio` exceeds ``noise_ratio`` (dark,
+      high-gain frames, where the 1-px pre-blur leaves the normalised images noise-dominated
+      and the refinement wanders off). None: never. The threshold sits between the clean and
+      the low-light synthetic images and above real photographs with fine texture
+      (docs/refinement.md, "Noisy images").
+    noise_ratio: the threshold of the noise test (noise floor over median local contrast).
     esm: the Jacobian uses the mean of both images' gradients, grad phi(I_2)(x + F) and
       grad phi(I_1)(x), instead of image 2's alone (efficient second-order minimisation: near the
       solution the step is second-order accurate at first-order cost). On development pairs it
@@ -99,6 +109,8 @@ class RefineConfig:
     active: tuple[int, ...] = (12, 0, 0)
     starts: tuple[str, ...] = ("network",)
     select_after: int | None = None
+    noise_presmooth: float | None = 2.0
+    noise_ratio: float = 0.17
     esm: bool = True
 
     def __post_init__(self):
@@ -119,6 +131,11 @@ class RefineConfig:
                 raise ValueError(f"refinement setting {name} must be a positive number, got {v}")
         if not (self.presmooth == self.presmooth and 0 <= self.presmooth < float("inf")):
             raise ValueError(f"presmooth must be >= 0, got {self.presmooth}")
+        if self.noise_presmooth is not None and not (
+                self.noise_presmooth == self.noise_presmooth and 0 <= self.noise_presmooth < float("inf")):
+            raise ValueError(f"noise_presmooth must be None or >= 0, got {self.noise_presmooth}")
+        if not (self.noise_ratio == self.noise_ratio and 0 < self.noise_ratio < float("inf")):
+            raise ValueError(f"noise_ratio must be a positive number, got {self.noise_ratio}")
         if self.select_after is not None and not 0 <= int(self.select_after) < self.levels:
             raise ValueError(f"select_after must be None or a level in 0..{self.levels - 1}, got {self.select_after}")
         known = {"network", "zero", "homography"}
@@ -136,9 +153,9 @@ class RefineConfig:
         reach (exactly for 576, 1152, ...; within a factor sqrt(2) otherwise); each new finer level doubles the stride (the same number of sampled pixels per
         level) and gets 4 iterations. ``at_size(288)`` is the default;
         ``at_size(576)`` is ``levels=4, iterations=(12, 10, 6, 4), strides=(1, 2, 4, 8),
-        active=(12, 0, 0, 0)``. More precise on most pairs, ~3x slower at 576, and worse in dark,
-        noisy frames, where the full-resolution cost can favour a wrong motion
-        (docs/refinement.md, "Working resolution").
+        active=(12, 0, 0, 0)``. More precise and ~3x slower at 576: on the synthetic benchmark
+        AVG 0.55 against the default's 0.76 px, better in every category; dark, noisy frames
+        need the noise test there (without it, 1.35). docs/refinement.md, "Working resolution".
         ``changes``: other settings, as :meth:`replace`."""
         base = cls()
         if not max_size >= base.max_size:
@@ -175,6 +192,33 @@ def local_normalize(g: jax.Array, sigma: float = 4.0, epsilon: float = 2.0, pres
     g = geometry.gaussian_blur(jnp.asarray(g, jnp.float32), presmooth)
     d = g - geometry.gaussian_blur(g, sigma)
     return d / jnp.sqrt(geometry.gaussian_blur(d * d, sigma) + epsilon ** 2)
+
+
+def noise_ratio(g: jax.Array, block: int = 8) -> jax.Array:
+    """How noisy a grey ``[H, W]`` image is for the refinement: its noise floor over its typical
+    contrast (a scalar; at 288 px, 0.01-0.15 for the synthetic clean and weather frames and
+    real photographs we tried, 0.18-0.54 for the dark, high-gain ones). Both come from the same ``block`` x ``block`` blocks (cheap: no blur, no sort of
+    the image).
+
+    Noise floor: the response to Immerkaer's 3x3 mask ``[1,-2,1] x [1,-2,1]`` (6 sigma for white
+    noise of std sigma, ~0 on smooth shading) has an RMS per block; the 5th percentile of those,
+    / 6, is the noise in the flattest parts of the image, which fine texture does not reach the
+    way a whole-image statistic would (a low percentile of 64-pixel RMSs: ~0.79 sigma for white
+    noise of std sigma). Contrast: the median over blocks of the standard deviation in a block."""
+    g = jnp.asarray(g, jnp.float32)
+    h, w = g.shape
+    if h < block + 2 or w < block + 2:
+        raise ValueError(f"noise_ratio needs an image of at least {block + 2} px a side, got {h}x{w}")
+
+    def blocks(x):
+        bh, bw = (x.shape[0] // block) * block, (x.shape[1] // block) * block
+        return x[:bh, :bw].reshape(bh // block, block, bw // block, block)
+
+    dx = g[:, :-2] - 2.0 * g[:, 1:-1] + g[:, 2:]
+    lap = blocks(dx[:-2] - 2.0 * dx[1:-1] + dx[2:])
+    noise = jnp.quantile(jnp.sqrt(jnp.mean(lap * lap, axis=(1, 3))).reshape(-1), 0.05) / 6.0
+    contrast = jnp.median(jnp.std(blocks(g), axis=(1, 3)).reshape(-1))
+    return noise / jnp.maximum(contrast, 1e-6)
 
 
 def image_gradients(phi: jax.Array) -> jax.Array:
@@ -306,6 +350,29 @@ def image_pyramid(g: jax.Array, cfg: RefineConfig = RefineConfig()) -> tuple[jax
         phi = local_normalize(a, cfg.local_sigma, cfg.epsilon, cfg.presmooth)
         out.append(jnp.concatenate([phi[..., None], image_gradients(phi)], axis=-1))
     return tuple(out)
+
+
+def pair_pyramids(g1: jax.Array, g2: jax.Array, cfg: RefineConfig = RefineConfig()):
+    """The two grey images' :func:`image_pyramid` s with the pair's pre-blur: ``cfg.presmooth``,
+    or ``cfg.noise_presmooth`` when either image's :func:`noise_ratio` (on the image halved to
+    at most :data:`NOISE_SIZE` px) exceeds ``cfg.noise_ratio``. Returns (pyramid 1, pyramid 2,
+    noisy: a bool scalar). Both images get the same pre-blur (their normalised intensities are
+    compared); only the chosen pyramids are computed (``lax.cond``)."""
+    g1, g2 = jnp.asarray(g1, jnp.float32), jnp.asarray(g2, jnp.float32)
+
+    def build(presmooth):
+        c = cfg.replace(presmooth=presmooth)
+        return lambda: (image_pyramid(g1, c), image_pyramid(g2, c))
+
+    if cfg.noise_presmooth is None or cfg.noise_presmooth == cfg.presmooth:
+        p1, p2 = build(cfg.presmooth)()
+        return p1, p2, jnp.asarray(False)
+    a, b = g1, g2
+    while max(a.shape) > NOISE_SIZE and min(a.shape) >= 2 * 10:
+        a, b = _half(a), _half(b)
+    noisy = jnp.maximum(noise_ratio(a), noise_ratio(b)) > cfg.noise_ratio
+    p1, p2 = jax.lax.cond(noisy, build(cfg.noise_presmooth), build(cfg.presmooth))
+    return p1, p2, noisy
 
 
 def _level_data(phi1, stack2, bu, bv, stride: int):
@@ -477,10 +544,11 @@ def refine_motion(img1, img2, bases, starts, cfg: RefineConfig = RefineConfig())
       ``[levels]`` (coarsest first), ``start`` (index of the start that won), ``start_costs``
       (each start's final robust cost on the one scale ``cost_after`` uses; with
       ``select_after``, only the start that went on: ``[1]``), ``improved`` (bool:
-      False means the reference start was returned), ``sigma`` (the final robust scale).
+      False means the reference start was returned), ``sigma`` (the final robust scale),
+      ``noisy`` (bool: the pair got ``cfg.noise_presmooth``, :func:`pair_pyramids`).
     """
-    return refine_with_pyramids(image_pyramid(gray(img1), cfg), image_pyramid(gray(img2), cfg),
-                                bases, starts, cfg)
+    p1, p2, noisy = pair_pyramids(gray(img1), gray(img2), cfg)
+    return {**refine_with_pyramids(p1, p2, bases, starts, cfg), "noisy": noisy}
 
 
 def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineConfig()) -> dict:
@@ -584,14 +652,17 @@ def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineCo
 def refine_pair(img1, img2, bases_f, bases_b, starts_f, starts_b, cfg: RefineConfig = RefineConfig()) -> dict:
     """Both directions in one call: forward (image 1 -> 2, ``bases_f`` on image 1's grid) and
     backward (image 2 -> 1, ``bases_b`` on image 2's grid). Every output of
-    :func:`refine_motion` gains a leading axis of 2 (forward, backward).
+    :func:`refine_motion` but ``noisy`` (one for the pair) gains a leading axis of 2 (forward,
+    backward).
 
     The directions run one after the other, in one computation under ``jax.jit`` (as the
     Predictor's pair refinement does; it also shares one cached :class:`BasisPyramid` of the
     static bases between the directions). Neither ``vmap`` (XLA:CPU runs the batched
     normal-equation matmul ~9x slower than two plain ones) nor ``lax.map`` (1.6x slower on a
     2-core CPU at 160x288) is faster (docs/refinement.md)."""
-    p1, p2 = image_pyramid(gray(img1), cfg), image_pyramid(gray(img2), cfg)
+    p1, p2, noisy = pair_pyramids(gray(img1), gray(img2), cfg)
     fwd = refine_with_pyramids(p1, p2, bases_f, starts_f, cfg)
     bwd = refine_with_pyramids(p2, p1, bases_b, starts_b, cfg)
-    return jax.tree.map(lambda a, b: jnp.stack([a, b]), fwd, bwd)
+    out = jax.tree.map(lambda a, b: jnp.stack([a, b]), fwd, bwd)
+    out["noisy"] = noisy
+    return out

@@ -212,6 +212,10 @@ def test_config_is_checked():
         R.RefineConfig().replace(level=2)
     with pytest.raises(ValueError, match="select_after"):
         R.RefineConfig(select_after=3)
+    with pytest.raises(ValueError, match="noise_ratio"):
+        R.RefineConfig(noise_ratio=0.0)
+    with pytest.raises(ValueError, match="noise_presmooth"):
+        R.RefineConfig(noise_presmooth=float("nan"))
     assert hash(R.RefineConfig()) == hash(R.RefineConfig())  # a static jit argument
 
 
@@ -237,6 +241,45 @@ def test_at_size_keeps_the_coarsest_level_and_the_samples_per_level():
         R.RefineConfig.at_size(100)
 
 
+def _block_std(g, block=8):
+    """noise_ratio's denominator in numpy: the median standard deviation over 8x8 blocks."""
+    h, w = (g.shape[0] // block) * block, (g.shape[1] // block) * block
+    return np.median(np.float64(g[:h, :w]).reshape(h // block, block, w // block, block).std(axis=(1, 3)))
+
+
+def test_noise_ratio_measures_the_noise_floor_not_the_texture():
+    rng = np.random.default_rng(0)
+    h, w = 160, 288
+    clean = smooth_texture(rng, h, w)
+    fine = cv2.GaussianBlur(rng.uniform(-40, 40, (h, w)).astype(np.float32), (0, 0), 0.7)
+    clean[:, : w // 2] += fine[:, : w // 2]  # half the frame: strong texture at the finest scale
+    assert float(R.noise_ratio(clean)) < 0.02  # texture is not noise
+    for sigma in (1.0, 3.0, 6.0):  # white Gaussian noise of a known std
+        noisy = clean + rng.normal(0, sigma, clean.shape).astype(np.float32)
+        got = float(R.noise_ratio(noisy)) * _block_std(noisy)
+        assert 0.7 * sigma < got < 0.9 * sigma, (sigma, got)  # a low percentile: ~0.79 sigma
+
+
+def test_pair_pyramids_pre_blur_noisy_pairs_only():
+    rng = np.random.default_rng(1)
+    a, b = shifted_pair(rng, 2, 1)
+    dark = [0.2 * x + rng.normal(0, 3.0, x.shape).astype(np.float32) for x in (a, b)]  # low light
+    cfg = R.RefineConfig(levels=2, iterations=(1, 1), strides=(1, 1), active=(0, 0))
+    for (g1, g2), expect in (((a, b), False), ((dark[0], dark[1]), True), ((a, dark[1]), True)):  # either image
+        ratios = [float(R.noise_ratio(g)) for g in (g1, g2)]
+        assert (max(ratios) > cfg.noise_ratio) == expect, ratios
+        assert g1 is not a or ratios[0] < cfg.noise_ratio, ratios  # the clean image alone is not noisy
+        p1, p2, noisy = R.pair_pyramids(g1, g2, cfg)
+        assert bool(noisy) == expect
+        used = cfg.replace(presmooth=cfg.noise_presmooth if expect else cfg.presmooth)
+        for got, g in ((p1, g1), (p2, g2)):
+            for x, y in zip(got, R.image_pyramid(jnp.asarray(g), used)):
+                np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-5)
+    p1, _, noisy = R.pair_pyramids(dark[0], dark[1], cfg.replace(noise_presmooth=None))
+    assert not bool(noisy)
+    np.testing.assert_allclose(np.asarray(p1[-1]), np.asarray(R.image_pyramid(jnp.asarray(dark[0]), cfg)[-1]), atol=1e-5)
+
+
 # ----------------------------------------------------------------------------- the Predictor
 @pytest.fixture(scope="module")
 def shipped():
@@ -259,6 +302,12 @@ def test_predictor_refines_by_default_and_keeps_the_network_result(shipped):
     info = out["refine_info"]
     assert info["start"] == ["network", "network"] and len(info["iterations"]) == 2
     assert np.allclose(info["start_costs"], np.asarray(info["cost_after"])[:, None])  # one start
+    assert info["noisy"] is False and info["note"] == ""
+    rng = np.random.default_rng(0)  # the same pair, dark and noisy: the noise test says so
+    dark = [np.clip(0.2 * np.float32(p[k]) + rng.normal(0, 4, np.shape(p[k])), 0, 255).astype(np.uint8)
+            for k in ("img1", "img2")]
+    info_dark = shipped(dark[0], dark[1], **cam)["refine_info"]
+    assert info_dark["noisy"] is True and "pre-blur" in info_dark["note"]
     valid = np.asarray(p["valid_f"]).reshape(H, W) > 0
     e = lambda f: np.linalg.norm(f - p["flow_f"], axis=-1)[valid].mean()  # noqa: E731
     assert e(out["flow_f"]) < 0.5 * e(net["flow_f"])
