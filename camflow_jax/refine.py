@@ -357,19 +357,20 @@ def pair_pyramids(g1: jax.Array, g2: jax.Array, cfg: RefineConfig = RefineConfig
     or ``cfg.noise_presmooth`` when either image's :func:`noise_ratio` (on the image halved to
     at most :data:`NOISE_SIZE` px) exceeds ``cfg.noise_ratio``. Returns (pyramid 1, pyramid 2,
     noisy: a bool scalar). Both images get the same pre-blur (their normalised intensities are
-    compared); only the chosen pyramids are computed (``lax.cond``)."""
+    compared); only the chosen pyramids are computed (``lax.cond``). Images under 10 px a side
+    are not tested (never noisy)."""
     g1, g2 = jnp.asarray(g1, jnp.float32), jnp.asarray(g2, jnp.float32)
 
     def build(presmooth):
         c = cfg.replace(presmooth=presmooth)
         return lambda: (image_pyramid(g1, c), image_pyramid(g2, c))
 
-    if cfg.noise_presmooth is None or cfg.noise_presmooth == cfg.presmooth:
-        p1, p2 = build(cfg.presmooth)()
-        return p1, p2, jnp.asarray(False)
     a, b = g1, g2
     while max(a.shape) > NOISE_SIZE and min(a.shape) >= 2 * 10:
         a, b = _half(a), _half(b)
+    if cfg.noise_presmooth is None or cfg.noise_presmooth == cfg.presmooth or min(a.shape) < 10:
+        p1, p2 = build(cfg.presmooth)()  # no test (off, or an image too small for 8x8 blocks)
+        return p1, p2, jnp.asarray(False)
     noisy = jnp.maximum(noise_ratio(a), noise_ratio(b)) > cfg.noise_ratio
     p1, p2 = jax.lax.cond(noisy, build(cfg.noise_presmooth), build(cfg.presmooth))
     return p1, p2, noisy
