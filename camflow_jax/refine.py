@@ -189,7 +189,11 @@ def local_normalize(g: jax.Array, sigma: float = 4.0, epsilon: float = 2.0, pres
     A gain a and bias b (``a I + b``, a > 0) leave it unchanged up to the ``epsilon`` floor
     (relative to a); so do gain and bias fields that vary slowly across the ``sigma`` window.
     """
-    g = geometry.gaussian_blur(jnp.asarray(g, jnp.float32), presmooth)
+    return _normalize(geometry.gaussian_blur(jnp.asarray(g, jnp.float32), presmooth), sigma, epsilon)
+
+
+def _normalize(g, sigma, epsilon):
+    """:func:`local_normalize` of an image already pre-blurred."""
     d = g - geometry.gaussian_blur(g, sigma)
     return d / jnp.sqrt(geometry.gaussian_blur(d * d, sigma) + epsilon ** 2)
 
@@ -336,18 +340,25 @@ def jacobian(grad, bu, bv):
 
 
 # ----------------------------------------------------------------------------- one level
-def image_pyramid(g: jax.Array, cfg: RefineConfig = RefineConfig()) -> tuple[jax.Array, ...]:
+def image_pyramid(g: jax.Array, cfg: RefineConfig = RefineConfig(), noisy=None) -> tuple[jax.Array, ...]:
     """The per-level description of one grey image ``[H, W]``: a tuple, coarsest level first,
     of ``[h, w, 3]`` stacks (phi, d phi/dx, d phi/dy) with phi the locally normalised intensity
     (:func:`local_normalize`) of the image halved (:func:`downsample2`) level by level. An image
     plays both roles in a pair (image 2 of one direction, image 1 of the other), so a pair needs
-    two pyramids, not four (:func:`refine_pair`)."""
+    two pyramids, not four (:func:`refine_pair`). ``noisy``: None, or a bool scalar choosing
+    ``cfg.noise_presmooth`` over ``cfg.presmooth`` as the pre-blur (:func:`pair_pyramids`;
+    only the pre-blur is switched, so the rest is compiled once)."""
     levels = [jnp.asarray(g, jnp.float32)]
     for _ in range(cfg.levels - 1):
         levels.append(_half(levels[-1]))
     out = []
     for a in levels[::-1]:
-        phi = local_normalize(a, cfg.local_sigma, cfg.epsilon, cfg.presmooth)
+        if noisy is None:
+            pre = geometry.gaussian_blur(a, cfg.presmooth)
+        else:
+            pre = jax.lax.cond(noisy, lambda x: geometry.gaussian_blur(x, cfg.noise_presmooth),
+                               lambda x: geometry.gaussian_blur(x, cfg.presmooth), a)
+        phi = _normalize(pre, cfg.local_sigma, cfg.epsilon)
         out.append(jnp.concatenate([phi[..., None], image_gradients(phi)], axis=-1))
     return tuple(out)
 
@@ -357,23 +368,17 @@ def pair_pyramids(g1: jax.Array, g2: jax.Array, cfg: RefineConfig = RefineConfig
     or ``cfg.noise_presmooth`` when either image's :func:`noise_ratio` (on the image halved to
     at most :data:`NOISE_SIZE` px) exceeds ``cfg.noise_ratio``. Returns (pyramid 1, pyramid 2,
     noisy: a bool scalar). Both images get the same pre-blur (their normalised intensities are
-    compared); only the chosen pyramids are computed (``lax.cond``). Images under 10 px a side
+    compared); only the chosen pre-blur is computed (``lax.cond``). Images under 10 px a side
     are not tested (never noisy)."""
     g1, g2 = jnp.asarray(g1, jnp.float32), jnp.asarray(g2, jnp.float32)
-
-    def build(presmooth):
-        c = cfg.replace(presmooth=presmooth)
-        return lambda: (image_pyramid(g1, c), image_pyramid(g2, c))
-
     a, b = g1, g2
     while max(a.shape) > NOISE_SIZE and min(a.shape) >= 2 * 10:
         a, b = _half(a), _half(b)
     if cfg.noise_presmooth is None or cfg.noise_presmooth == cfg.presmooth or min(a.shape) < 10:
-        p1, p2 = build(cfg.presmooth)()  # no test (off, or an image too small for 8x8 blocks)
-        return p1, p2, jnp.asarray(False)
+        # no test (off, or an image too small for 8x8 blocks)
+        return image_pyramid(g1, cfg), image_pyramid(g2, cfg), jnp.asarray(False)
     noisy = jnp.maximum(noise_ratio(a), noise_ratio(b)) > cfg.noise_ratio
-    p1, p2 = jax.lax.cond(noisy, build(cfg.noise_presmooth), build(cfg.presmooth))
-    return p1, p2, noisy
+    return image_pyramid(g1, cfg, noisy), image_pyramid(g2, cfg, noisy), noisy
 
 
 def _level_data(phi1, stack2, bu, bv, stride: int):
