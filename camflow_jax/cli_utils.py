@@ -196,6 +196,20 @@ def reading(path, what: str = "file") -> Iterator[None]:
         raise ValueError(describe_error(e, f"cannot read {what} {p}")) from e
 
 
+def check_refine_size(size: int | None, no_refine: bool) -> None:
+    """``--refine-size N`` of the CLIs: at least the default working size, and not together with
+    ``--no-refine`` (ValueError: one line, exit 2)."""
+    if size is None:
+        return
+    if no_refine:
+        raise ValueError("--refine-size needs refinement: do not also give --no-refine")
+    from camflow_jax.refine import RefineConfig
+
+    default = RefineConfig().max_size
+    if size < default:
+        raise ValueError(f"--refine-size must be at least {default} (the default working size), got {size}")
+
+
 def camflow_only_flags(method: str, **given) -> None:
     """The one rule for depth and intrinsics flags: they feed CamFlow's depth bases only, so a
     classical estimator (sift_ransac, orb, dis, ecc, identity...) given any of them is refused

@@ -262,9 +262,15 @@ class _CamFlow(Estimator):
     refine = True
 
     def __init__(self, *, checkpoint: str | None = None, channel_order: str = "rgb", predictor=None,
-                 forward_only: bool = False, confidence: bool = False):
+                 forward_only: bool = False, confidence: bool = False, refine_size: int | None = None):
         if predictor is not None and checkpoint is not None:
             raise ValueError("give a predictor or a checkpoint, not both")
+        if refine_size is not None:
+            if not self.refine:
+                raise ValueError("refine_size needs the refined camflow, not the network alone")
+            from camflow_jax.refine import RefineConfig
+
+            self.refine = RefineConfig.at_size(int(refine_size))  # ValueError below the default's size
         self.checkpoint, self.channel_order = checkpoint, channel_order
         self.confidence = bool(confidence)
         self._predictor = predictor
@@ -332,7 +338,8 @@ def get(name: str, **options: Any) -> Estimator:
     dis: ``preset`` ('medium'); ecc: ``min_side``, ``gauss_size``, ``iterations``, ``eps``;
     camflow*: ``checkpoint`` (default: the shipped model; ``camflow:PATH`` sets it),
     ``channel_order``, ``predictor`` (an already loaded model), ``confidence`` (also return
-    the confidence maps). All take ``forward_only``
+    the confidence maps), ``refine_size`` (camflow: refine at this longer side instead of 288 px,
+    :meth:`camflow_jax.refine.RefineConfig.at_size`: more precise, slower). All take ``forward_only``
     (True: flow_f only where skipping flow_b saves work; the stabilizer's setting).
 
     An old name (:data:`ALIASES`) works and warns once per call; CLIs :func:`resolve` it first

@@ -91,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=("rgb", "bgr"), help="colour order of the images as fed to the network")
     p.add_argument("--no-refine", action="store_true",
                    help="camflow rows without test-time refinement (camflow -> camflow_net only)")
+    p.add_argument("--refine-size", type=int, default=None, metavar="N",
+                   help="refined camflow: refine at N px on the longer side instead of 288 "
+                        "(RefineConfig.at_size(N); N >= 288): more precise, slower (~3x the refinement's "
+                        "time at 576)")
     p.add_argument("--no-progress", "--no_progress", dest="no_progress", action="store_true")
     cli_utils.add_verbose_flag(p)
     return p
@@ -107,6 +111,7 @@ def _run(args) -> int:
         cli_utils.check_output_dir(args.out, OUTPUT_FILES, args.overwrite,
                                    inputs=[args.data, args.depth_dir, args.list_file] + ckpts)
     methods = args.methods
+    cli_utils.check_refine_size(args.refine_size, args.no_refine)
     if args.no_refine:
         methods = ",".join(estimators.without_refinement(m.strip()) for m in methods.split(","))
     with cli_utils.reading(args.data, "benchmark data"):  # a damaged file is named
@@ -117,7 +122,8 @@ def _run(args) -> int:
                    num=args.num, seed=args.seed, size=args.size, depth_dir=args.depth_dir,
                    intrinsics=args.intrinsics, list_file=args.list_file, out_dir=None,
                    iqa_form=args.iqa_form, channel_order=args.channel_order,
-                   progress=not args.no_progress, verbose=False, source=source)
+                   progress=not args.no_progress, verbose=False, source=source,
+                   refine_size=args.refine_size)
     if args.out is not None:
         # Without -y the move into place also refuses results another run wrote meanwhile.
         with cli_utils.atomic_dir(args.out, OUTPUT_FILES, overwrite=args.overwrite) as tmp:

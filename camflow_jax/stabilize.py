@@ -80,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="camera-motion estimator (default: sift_ransac):\n" + estimators.describe())
     p.add_argument("--no-refine", action="store_true",
                    help="camflow without test-time refinement (the network alone: camflow_net)")
+    p.add_argument("--refine-size", type=int, default=None, metavar="N",
+                   help="refined camflow: refine at N px on the longer side instead of 288 "
+                        "(RefineConfig.at_size(N); N >= 288): more precise, slower (~3x the refinement's "
+                        "time at 576)")
     p.add_argument("--checkpoint", help="CamFlow checkpoint or training workdir (camflow only; default: "
                                         "the shipped model)")
     p.add_argument("--depth", metavar="DIR", help="camflow: a folder with one depth map per frame (.npy or "
@@ -122,6 +126,7 @@ def _estimator(args, estimators):
     or flags that do not fit the estimator."""
     from camflow_jax import estimators as registry
 
+    cli_utils.check_refine_size(args.refine_size, args.no_refine)
     name = registry.without_refinement(args.estimator) if args.no_refine else args.estimator
     name, note = registry.resolve(name)
     if note:
@@ -129,8 +134,9 @@ def _estimator(args, estimators):
     cli_utils.camflow_only_flags(name, **{"--depth": args.depth, "--intrinsics": args.intrinsics,
                                           "--fov": args.fov})
     if not registry.is_camflow(name):
-        if args.no_refine:
-            print(f"note: --estimator {name} ignores --no-refine", file=sys.stderr)
+        for flag, given in (("--no-refine", args.no_refine), ("--refine-size", args.refine_size)):
+            if given:
+                print(f"note: --estimator {name} ignores {flag}", file=sys.stderr)
         return estimators.make_estimator(name)
     kwargs = {}
     if args.depth:
@@ -148,7 +154,7 @@ def _estimator(args, estimators):
             kwargs["frame_size"] = (src.height, src.width)
     elif args.intrinsics or args.fov is not None:
         raise ValueError("--intrinsics and --fov need --depth")
-    est = estimators.make_estimator(name, args.checkpoint, **kwargs)
+    est = estimators.make_estimator(name, args.checkpoint, refine_size=args.refine_size, **kwargs)
     if not args.quiet:
         print(f"model: {est.predictor.description}", file=sys.stderr)
         if not args.depth and getattr(est.predictor, "num_depth", 0):

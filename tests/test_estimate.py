@@ -136,6 +136,10 @@ def test_estimate_cli_reports_refinement_and_fallback(tmp_path, monkeypatch, cap
     assert estimate.main([a, b, "--no-refine", "--checkpoint", a, "-o", str(tmp_path / "n")]) == 0
     summary = json.loads((tmp_path / "n" / "homography.json").read_text())
     assert fake.asked == [True, False] and summary["method"] == "camflow_net" and not summary["refined"]
+    assert estimate.main([a, b, "--refine-size", "576", "-o", str(tmp_path / "s")]) == 0
+    from camflow_jax.refine import RefineConfig
+
+    assert fake.asked[-1] == RefineConfig.at_size(576)  # the finer working size reaches the predictor
     capsys.readouterr()
     for name, value in (("f1.png", 90), ("f2.png", 91)):  # no texture at all
         cv2.imwrite(str(tmp_path / name), np.full((64, 96, 3), value, np.uint8))

@@ -195,3 +195,12 @@ def test_camflow_estimators_wrap_the_predictor():
     assert fake.calls[-1]["refine"] is False and m.weights is None and m.note == ""
     with pytest.raises(ValueError, match="not both"):
         estimators.get("camflow:/x", predictor=fake)
+    # refine_size: the predictor is asked for RefineConfig.at_size(N); only the refined camflow
+    from camflow_jax.refine import RefineConfig
+
+    estimators.get("camflow", predictor=fake, refine_size=576).raw(img, img)
+    assert fake.calls[-1]["refine"] == RefineConfig.at_size(576)
+    with pytest.raises(ValueError, match="refine_size needs the refined camflow"):
+        estimators.get("camflow_net", predictor=fake, refine_size=576)
+    with pytest.raises(ValueError, match="max_size >= 288"):
+        estimators.get("camflow", predictor=fake, refine_size=100)

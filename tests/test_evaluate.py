@@ -250,3 +250,37 @@ def test_no_refine_keeps_only_the_network_rows(monkeypatch, capsys):
     assert ev.main(["--dataset=synthetic", "--methods=identity,camflow,camflow:b8", "--no-refine"]) == 2
     assert seen["methods"] == "identity,camflow_net,camflow_net:b8"
     assert "stop here" in capsys.readouterr().err
+
+
+def test_refine_size_reaches_the_refined_rows(monkeypatch, capsys):
+    """--refine-size N: evaluate() gets it, and the refined camflow row asks its predictor for
+    RefineConfig.at_size(N) while the network-only row does not refine; with --no-refine, or
+    without a refined row, it is refused in one line."""
+    from camflow_jax.evaluation import methods as methods_lib
+    from camflow_jax.predictor import Predictor
+    from camflow_jax.refine import RefineConfig
+
+    seen = {}
+
+    def fake_evaluate(dataset, methods, **kw):
+        seen.update(kw)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(ev, "evaluate", fake_evaluate)
+    assert ev.main(["--dataset=synthetic", "--methods=camflow", "--refine-size=576"]) == 2
+    assert seen["refine_size"] == 576 and "stop here" in capsys.readouterr().err
+    assert ev.main(["--dataset=synthetic", "--methods=camflow", "--refine-size=576", "--no-refine"]) == 2
+    assert "do not also give --no-refine" in capsys.readouterr().err
+    assert ev.main(["--dataset=synthetic", "--methods=camflow", "--refine-size=100"]) == 2
+    assert "at least 288" in capsys.readouterr().err
+
+    class Fake:
+        description, num_depth = "fake", 0
+
+    monkeypatch.setattr(Predictor, "load", classmethod(lambda cls, *a, **k: Fake()))
+    rows = {m.name: m for m in methods_lib.build_methods(["camflow"], "synthetic", refine_size=576)}
+    assert set(rows) == {"camflow", "camflow_net"}
+    refines = {name: m.estimator.refine for name, m in rows.items()}
+    assert refines == {"camflow": RefineConfig.at_size(576), "camflow_net": False}
+    with pytest.raises(ValueError, match="needs a refined camflow method"):
+        methods_lib.build_methods(["sift_magsac", "camflow_net"], "synthetic", refine_size=576)

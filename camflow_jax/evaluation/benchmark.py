@@ -29,7 +29,7 @@ def evaluate(dataset: str, methods: Sequence[str] | str, *, data=None, checkpoin
              num: int | None = None, seed: int = 1000, size: tuple[int, int] = (320, 576),
              depth_dir=None, intrinsics=None, list_file: str | None = None, out_dir=None,
              iqa_form: str = "masked", channel_order: str = "rgb", progress: bool = True,
-             source=None, verbose: bool = True) -> dict:
+             source=None, verbose: bool = True, refine_size: int | None = None) -> dict:
     """Runs ``methods`` on a benchmark and aggregates per-category tables.
 
     Args:
@@ -49,6 +49,8 @@ def evaluate(dataset: str, methods: Sequence[str] | str, *, data=None, checkpoin
       out_dir: if given, results.json / .csv / .md, per_sample.csv and meta.json go there.
       iqa_form: 'masked' (statistics over masked pixels) or 'zeroed' (the release's form).
       channel_order: colour order of the images as given to the network ('rgb' or 'bgr').
+      refine_size: the refined camflow rows refine at this longer side instead of 288 px
+        (:meth:`camflow_jax.refine.RefineConfig.at_size`; recorded in ``meta``).
       source: an already-built random-access source (overrides dataset/data loading).
       verbose: print the tables (:func:`.reports.benchmark_summary`).
     Returns:
@@ -73,7 +75,7 @@ def evaluate(dataset: str, methods: Sequence[str] | str, *, data=None, checkpoin
         source = datasets.load_dataset(dataset, data, num=num, seed=seed, size=size, depth_dir=depth_dir,
                                        intrinsics=intrinsics, list_file=list_file)
     categories = datasets.categories(source)
-    runners = methods_lib.build_methods(list(methods), dataset, checkpoints, channel_order)
+    runners = methods_lib.build_methods(list(methods), dataset, checkpoints, channel_order, refine_size)
     n = len(source) if (num is None or dataset == "synthetic") else min(int(num), len(source))
     need_b = dataset == "cahomo"
     metric_names = protocols.METRIC_NAMES[dataset]
@@ -124,6 +126,8 @@ def evaluate(dataset: str, methods: Sequence[str] | str, *, data=None, checkpoin
         "checkpoints": dict(methods_lib.parse_checkpoints(checkpoints)), "seconds_per_pair": sec,
         "fallbacks_to_identity": fallbacks, "iqa_form": iqa_form,
     }
+    if refine_size is not None:
+        meta["refine_size"] = int(refine_size)
     notes = [m.note for m in runners if m.note]
     if notes:
         meta["notes"] = notes

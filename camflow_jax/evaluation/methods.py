@@ -122,9 +122,11 @@ def oracle(name: str, dataset: str) -> Method:
     return Method(name, run)
 
 
-def _camflow_rows(name: str, ckpts: list[tuple[str, str]], channel_order: str) -> list[Method]:
+def _camflow_rows(name: str, ckpts: list[tuple[str, str]], channel_order: str,
+                  refine_size: int | None = None) -> list[Method]:
     """The rows a CamFlow name asks for (module doc). Each checkpoint is loaded once, here (a
-    missing one is reported before the run), and shared by its refined and network-only rows."""
+    missing one is reported before the run), and shared by its refined and network-only rows.
+    ``refine_size``: the refined rows refine at that size (``RefineConfig.at_size``)."""
     base, _, label = name.partition(":")
     kinds = ("camflow", "camflow_net") if base == "camflow" else (base,)
     if label:
@@ -146,16 +148,18 @@ def _camflow_rows(name: str, ckpts: list[tuple[str, str]], channel_order: str) -
         first = estimators.get(kinds[0] if path is None else f"{kinds[0]}:{path}", channel_order=channel_order)
         model = first.predictor
         for kind in kinds:
-            est = first if kind == kinds[0] else estimators.get(kind, predictor=model)
+            size = {"refine_size": refine_size} if refine_size is not None and kind == "camflow" else {}
+            est = first if kind == kinds[0] and not size else estimators.get(kind, predictor=model, **size)
             rows.append(from_estimator(kind + suffix, est,
                                        f"{kind + suffix}: {getattr(model, 'description', path)}"))
     return rows
 
 
 def build_methods(names: Sequence[str], dataset: str, checkpoints=None,
-                  channel_order: str = "rgb") -> list[Method]:
+                  channel_order: str = "rgb", refine_size: int | None = None) -> list[Method]:
     """The :class:`Method` rows for ``names`` (module doc). Old registry names (``sift``) work
-    with a note; unknown names: ValueError naming the valid ones."""
+    with a note; unknown names: ValueError naming the valid ones. ``refine_size``: the refined
+    camflow rows refine at that size (``RefineConfig.at_size``; ValueError without one)."""
     ckpts = parse_checkpoints(checkpoints)
     forward_only = dataset != "cahomo"  # only CAHomo's protocol reads the backward flow
     out: list[Method] = []
@@ -168,10 +172,12 @@ def build_methods(names: Sequence[str], dataset: str, checkpoints=None,
         except ValueError as e:
             raise ValueError(f"{e}; or an evaluation-only oracle: {', '.join(ORACLES)}") from None
         if estimators.is_camflow(canonical):
-            out.extend(_camflow_rows(canonical, ckpts, channel_order))
+            out.extend(_camflow_rows(canonical, ckpts, channel_order, refine_size))
         else:
             out.append(from_estimator(canonical, estimators.get(canonical, forward_only=forward_only), note))
     names_out = [m.name for m in out]
+    if refine_size is not None and not any(n.split(":")[0] == "camflow" for n in names_out):
+        raise ValueError("a refinement size needs a refined camflow method (camflow, not camflow_net)")
     if len(set(names_out)) != len(names_out):
         raise ValueError(f"methods listed twice: {names_out}")
     return out

@@ -175,7 +175,7 @@ class CamFlowEstimator(Estimator):
 
     def __init__(self, predictor, depth_files=None, intrinsics=None, fov_deg: float | None = None,
                  frame_size: tuple[int, int] | None = None, refine: bool = True,
-                 inlier_fit: bool = True):
+                 inlier_fit: bool = True, refine_size: int | None = None):
         """``inlier_fit``: return the flow of :func:`inlier_homography` of the model's flow at
         the refinement's inlier pixels (module doc; the network alone has no weights, so the
         RANSAC fit alone then rejects outliers); False: the model's flow as it is.
@@ -183,7 +183,8 @@ class CamFlowEstimator(Estimator):
         any global scale), for CamFlow+'s depth bases; ``intrinsics`` (fx, fy, cx, cy) in pixels
         of the original ``frame_size`` (H, W), or ``fov_deg`` (horizontal field of view) with
         the principal point at the centre. The pipeline asks for pairs (t, t+1) in order, so the
-        t-th call uses depth maps t and t+1."""
+        t-th call uses depth maps t and t+1. ``refine_size``: refine at this longer side
+        (:meth:`camflow_jax.refine.RefineConfig.at_size`) instead of the default 288 px."""
         super().__init__()
         if not callable(predictor):
             raise ValueError("CamFlowEstimator needs a callable predictor(img1, img2) -> dict")
@@ -194,7 +195,8 @@ class CamFlowEstimator(Estimator):
         if intrinsics is not None and frame_size is None:
             raise ValueError("intrinsics need the frame size they are given in")
         self.predictor = predictor
-        self.motion_estimator = registry.get("camflow" if refine else "camflow_net", predictor=predictor)
+        self.motion_estimator = registry.get("camflow" if refine else "camflow_net", predictor=predictor,
+                                             **({} if refine_size is None else {"refine_size": refine_size}))
         self.name = self.motion_estimator.name
         self.depth_files = list(depth_files) if depth_files is not None else None
         self.intrinsics = None if intrinsics is None else np.asarray(intrinsics, np.float64).reshape(4)
@@ -280,7 +282,7 @@ class CamFlowEstimator(Estimator):
         return out
 
 
-def make_estimator(name: str, checkpoint: str | None = None, **kwargs) -> Estimator:
+def make_estimator(name: str, checkpoint: str | None = None, refine_size: int | None = None, **kwargs) -> Estimator:
     """A stabilization estimator from a registry name (:mod:`camflow_jax.estimators`; the old
     ``sift`` / ``orb`` work with a FutureWarning: they are ``sift_ransac`` / ``orb_ransac``).
 
@@ -288,10 +290,13 @@ def make_estimator(name: str, checkpoint: str | None = None, **kwargs) -> Estima
     workdir; default the shipped model), loaded now, and ``depth_files`` / ``intrinsics`` /
     ``fov_deg`` / ``frame_size`` as :class:`CamFlowEstimator` takes them. Other names: the
     registry's options (e.g. ``ratio``, ``threshold``, ``preset``); ``checkpoint`` is ignored.
+    ``refine_size``: camflow's refinement size (:class:`CamFlowEstimator`); ValueError for others.
     """
     if not registry.is_camflow(registry.resolve(name)[0]):
+        if refine_size is not None:
+            raise ValueError(f"refine_size is for camflow, not {name}")
         return RegistryEstimator(name, **kwargs)
     loaded = registry.get(name, checkpoint=checkpoint)
-    est = CamFlowEstimator(loaded.predictor, refine=loaded.refine, **kwargs)
+    est = CamFlowEstimator(loaded.predictor, refine=bool(loaded.refine), refine_size=refine_size, **kwargs)
     est.name = loaded.name
     return est
