@@ -525,7 +525,8 @@ class Predictor:
           net_coeffs_f, net_coeffs_b, and weights_f, weights_b ``[H0, W0, 1]`` hold the robust
           weights (an inlier map: low on moving objects and occlusions) and refine_info the
           costs before and after, iterations, the winning start, each start's final cost
-          (``start_costs``, per direction) and a note.
+          (``start_costs``, per direction), ``noisy`` (the pair got the stronger pre-blur of
+          :func:`camflow_jax.refine.pair_pyramids`) and a note.
         """
         cfg = self.refine_config if refine is None else self._refine_setting(
             refine, self.refine_config or refine_lib.RefineConfig())
