@@ -82,10 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "it, with test-time refinement):\n" + estimators.describe())
     p.add_argument("--no-refine", action="store_true",
                    help="camflow without test-time refinement (the network alone: camflow_net)")
-    p.add_argument("--refine-size", type=int, default=None, metavar="N",
-                   help="refined camflow: refine at N px on the longer side instead of 288 "
-                        "(RefineConfig.at_size(N); N >= 288): more precise, slower (~3x the refinement's "
-                        "time at 576)")
+    cli_utils.add_refine_size_flag(p)
     p.add_argument("--depth1", default=None, help="depth of image 1 (CamFlow+)")
     p.add_argument("--depth2", default=None, help="depth of image 2 (CamFlow+)")
     p.add_argument("--intrinsics", type=cli_utils.intrinsics_arg, default=None,

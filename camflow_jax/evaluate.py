@@ -91,10 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=("rgb", "bgr"), help="colour order of the images as fed to the network")
     p.add_argument("--no-refine", action="store_true",
                    help="camflow rows without test-time refinement (camflow -> camflow_net only)")
-    p.add_argument("--refine-size", type=int, default=None, metavar="N",
-                   help="refined camflow: refine at N px on the longer side instead of 288 "
-                        "(RefineConfig.at_size(N); N >= 288): more precise, slower (~3x the refinement's "
-                        "time at 576)")
+    cli_utils.add_refine_size_flag(p)
     p.add_argument("--no-progress", "--no_progress", dest="no_progress", action="store_true")
     cli_utils.add_verbose_flag(p)
     return p

@@ -46,7 +46,7 @@ from camflow_jax import geometry
 __all__ = ["RefineConfig", "gray", "local_normalize", "image_gradients", "pyramid_sizes",
            "downsample2", "resample_bases", "image_pyramid", "residual", "jacobian", "refine_motion",
            "refine_with_pyramids", "refine_pair", "BasisPyramid", "basis_pyramid", "join_basis_pyramids",
-           "project_flow", "noise_ratio", "pair_pyramids", "CAUCHY_C", "NOISE_SIZE"]
+           "project_flow", "noise_ratio", "pair_pyramids", "CAUCHY_C", "NOISE_SIZE", "NOISE_BLOCK"]
 
 #: Cauchy width in units of the robust sigma (95 % efficiency on Gaussian noise).
 CAUCHY_C = 2.3849
@@ -55,6 +55,8 @@ OUT_OF_FRAME_WIDTHS = 3.0
 #: The noise test (:func:`pair_pyramids`) looks at the grey image halved until its longer side
 #: is at most this (the default working size), so ``noise_ratio`` means the same at every size.
 NOISE_SIZE = 288
+#: The noise test's blocks (pixels a side); an image needs NOISE_BLOCK + 2 a side for one.
+NOISE_BLOCK = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,7 +200,7 @@ def _normalize(g, sigma, epsilon):
     return d / jnp.sqrt(geometry.gaussian_blur(d * d, sigma) + epsilon ** 2)
 
 
-def noise_ratio(g: jax.Array, block: int = 8) -> jax.Array:
+def noise_ratio(g: jax.Array, block: int = NOISE_BLOCK) -> jax.Array:
     """How noisy a grey ``[H, W]`` image is for the refinement: its noise floor over its typical
     contrast (a scalar; at 288 px, 0.01-0.15 for the synthetic clean and weather frames and
     real photographs we tried, 0.18-0.54 for the dark, high-gain ones). Both come from the same ``block`` x ``block`` blocks (cheap: no blur, no sort of
@@ -368,13 +370,14 @@ def pair_pyramids(g1: jax.Array, g2: jax.Array, cfg: RefineConfig = RefineConfig
     or ``cfg.noise_presmooth`` when either image's :func:`noise_ratio` (on the image halved to
     at most :data:`NOISE_SIZE` px) exceeds ``cfg.noise_ratio``. Returns (pyramid 1, pyramid 2,
     noisy: a bool scalar). Both images get the same pre-blur (their normalised intensities are
-    compared); only the chosen pre-blur is computed (``lax.cond``). Images under 10 px a side
-    are not tested (never noisy)."""
+    compared); only the chosen pre-blur is computed (``lax.cond``). Images too small for one
+    block (under ``NOISE_BLOCK + 2`` px a side) are not tested (never noisy)."""
     g1, g2 = jnp.asarray(g1, jnp.float32), jnp.asarray(g2, jnp.float32)
     a, b = g1, g2
-    while max(a.shape) > NOISE_SIZE and min(a.shape) >= 2 * 10:
+    smallest = NOISE_BLOCK + 2  # noise_ratio's minimum
+    while max(a.shape) > NOISE_SIZE and min(a.shape) >= 2 * smallest:
         a, b = _half(a), _half(b)
-    if cfg.noise_presmooth is None or cfg.noise_presmooth == cfg.presmooth or min(a.shape) < 10:
+    if cfg.noise_presmooth is None or cfg.noise_presmooth == cfg.presmooth or min(a.shape) < smallest:
         # no test (off, or an image too small for 8x8 blocks)
         return image_pyramid(g1, cfg), image_pyramid(g2, cfg), jnp.asarray(False)
     noisy = jnp.maximum(noise_ratio(a), noise_ratio(b)) > cfg.noise_ratio

@@ -80,10 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="camera-motion estimator (default: sift_ransac):\n" + estimators.describe())
     p.add_argument("--no-refine", action="store_true",
                    help="camflow without test-time refinement (the network alone: camflow_net)")
-    p.add_argument("--refine-size", type=int, default=None, metavar="N",
-                   help="refined camflow: refine at N px on the longer side instead of 288 "
-                        "(RefineConfig.at_size(N); N >= 288): more precise, slower (~3x the refinement's "
-                        "time at 576)")
+    cli_utils.add_refine_size_flag(p)
     p.add_argument("--checkpoint", help="CamFlow checkpoint or training workdir (camflow only; default: "
                                         "the shipped model)")
     p.add_argument("--depth", metavar="DIR", help="camflow: a folder with one depth map per frame (.npy or "
