@@ -203,6 +203,9 @@ class Predictor:
         num_bases = int(model.num_bases)
         sl = model.group_slice(DEPTH_GROUP) if hasattr(model, "group_slice") else None
         self.num_depth = 0 if sl is None else sl.stop - sl.start
+        # the basis layout the refinement's per-group schedule (RefineConfig.active) refers to
+        self.basis_groups = (tuple((str(g), int(k)) for g, k in zip(model.group_names, model.group_sizes))
+                             if hasattr(model, "group_names") else None)
         if self.num_depth and sl.stop != num_bases:
             raise ValueError("the depth basis group must come last (homography | stochastic | depth)")
         num_static = num_bases - self.num_depth
@@ -360,7 +363,7 @@ class Predictor:
             bp = (refine_lib.join_basis_pyramids(static_bp, self._depth_bases(d, Kw, cfg))
                   if self.num_depth else static_bp)
             starts = self._starts_impl(bp, coeffs[i], hflows[i], cfg=cfg)
-            runs.append(refine_lib.refine_with_pyramids(pa, pb, bp, starts, cfg))
+            runs.append(refine_lib.refine_with_pyramids(pa, pb, bp, starts, cfg, self.basis_groups))
         out = jax.tree.map(lambda a, b: jnp.stack([a, b]), *runs)
         out["noisy"] = noisy
         # The forward flow's homography, fitted at every other pixel (a quarter of the DLT's

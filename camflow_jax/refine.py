@@ -39,14 +39,17 @@ from typing import NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from camflow_jax import bases as bases_lib
 from camflow_jax import geometry
+from camflow_jax.models.config import DEPTH_GROUP, GROUP_NAMES, HOMOGRAPHY_GROUP, STOCHASTIC_GROUP
 
 __all__ = ["RefineConfig", "gray", "local_normalize", "image_gradients", "pyramid_sizes",
            "downsample2", "resample_bases", "image_pyramid", "residual", "jacobian", "refine_motion",
            "refine_with_pyramids", "refine_pair", "BasisPyramid", "basis_pyramid", "join_basis_pyramids",
-           "project_flow", "noise_ratio", "pair_pyramids", "CAUCHY_C", "NOISE_SIZE", "NOISE_BLOCK"]
+           "project_flow", "noise_ratio", "pair_pyramids", "active_stages", "default_groups", "CAUCHY_C",
+           "NOISE_SIZE", "NOISE_BLOCK"]
 
 #: Cauchy width in units of the robust sigma (95 % efficiency on Gaussian noise).
 CAUCHY_C = 2.3849
@@ -57,6 +60,62 @@ OUT_OF_FRAME_WIDTHS = 3.0
 NOISE_SIZE = 288
 #: The noise test's blocks (pixels a side); an image needs NOISE_BLOCK + 2 a side for one.
 NOISE_BLOCK = 8
+
+
+def _parse_active(entry) -> tuple[tuple[str, ...], ...] | int:
+    """An ``active`` entry as an int (first k bases, 0 = all) or its stages (tuples of group
+    names; ``()`` = all). ValueError on anything else."""
+    if isinstance(entry, str):
+        if entry.strip() == "all":
+            return 0
+        stages = []
+        for stage in entry.split(">"):
+            names = tuple(g.strip() for g in stage.split("+"))
+            for g in names:
+                if g not in (HOMOGRAPHY_GROUP, STOCHASTIC_GROUP, DEPTH_GROUP) and not (
+                        g.startswith(DEPTH_GROUP) and g[len(DEPTH_GROUP):].isdigit()):
+                    raise ValueError(f"active: unknown basis group {g!r} in {entry!r}; groups are "
+                                     f"{list(GROUP_NAMES)} and {DEPTH_GROUP}<s> (depth level s), "
+                                     f"joined by '+', stages by '>', or 'all'")
+            stages.append(names)
+        return tuple(stages)
+    if isinstance(entry, (bool, float)) or not isinstance(entry, int) and not hasattr(entry, "__index__"):
+        raise ValueError(f"active: an entry is 'all', a count >= 0 or a group schedule string, got {entry!r}")
+    if int(entry) < 0:
+        raise ValueError(f"active: a count must be >= 0, got {entry}")
+    return int(entry)
+
+
+def default_groups(n: int) -> tuple[tuple[str, int], ...]:
+    """The basis layout ``((group, count), ...)`` assumed for ``n`` bases when none is given:
+    CamFlow's order, the first 12 homography, the next 12 stochastic, the rest depth."""
+    sizes = (min(12, n), min(12, max(0, n - 12)), max(0, n - 24))
+    return tuple((g, k) for g, k in zip(GROUP_NAMES, sizes) if k)
+
+
+def active_stages(entry, groups) -> tuple[tuple[int, ...], ...]:
+    """The basis indices refined by each stage of one ``active`` entry, for a basis set laid
+    out as ``groups`` (``((name, count), ...)`` in basis order, e.g. a model's
+    ``zip(group_names, group_sizes)``). Groups the set lacks are skipped, and so is a stage left
+    empty (a level whose stages are all empty refines nothing); the depth group splits into
+    levels of 3 (f^x, f^y, f^z per level)."""
+    n = sum(k for _, k in groups)
+    parsed = _parse_active(entry)
+    if isinstance(parsed, int):
+        return (tuple(range(min(parsed, n) if parsed else n)),)
+    spans, lo = {}, 0
+    for name, k in groups:
+        spans[name] = range(lo, lo + k)
+        if name == DEPTH_GROUP:
+            for s in range(k // 3):
+                spans[f"{DEPTH_GROUP}{s}"] = range(lo + 3 * s, lo + 3 * s + 3)
+        lo += k
+    out = []
+    for stage in parsed:
+        idx = tuple(sorted({i for g in stage for i in spans.get(g, ())}))
+        if idx:
+            out.append(idx)
+    return tuple(out)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,9 +134,17 @@ class RefineConfig:
     sigma_min: floor of the robust scale (normalised units).
     damping: initial LM lambda.
     tol: convergence threshold (pixels of the level) on the flow change of an accepted step.
-    active: per level (coarsest first), how many leading bases are refined there (0 = all): e.g.
-      only the 12 homography bases at the coarsest level, where the image holds too little
-      detail to pin down 36 coefficients and a full step overfits into a wrong basin.
+    active: per level (coarsest first), which bases are refined there (the others keep their
+      values): ``"all"`` (or 0); an int k, the first k bases; or stages by basis group, run one
+      after the other at that level, each with the level's iteration budget: stages are joined
+      by ``">"``, a stage's groups by ``"+"``, a group is ``"homography"``, ``"stochastic"``,
+      ``"depth"`` or ``"depth<s>"`` (the depth bases of depth level s: f^x, f^y, f^z). A group
+      the basis set lacks is skipped (:func:`active_stages`). The default refines the
+      homography first, then with the sharpest depth bases (the camera's translation) at the
+      coarsest level, adds the second depth level at the middle one and everything (stochastic
+      bases, blurred depth) only at the finest: the network's start puts little weight on
+      the depth bases, and letting all 36 bases move at once from there sent pairs into wrong
+      minima (docs/refinement.md, "Basis schedule").
     starts: which candidate starts to try ("network", "zero", "homography": a feature
       homography when the caller can compute one); the first is the reference for
       ``cost_before``.
@@ -108,7 +175,7 @@ class RefineConfig:
     sigma_min: float = 0.02
     damping: float = 1e-3
     tol: float = 0.02
-    active: tuple[int, ...] = (12, 0, 0)
+    active: tuple[int | str, ...] = ("homography > homography+depth0", "homography+depth0+depth1", "all")
     starts: tuple[str, ...] = ("network",)
     select_after: int | None = None
     noise_presmooth: float | None = 2.0
@@ -123,8 +190,10 @@ class RefineConfig:
                              f"first), got {self.iterations}")
         if len(self.strides) != self.levels or any(int(k) < 1 for k in self.strides):
             raise ValueError(f"strides must give {self.levels} positive steps (coarsest first), got {self.strides}")
-        if len(self.active) != self.levels or any(int(k) < 0 for k in self.active):
-            raise ValueError(f"active must give {self.levels} counts >= 0 (coarsest first), got {self.active}")
+        if len(self.active) != self.levels:
+            raise ValueError(f"active must give {self.levels} entries (coarsest first), got {self.active}")
+        for a in self.active:
+            _parse_active(a)  # raises on a bad entry
         if self.max_size < 16:
             raise ValueError(f"max_size must be >= 16, got {self.max_size}")
         for name in ("local_sigma", "epsilon", "sigma_min", "damping", "tol"):
@@ -145,7 +214,7 @@ class RefineConfig:
             raise ValueError(f"starts must be distinct names from {sorted(known)}, got {self.starts}")
         object.__setattr__(self, "iterations", tuple(int(i) for i in self.iterations))
         object.__setattr__(self, "strides", tuple(int(i) for i in self.strides))
-        object.__setattr__(self, "active", tuple(int(i) for i in self.active))
+        object.__setattr__(self, "active", tuple(a if isinstance(a, str) else int(a) for a in self.active))
         object.__setattr__(self, "starts", tuple(self.starts))
 
     @classmethod
@@ -154,8 +223,8 @@ class RefineConfig:
         doubling of the default's 288 px (rounded), so the coarsest level keeps its size and
         reach (exactly for 576, 1152, ...; within a factor sqrt(2) otherwise); each new finer level doubles the stride (the same number of sampled pixels per
         level) and gets 4 iterations. ``at_size(288)`` is the default;
-        ``at_size(576)`` is ``levels=4, iterations=(12, 10, 6, 4), strides=(1, 2, 4, 8),
-        active=(12, 0, 0, 0)``. More precise and ~3x slower at 576: on the synthetic benchmark
+        ``at_size(576)`` is ``levels=4, iterations=(12, 10, 6, 4), strides=(1, 2, 4, 8)`` and the
+        default's ``active`` with ``"all"`` at the new level. More precise and ~3x slower at 576: on the synthetic benchmark
         AVG 0.55 against the default's 0.76 px, better in every category; dark, noisy frames
         need the noise test there (without it, 1.35). docs/refinement.md, "Working resolution".
         ``changes``: other settings, as :meth:`replace`."""
@@ -167,7 +236,7 @@ class RefineConfig:
             base, max_size=int(max_size), levels=base.levels + extra,
             iterations=base.iterations + (4,) * extra,
             strides=base.strides + tuple(base.strides[-1] * 2 ** (i + 1) for i in range(extra)),
-            active=base.active + (0,) * extra)
+            active=base.active + ("all",) * extra)
         return cfg.replace(**changes)
 
     def replace(self, **changes) -> "RefineConfig":
@@ -532,7 +601,7 @@ def project_flow(flow: jax.Array, bases: jax.Array, size: tuple[int, int] | None
     return jnp.linalg.lstsq(A, b, rcond=1e-4)[0]
 
 
-def refine_motion(img1, img2, bases, starts, cfg: RefineConfig = RefineConfig()) -> dict:
+def refine_motion(img1, img2, bases, starts, cfg: RefineConfig = RefineConfig(), groups=None) -> dict:
     """Refines the motion image 1 -> image 2 in the span of ``bases``.
 
     Args:
@@ -546,21 +615,24 @@ def refine_motion(img1, img2, bases, starts, cfg: RefineConfig = RefineConfig())
         network's), returned unchanged when refinement cannot lower its cost (non-finite
         values are read as 0, so the result is always finite).
       cfg: :class:`RefineConfig` (static).
+      groups: the bases' layout ``((group name, count), ...)`` in basis order (static), which
+        ``cfg.active``'s group names refer to; default :func:`default_groups` (CamFlow's:
+        12 homography, 12 stochastic, the rest depth). The Predictor passes its model's.
     Returns:
       dict: ``coeffs [N]``, ``flow [H, W, 2]``, ``weights [H, W]`` (final IRLS weights at the
       working resolution, 0 outside the frame: an inlier map), ``cost_before`` (start 0) and
       ``cost_after`` (robust cost at the finest level, full grid, same scale), ``iterations``
-      ``[levels]`` (coarsest first), ``start`` (index of the start that won), ``start_costs``
+      ``[levels]`` (coarsest first; a level's stages summed), ``start`` (index of the start that won), ``start_costs``
       (each start's final robust cost on the one scale ``cost_after`` uses; with
       ``select_after``, only the start that went on: ``[1]``), ``improved`` (bool:
       False means the reference start was returned), ``sigma`` (the final robust scale),
       ``noisy`` (bool: the pair got ``cfg.noise_presmooth``, :func:`pair_pyramids`).
     """
     p1, p2, noisy = pair_pyramids(gray(img1), gray(img2), cfg)
-    return {**refine_with_pyramids(p1, p2, bases, starts, cfg), "noisy": noisy}
+    return {**refine_with_pyramids(p1, p2, bases, starts, cfg, groups), "noisy": noisy}
 
 
-def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineConfig()) -> dict:
+def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineConfig(), groups=None) -> dict:
     """:func:`refine_motion` from the images' :func:`image_pyramid` s (``pyr1`` of image 1,
     ``pyr2`` of image 2, made with the same ``cfg``); same arguments and results otherwise."""
     H, W = pyr1[-1].shape[:2]
@@ -570,28 +642,38 @@ def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineCo
     starts = jnp.asarray(starts, jnp.float32)
     starts = jnp.where(jnp.isfinite(starts), starts, 0.0)  # never propagate NaN from a start
     n = bp.levels[0][0].shape[0]
+    groups = default_groups(n) if groups is None else tuple((str(g), int(k)) for g, k in groups)
+    if sum(k for _, k in groups) != n:
+        raise ValueError(f"groups {groups} lay out {sum(k for _, k in groups)} bases, the basis set has {n}")
     levels = []
     for li, (u, v) in enumerate(bp.levels):  # coarsest first
         k = cfg.strides[li]
         data = _level_data(pyr1[li][..., 0], pyr2[li], u, v, k)
         grad1 = pyr1[li][::k, ::k, 1:].reshape(-1, 2) if cfg.esm else None
-        levels.append((data, min(cfg.active[li] or n, n), grad1))
+        levels.append((data, active_stages(cfg.active[li], groups), grad1))
     full = _level_data(pyr1[-1][..., 0], pyr2[-1], None, None, 1)[:3]  # the finest level's every pixel
 
     def coarse_to_fine(coeffs, first=0, last=cfg.levels):
         its = []
         for li in range(first, last):
-            data, m, grad1 = levels[li]
+            data, stages, grad1 = levels[li]
             r0, _, in0 = residual(*data, coeffs)
             sigma = _robust_sigma(r0, in0, cfg)
-            if m < n:  # only the first m bases move: the others' flow is a fixed offset
-                phi1_pts, stack2, pts, u, v = data
-                pts = pts + jnp.stack([coeffs[m:] @ u[m:], coeffs[m:] @ v[m:]])
-                head, _, it = _level((phi1_pts, stack2, pts, u[:m], v[:m]), coeffs[:m], sigma,
-                                     cfg.iterations[li], cfg, grad1)
-                coeffs = jnp.concatenate([head, coeffs[m:]])
-            else:
-                coeffs, _, it = _level(data, coeffs, sigma, cfg.iterations[li], cfg, grad1)
+            it = 0
+            for idx in stages:  # each stage: LM over its bases, the others' flow a fixed offset
+                if len(idx) == n:
+                    coeffs, _, k = _level(data, coeffs, sigma, cfg.iterations[li], cfg, grad1)
+                else:
+                    phi1_pts, stack2, pts, u, v = data
+                    move = np.asarray(idx)
+                    fixed = np.setdiff1d(np.arange(n), move)
+                    head = slice(0, len(idx)) if idx == tuple(range(len(idx))) else move  # a slice: no gather
+                    if len(fixed):
+                        pts = pts + jnp.stack([coeffs[fixed] @ u[fixed], coeffs[fixed] @ v[fixed]])
+                    part, _, k = _level((phi1_pts, stack2, pts, u[head], v[head]), coeffs[head], sigma,
+                                        cfg.iterations[li], cfg, grad1)
+                    coeffs = coeffs.at[head].set(part)
+                it = it + k
             its.append(it)
         return coeffs, jnp.stack(its)
 
@@ -658,7 +740,8 @@ def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineCo
     }
 
 
-def refine_pair(img1, img2, bases_f, bases_b, starts_f, starts_b, cfg: RefineConfig = RefineConfig()) -> dict:
+def refine_pair(img1, img2, bases_f, bases_b, starts_f, starts_b, cfg: RefineConfig = RefineConfig(),
+                groups=None) -> dict:
     """Both directions in one call: forward (image 1 -> 2, ``bases_f`` on image 1's grid) and
     backward (image 2 -> 1, ``bases_b`` on image 2's grid). Every output of
     :func:`refine_motion` but ``noisy`` (one for the pair) gains a leading axis of 2 (forward,
@@ -670,8 +753,8 @@ def refine_pair(img1, img2, bases_f, bases_b, starts_f, starts_b, cfg: RefineCon
     normal-equation matmul ~9x slower than two plain ones) nor ``lax.map`` (1.6x slower on a
     2-core CPU at 160x288) is faster (docs/refinement.md)."""
     p1, p2, noisy = pair_pyramids(gray(img1), gray(img2), cfg)
-    fwd = refine_with_pyramids(p1, p2, bases_f, starts_f, cfg)
-    bwd = refine_with_pyramids(p2, p1, bases_b, starts_b, cfg)
+    fwd = refine_with_pyramids(p1, p2, bases_f, starts_f, cfg, groups)
+    bwd = refine_with_pyramids(p2, p1, bases_b, starts_b, cfg, groups)
     out = jax.tree.map(lambda a, b: jnp.stack([a, b]), fwd, bwd)
     out["noisy"] = noisy
     return out

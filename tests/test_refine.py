@@ -216,7 +216,59 @@ def test_config_is_checked():
         R.RefineConfig(noise_ratio=0.0)
     with pytest.raises(ValueError, match="noise_presmooth"):
         R.RefineConfig(noise_presmooth=float("nan"))
+    with pytest.raises(ValueError, match="unknown basis group 'depht0'"):
+        R.RefineConfig(active=("homography > homography+depht0", "all", "all"))
+    with pytest.raises(ValueError, match="count must be >= 0"):
+        R.RefineConfig(active=(-1, 0, 0))
+    with pytest.raises(ValueError, match="an entry is"):
+        R.RefineConfig(active=(1.5, 0, 0))
     assert hash(R.RefineConfig()) == hash(R.RefineConfig())  # a static jit argument
+
+
+def test_active_stages_name_basis_groups():
+    plus = (("homography", 12), ("stochastic", 12), ("depth", 12))
+    H12, S12, D0, D1 = tuple(range(12)), tuple(range(12, 24)), (24, 25, 26), (27, 28, 29)
+    assert R.active_stages("homography > homography+depth0", plus) == (H12, H12 + D0)
+    assert R.active_stages("homography+depth0+depth1", plus) == (H12 + D0 + D1,)
+    assert R.active_stages("depth1 + stochastic", plus) == (S12 + D1,)
+    assert R.active_stages("all", plus) == R.active_stages(0, plus) == (tuple(range(36)),)
+    assert R.active_stages(8, plus) == (tuple(range(8)),)
+    assert R.active_stages("depth", plus) == (tuple(range(24, 36)),)
+    camflow = (("homography", 12), ("stochastic", 12))  # no depth group: its names are skipped
+    assert R.active_stages("homography > homography+depth0", camflow) == (H12, H12)
+    assert R.active_stages("depth0", camflow) == ()  # nothing to refine at that level
+    assert R.default_groups(36) == plus and R.default_groups(24) == camflow
+    assert R.default_groups(12) == (("homography", 12),)
+
+
+def test_a_stage_moves_only_its_groups():
+    """An integer shift (exact by slicing) with 12 homography + 3 extra smooth bases: refining
+    the homography group alone recovers the shift with the extra coefficients held exactly at
+    their start; "homography > depth" runs the homography, then the extra bases, whose
+    iterations add up at that level."""
+    rng = np.random.default_rng(11)
+    img1, img2 = shifted_pair(rng, 2, -1)
+    yy, xx = np.mgrid[0:H, 0:W].astype(np.float32)
+    extra = np.stack([np.stack([np.sin(xx / 17.0), np.cos(yy / 13.0)], -1),
+                      np.stack([np.cos(xx / 23.0) * 0.5, np.sin(yy / 11.0)], -1),
+                      np.stack([np.sin((xx + yy) / 19.0), 0.3 * np.cos(xx / 29.0)], -1)])
+    B = np.concatenate([HB, extra])
+    groups = (("homography", 12), ("depth", 3))
+    start = np.zeros((1, 15), np.float32)
+    start[0, 12:] = (0.2, -0.1, 0.15)  # a wrong, fixed offset from the extra bases
+    one = R.RefineConfig(levels=1, iterations=(30,), strides=(1,), active=("homography",), max_size=W,
+                         noise_presmooth=None)
+    out = jax.jit(lambda a, b, s: R.refine_motion(a, b, jnp.asarray(B), s, one, groups))(img1, img2, start)
+    np.testing.assert_array_equal(np.asarray(out["coeffs"])[12:], start[0, 12:])  # held exactly
+    flow_h = np.tensordot(np.asarray(out["coeffs"])[:12], HB, axes=1)
+    fixed = np.tensordot(start[0, 12:], extra, axes=1)
+    # the homography part absorbs the shift as well as the fixed offset lets it (least squares)
+    want = np.asarray(bases.least_squares_coeffs(jnp.asarray(np.float32([2, -1]) - fixed), jnp.asarray(HB)))
+    assert interior_epe(flow_h, np.tensordot(want, HB, axes=1)) < 0.1
+    two = one.replace(active=("homography > depth",))
+    out2 = jax.jit(lambda a, b, s: R.refine_motion(a, b, jnp.asarray(B), s, two, groups))(img1, img2, start)
+    assert interior_epe(np.asarray(out2["flow"]), np.broadcast_to(np.float32([2, -1]), (H, W, 2))) < 0.1
+    assert int(np.asarray(out2["iterations"])[0]) > int(np.asarray(out["iterations"])[0])  # both stages ran
 
 
 def test_at_size_keeps_the_coarsest_level_and_the_samples_per_level():
@@ -228,7 +280,7 @@ def test_at_size_keeps_the_coarsest_level_and_the_samples_per_level():
     for size, levels in ((576, 4), (640, 4), (1152, 5)):
         cfg = R.RefineConfig.at_size(size, tol=0.01)
         assert (cfg.levels, cfg.max_size, cfg.tol) == (levels, size, 0.01)
-        assert cfg.active[0] == base.active[0] and not any(cfg.active[1:])
+        assert cfg.active == base.active + ("all",) * (levels - base.levels)
         sizes = R.pyramid_sizes(round(size * 9 / 16), size, cfg.levels)
         got = count(sizes, cfg.strides)
         assert all(abs(n - got[0]) <= 0.02 * got[0] for n in got), got  # the same at every level
