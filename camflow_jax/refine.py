@@ -22,6 +22,9 @@ pair directly over ``w`` is a small nonlinear least-squares problem with N unkno
 * Coarse to fine: the images and the bases are resampled per level (half-pixel centres, a flow in
   pixels scales with the level); a level may use every k-th pixel only (``strides``: the bases
   stay exact at the sampled pixels, so the fixed point does too).
+* A basis schedule (``RefineConfig.active``): at the coarse levels only some basis groups move
+  (the homography, then with the sharpest depth bases), every basis only at the finest; the
+  others' flow is a fixed offset there.
 * Several starts may be given (e.g. the network's coefficients, zero motion, a feature
   homography projected on the bases); each runs coarse to fine and the lowest final cost wins.
 * Convergence: a level stops when the largest flow change of an accepted step is below ``tol``
@@ -224,9 +227,10 @@ class RefineConfig:
         reach (exactly for 576, 1152, ...; within a factor sqrt(2) otherwise); each new finer level doubles the stride (the same number of sampled pixels per
         level) and gets 4 iterations. ``at_size(288)`` is the default;
         ``at_size(576)`` is ``levels=4, iterations=(12, 10, 6, 4), strides=(1, 2, 4, 8)`` and the
-        default's ``active`` with ``"all"`` at the new level. More precise and ~3x slower at 576: on the synthetic benchmark
-        AVG 0.55 against the default's 0.76 px, better in every category; dark, noisy frames
-        need the noise test there (without it, 1.35). docs/refinement.md, "Working resolution".
+        default's ``active`` with ``"all"`` at the new level. More precise and ~3-4x slower at
+        576: on the synthetic benchmark AVG 0.45 against the default's 0.67 px, better in every
+        category, and Aloe with depth 0.150 against 0.609 px; dark, noisy frames need the noise
+        test there. docs/refinement.md, "Working resolution".
         ``changes``: other settings, as :meth:`replace`."""
         base = cls()
         if not max_size >= base.max_size:
