@@ -100,8 +100,9 @@ def active_stages(entry, groups) -> tuple[tuple[int, ...], ...]:
     """The basis indices refined by each stage of one ``active`` entry, for a basis set laid
     out as ``groups`` (``((name, count), ...)`` in basis order, e.g. a model's
     ``zip(group_names, group_sizes)``). Groups the set lacks are skipped, and so is a stage left
-    empty (a level whose stages are all empty refines nothing); the depth group splits into
-    levels of 3 (f^x, f^y, f^z per level)."""
+    empty (a level whose stages are all empty refines nothing) or equal to the one before it
+    (CamFlow without depth: ``"homography > homography+depth0"`` is one homography stage); the
+    depth group splits into levels of 3 (f^x, f^y, f^z per level)."""
     n = sum(k for _, k in groups)
     parsed = _parse_active(entry)
     if isinstance(parsed, int):
@@ -116,7 +117,7 @@ def active_stages(entry, groups) -> tuple[tuple[int, ...], ...]:
     out = []
     for stage in parsed:
         idx = tuple(sorted({i for g in stage for i in spans.get(g, ())}))
-        if idx:
+        if idx and (not out or idx != out[-1]):  # a stage the set reduces to its predecessor's: once
             out.append(idx)
     return tuple(out)
 

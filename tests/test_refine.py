@@ -235,7 +235,7 @@ def test_active_stages_name_basis_groups():
     assert R.active_stages(8, plus) == (tuple(range(8)),)
     assert R.active_stages("depth", plus) == (tuple(range(24, 36)),)
     camflow = (("homography", 12), ("stochastic", 12))  # no depth group: its names are skipped
-    assert R.active_stages("homography > homography+depth0", camflow) == (H12, H12)
+    assert R.active_stages("homography > homography+depth0", camflow) == (H12,)  # one stage, not two
     assert R.active_stages("depth0", camflow) == ()  # nothing to refine at that level
     assert R.default_groups(36) == plus and R.default_groups(24) == camflow
     assert R.default_groups(12) == (("homography", 12),)
