@@ -627,8 +627,9 @@ def refine_motion(img1, img2, bases, starts, cfg: RefineConfig = RefineConfig(),
       dict: ``coeffs [N]``, ``flow [H, W, 2]``, ``weights [H, W]`` (final IRLS weights at the
       working resolution, 0 outside the frame: an inlier map), ``cost_before`` (start 0) and
       ``cost_after`` (robust cost at the finest level, full grid, same scale), ``iterations``
-      ``[levels]`` (coarsest first; a level's stages summed), ``start`` (index of the start that won), ``start_costs``
-      (each start's final robust cost on the one scale ``cost_after`` uses; with
+      ``[levels]`` (coarsest first; a level's stages summed), ``start`` (index of the start
+      that won), ``start_costs`` (each start's final robust cost on the one scale
+      ``cost_after`` uses; with
       ``select_after``, only the start that went on: ``[1]``), ``improved`` (bool:
       False means the reference start was returned), ``sigma`` (the final robust scale),
       ``noisy`` (bool: the pair got ``cfg.noise_presmooth``, :func:`pair_pyramids`).
