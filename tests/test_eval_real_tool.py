@@ -259,6 +259,27 @@ def test_missing_data_and_bad_arguments_exit_2_with_one_line(tmp_path):
         assert rc == 2 and err.strip() == datasets.MISSING_DATA
     rc, _, err = _cli("--methods", "bogus")
     assert rc == 2 and err.startswith("error:") and "bogus" in err and len(err.strip().splitlines()) == 1
+    # --refine-size needs a refined camflow row (checked before any data is read)
+    rc, _, err = _cli("--data", str(tmp_path / "nowhere"), "--methods", "camflow_net", "--estimators", "dis",
+                      "--refine-size", "576")
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "needs a refined camflow" in err
+
+
+def test_refine_size_reaches_the_refined_camflow_rows_only():
+    from camflow_jax.predictor import Predictor
+    from camflow_jax.refine import RefineConfig
+
+    model = Predictor.from_pretrained()
+    ests = real.pair_estimators(["camflow", "camflow_net", "dis"], model, "", refine_size=576)
+    assert ests["camflow"].refine == RefineConfig.at_size(576) and not ests["camflow_net"].refine
+    assert real.pair_estimators(["camflow"], model, "")["camflow"].refine is True  # the default refinement
+    video = real.video_estimators(["camflow", "camflow_net", "dis"], model, "", refine_size=576)
+    assert video["camflow"]().motion_estimator.refine == RefineConfig.at_size(576)
+    assert not video["camflow_net"]().motion_estimator.refine and video["dis"]().name == "dis"
+    real.check_refine_size(576, ["dis", "camflow:/some/checkpoint"])  # a refined row: fine
+    real.check_refine_size(None, ["dis"])
+    with pytest.raises(ValueError, match="needs a refined camflow"):
+        real.check_refine_size(576, ["camflow_net", "dis"])
 
 
 def test_method_names_follow_the_registry():

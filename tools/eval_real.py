@@ -58,6 +58,7 @@ def parse_args(argv=None):
     p.add_argument("--image-metrics", action="store_true",
                    help="also render the stabilized clips and measure stability/cropping/distortion "
                         "with SIFT (metrics.MetricsAccumulator; ~2 min more per clip and estimator on 2 cores)")
+    cli_utils.add_refine_size_flag(p)
     cli_utils.add_verbose_flag(p)
     return p.parse_args(argv)
 
@@ -74,6 +75,9 @@ def _run(args, argv) -> int:
         raise ValueError(f"unknown part {', '.join(bad)}; choose from {', '.join(PARTS)}")
     methods, notes = real.check_pair_methods(_items(args.methods))
     video_names, video_notes = real.check_video_estimators(_items(args.estimators))
+    cli_utils.check_refine_size(args.refine_size, no_refine=False)
+    real.check_refine_size(args.refine_size, (methods if "stereo" in parts else [])
+                           + (video_names if "video" in parts else []))
     fx_scales = tuple(float(v) for v in _items(args.fx_scales))
     if args.frames < 4:
         raise ValueError("--frames must be >= 4")
@@ -93,10 +97,10 @@ def _run(args, argv) -> int:
     if any(n in ("camflow", "camflow_net") for n in methods + video_names):
         model, note = real.load_model(args.checkpoint)
         print(f"CamFlow: {note}")
-    pair = real.pair_estimators(methods, model, note)
-    video = real.video_estimators(video_names, model, note)
+    pair = real.pair_estimators(methods, model, note, args.refine_size)
+    video = real.video_estimators(video_names, model, note, args.refine_size)
     results = {"command": "python tools/eval_real.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-               "data": str(data)}
+               "data": str(data), "refine_size": args.refine_size}
     if "stereo" in parts:
         results["stereo"] = real.stereo_experiment(data, args.width, methods, pair, fx_scales, camflow_note=note)
     if "video" in parts:

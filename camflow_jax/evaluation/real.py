@@ -101,39 +101,57 @@ def load_model(checkpoint: str | None):
     return pred, pred.description
 
 
-def pair_estimators(methods: Sequence[str], model, note: str) -> dict:
+def _refined(name: str) -> bool:
+    """Whether ``name`` (a checked registry name) is a refined camflow row."""
+    return estimators.is_camflow(name) and estimators.resolve(name)[0].partition(":")[0] == "camflow"
+
+
+def check_refine_size(refine_size: int | None, names: Sequence[str]) -> None:
+    """``refine_size`` (the refined camflow's working size) needs a refined camflow among
+    ``names`` (stereo methods and video estimators together); ValueError otherwise."""
+    if refine_size is not None and not any(_refined(n) for n in names):
+        raise ValueError("--refine-size needs a refined camflow row (camflow or camflow:PATH among "
+                         "--methods / --estimators)")
+
+
+def pair_estimators(methods: Sequence[str], model, note: str, refine_size: int | None = None) -> dict:
     """name -> registry estimator for the non-oracle stereo ``methods`` (the argument
     :func:`stereo_experiment` takes). ``camflow`` / ``camflow_net`` share ``model`` (from
-    :func:`load_model`; None: the rows are skipped with ``note``); ``camflow:PATH`` loads its own."""
+    :func:`load_model`; None: the rows are skipped with ``note``); ``camflow:PATH`` loads its own.
+    ``refine_size``: the refined camflow rows refine at this longer side
+    (:meth:`camflow_jax.refine.RefineConfig.at_size`); the others ignore it."""
     out = {}
     for name in methods:
         if name in ORACLES:
             continue
+        size = {"refine_size": refine_size} if refine_size is not None and _refined(name) else {}
         if estimators.is_camflow(name) and ":" not in name:
-            out[name] = note if model is None else estimators.get(name, predictor=model)
+            out[name] = note if model is None else estimators.get(name, predictor=model, **size)
         elif estimators.is_camflow(name):
-            out[name] = estimators.get(name)
+            out[name] = estimators.get(name, **size)
             out[name].predictor  # noqa: B018  (loaded now: a missing checkpoint is said up front)
         else:
             out[name] = estimators.get(name, forward_only=True)
     return out
 
 
-def video_estimators(names: Sequence[str], model, note: str) -> dict:
+def video_estimators(names: Sequence[str], model, note: str, refine_size: int | None = None) -> dict:
     """name -> factory of a fresh stabilizer estimator (the argument :func:`video_experiment`
     takes; :mod:`camflow_jax.stabilization.estimators`, built once here). ``camflow`` /
-    ``camflow_net`` run ``model`` (None: skipped with ``note``); ``camflow:PATH`` loads its own."""
+    ``camflow_net`` run ``model`` (None: skipped with ``note``); ``camflow:PATH`` loads its own.
+    ``refine_size``: as :func:`pair_estimators` (refined camflow only)."""
     from camflow_jax.stabilization import estimators as est_lib
 
     out = {}
     for name in names:
+        size = refine_size if _refined(name) else None
         if estimators.is_camflow(name) and ":" not in name:
             if model is None:
                 out[name] = note
                 continue
-            est = est_lib.CamFlowEstimator(model, refine=name == "camflow")
+            est = est_lib.CamFlowEstimator(model, refine=name == "camflow", refine_size=size)
         else:
-            est = est_lib.make_estimator(name)
+            est = est_lib.make_estimator(name, refine_size=size)
         out[name] = est.fresh
     return out
 
