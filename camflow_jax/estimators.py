@@ -372,6 +372,12 @@ def without_refinement(name: str) -> str:
     return f"camflow_net{sep}{path}" if base == "camflow" else name
 
 
+def is_refined(name: str) -> bool:
+    """Whether ``name`` is the refined CamFlow (``camflow``, with or without ``:PATH``): the
+    estimator a refinement setting such as ``refine_size`` applies to."""
+    return name.partition(":")[0] == "camflow"
+
+
 def is_camflow(name: str) -> bool:
     """Whether ``name`` runs the CamFlow model (``camflow``, ``camflow_net``, with or without ``:PATH``)."""
     return name.partition(":")[0] in _CAMFLOW

@@ -46,7 +46,8 @@ import numpy as np
 
 from camflow_jax import bases as bases_lib
 from camflow_jax import geometry
-from camflow_jax.models.config import DEPTH_GROUP, GROUP_NAMES, HOMOGRAPHY_GROUP, STOCHASTIC_GROUP
+from camflow_jax.models.camflow import group_layout
+from camflow_jax.models.config import DEPTH_GROUP, GROUP_NAMES
 
 __all__ = ["RefineConfig", "gray", "local_normalize", "image_gradients", "pyramid_sizes",
            "downsample2", "resample_bases", "image_pyramid", "residual", "jacobian", "refine_motion",
@@ -66,8 +67,8 @@ NOISE_BLOCK = 8
 
 
 def _parse_active(entry) -> tuple[tuple[str, ...], ...] | int:
-    """An ``active`` entry as an int (first k bases, 0 = all) or its stages (tuples of group
-    names; ``()`` = all). ValueError on anything else."""
+    """An ``active`` entry as an int (first k bases; 0 and ``"all"``: every basis) or its stages
+    (tuples of group names). ValueError on anything else."""
     if isinstance(entry, str):
         if entry.strip() == "all":
             return 0
@@ -75,7 +76,7 @@ def _parse_active(entry) -> tuple[tuple[str, ...], ...] | int:
         for stage in entry.split(">"):
             names = tuple(g.strip() for g in stage.split("+"))
             for g in names:
-                if g not in (HOMOGRAPHY_GROUP, STOCHASTIC_GROUP, DEPTH_GROUP) and not (
+                if g not in GROUP_NAMES and not (
                         g.startswith(DEPTH_GROUP) and g[len(DEPTH_GROUP):].isdigit()):
                     raise ValueError(f"active: unknown basis group {g!r} in {entry!r}; groups are "
                                      f"{list(GROUP_NAMES)} and {DEPTH_GROUP}<s> (depth level s), "
@@ -92,8 +93,8 @@ def _parse_active(entry) -> tuple[tuple[str, ...], ...] | int:
 def default_groups(n: int) -> tuple[tuple[str, int], ...]:
     """The basis layout ``((group, count), ...)`` assumed for ``n`` bases when none is given:
     CamFlow's order, the first 12 homography, the next 12 stochastic, the rest depth."""
-    sizes = (min(12, n), min(12, max(0, n - 12)), max(0, n - 24))
-    return tuple((g, k) for g, k in zip(GROUP_NAMES, sizes) if k)
+    sizes, names = group_layout(min(12, n), min(12, max(0, n - 12)), max(0, n - 24))
+    return tuple(zip(names, sizes))
 
 
 def active_stages(entry, groups) -> tuple[tuple[int, ...], ...]:

@@ -148,7 +148,7 @@ def _camflow_rows(name: str, ckpts: list[tuple[str, str]], channel_order: str,
         first = estimators.get(kinds[0] if path is None else f"{kinds[0]}:{path}", channel_order=channel_order)
         model = first.predictor
         for kind in kinds:
-            size = {"refine_size": refine_size} if refine_size is not None and kind == "camflow" else {}
+            size = {"refine_size": refine_size} if refine_size is not None and estimators.is_refined(kind) else {}
             est = first if kind == kinds[0] and not size else estimators.get(kind, predictor=model, **size)
             rows.append(from_estimator(kind + suffix, est,
                                        f"{kind + suffix}: {getattr(model, 'description', path)}"))
@@ -176,7 +176,7 @@ def build_methods(names: Sequence[str], dataset: str, checkpoints=None,
         else:
             out.append(from_estimator(canonical, estimators.get(canonical, forward_only=forward_only), note))
     names_out = [m.name for m in out]
-    if refine_size is not None and not any(n.split(":")[0] == "camflow" for n in names_out):
+    if refine_size is not None and not any(estimators.is_refined(n) for n in names_out):
         raise ValueError("a refinement size needs a refined camflow method (camflow, not camflow_net)")
     if len(set(names_out)) != len(names_out):
         raise ValueError(f"methods listed twice: {names_out}")

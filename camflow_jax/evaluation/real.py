@@ -101,15 +101,10 @@ def load_model(checkpoint: str | None):
     return pred, pred.description
 
 
-def _refined(name: str) -> bool:
-    """Whether ``name`` (a checked registry name) is a refined camflow row."""
-    return estimators.is_camflow(name) and estimators.resolve(name)[0].partition(":")[0] == "camflow"
-
-
 def check_refine_size(refine_size: int | None, names: Sequence[str]) -> None:
     """``refine_size`` (the refined camflow's working size) needs a refined camflow among
     ``names`` (stereo methods and video estimators together); ValueError otherwise."""
-    if refine_size is not None and not any(_refined(n) for n in names):
+    if refine_size is not None and not any(estimators.is_refined(n) for n in names):
         raise ValueError("--refine-size needs a refined camflow row (camflow or camflow:PATH among "
                          "--methods / --estimators)")
 
@@ -124,7 +119,7 @@ def pair_estimators(methods: Sequence[str], model, note: str, refine_size: int |
     for name in methods:
         if name in ORACLES:
             continue
-        size = {"refine_size": refine_size} if refine_size is not None and _refined(name) else {}
+        size = {"refine_size": refine_size} if refine_size is not None and estimators.is_refined(name) else {}
         if estimators.is_camflow(name) and ":" not in name:
             out[name] = note if model is None else estimators.get(name, predictor=model, **size)
         elif estimators.is_camflow(name):
@@ -144,7 +139,7 @@ def video_estimators(names: Sequence[str], model, note: str, refine_size: int | 
 
     out = {}
     for name in names:
-        size = refine_size if _refined(name) else None
+        size = refine_size if estimators.is_refined(name) else None
         if estimators.is_camflow(name) and ":" not in name:
             if model is None:
                 out[name] = note
