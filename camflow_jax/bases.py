@@ -270,12 +270,16 @@ def depth_translational_bases(depth, K, sigmas: Sequence[float] | None = None, *
 
 
 def depth_translational_components(depth, K, sigmas: Sequence[float] | None = None, *,
-                                   min_depth_ratio: float = 0.05, percentile: float = 99.0):
+                                   min_depth_ratio: float = 0.05, percentile: float = 99.0,
+                                   percentile_stride: int = 1):
     """:func:`depth_translational_bases` as its components ``(u, v)``, each ``[3 * len(sigmas), H, W]``
     (what the refinement reads; building them apart saves a copy of the stacked bases).
 
     The percentiles of all levels are found in one batched pass (one counting loop instead of
-    one per basis)."""
+    one per basis). ``percentile_stride`` k > 1 takes them over every k-th pixel in x and y
+    only (k^2 times fewer values; the scales then differ slightly from the exact ones: what the
+    test-time refinement uses, which refines the coefficients anyway; the network's bases keep
+    the exact scales)."""
     depth = jnp.asarray(depth, jnp.float32)
     if depth.ndim != 2:
         raise ValueError(f"depth_translational_bases: depth must be [H, W], got shape {depth.shape}")
@@ -292,7 +296,11 @@ def depth_translational_components(depth, K, sigmas: Sequence[float] | None = No
     radius = jnp.sqrt(dx ** 2 + dy ** 2)
     inv = jnp.stack([1.0 / geometry.gaussian_blur(d0, float(sigma)) for sigma in sigmas])  # [S, H, W]
     # |f^x| = |fx| inv and |f^y| = |fy| inv share one percentile (it commutes with scaling).
-    q = jax.vmap(lambda x: quantile_nonneg(x, percentile / 100.0))(jnp.concatenate([inv, radius * inv]))
+    k = int(percentile_stride)
+    if k < 1:
+        raise ValueError(f"percentile_stride must be >= 1, got {percentile_stride}")
+    q = jax.vmap(lambda x: quantile_nonneg(x, percentile / 100.0))(
+        jnp.concatenate([inv[:, ::k, ::k], (radius * inv)[:, ::k, ::k]]))
     s = len(sigmas)
     p_inv, p_z = q[:s, None, None], q[s:, None, None]
     zero = jnp.zeros_like(inv)

@@ -345,7 +345,7 @@ def bench_refine(opts: BenchmarkOptions) -> dict:
     pairs = [(s["img1"], s["img2"], {"depth1": s["depth1"], "depth2": s["depth2"], "intrinsics": s["K"]})
              for s in (src[0], src[1])]
     pred = Predictor.from_pretrained()
-    jitted = ("_forward", "_basis_pyramid", "_refine_pair")
+    jitted = ("_forward", "_basis_pyramid", "_refine_images", "_refine_direction")
 
     def cache_sizes():
         return {k: getattr(getattr(pred, k, None), "_cache_size", lambda: None)() for k in jitted}

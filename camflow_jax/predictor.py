@@ -52,6 +52,15 @@ DEFAULT_SIZE = (320, 576)
 
 
 # ----------------------------------------------------------------------------- rotation maths
+def _flow_homography(flow):
+    """The homography of a flow ``[h, w, 2]``, fitted at every other pixel (a quarter of the
+    DLT's work; exact for a homography flow): pixel (2i, 2j) is (i, j) of the subgrid, where the
+    flow is half as long, so H = S H_sub S^-1 with S = diag(2, 2, 1)."""
+    S = jnp.diag(jnp.array([2.0, 2.0, 1.0], jnp.float32))
+    Hs = geometry.fit_homography(flow[::2, ::2] * 0.5)
+    return S @ Hs @ jnp.diag(jnp.array([0.5, 0.5, 1.0], jnp.float32))
+
+
 def rotate_to_landscape(x: np.ndarray) -> np.ndarray:
     """``np.rot90`` (counter-clockwise) of ``[H, W, ...]``: pixel (x, y) -> (y, W - 1 - x)."""
     return np.ascontiguousarray(np.rot90(np.asarray(x), k=1, axes=(0, 1)))
@@ -90,6 +99,9 @@ def _rotate_intrinsics(K, width: int) -> np.ndarray:
 #: Measured on central crops of 4 synthetic RE pairs (seed 7, 576 wide, docs/estimation.md):
 #: mean refined EPE 1.6 px at 2:1, 3.9 at 4:1, 6.5 at 6:1, 9.0 at 8:1.
 MAX_SQUASH = 2.0
+#: The refinement's depth bases take the percentiles that scale them from every k-th pixel in x
+#: and y (:func:`camflow_jax.bases.depth_translational_components`).
+PERCENTILE_STRIDE = 4
 
 
 # ----------------------------------------------------------------------------- input checks
@@ -233,7 +245,9 @@ class Predictor:
         # working size: one jit around all three ran 1.2-1.4x slower on a 2-core CPU (XLA fused
         # the depth-basis construction into the solver's consumers; docs/refinement.md, "Cost").
         self._basis_pyramid = jax.jit(refine_lib.basis_pyramid, static_argnames=("cfg",))
-        self._refine_pair = jax.jit(self._refine_pair_impl, static_argnames=("input_hw", "cfg"))
+        self._refine_images = jax.jit(self._refine_images_impl, static_argnames=("cfg",))
+        self._refine_direction = jax.jit(self._refine_direction_impl, static_argnames=("input_hw", "cfg"))
+        self._flow_homography = jax.jit(_flow_homography)
         self.refine_config = self._refine_setting(refine, refine_lib.RefineConfig())
         self._static_cache = {}
         self._warned_no_depth = False
@@ -342,37 +356,51 @@ class Predictor:
 
         h, w = depth.shape
         sigmas = tuple(float(s) * w / self.width for s in self.depth_sigmas)
-        du, dv = bases_mod.depth_translational_components(depth, K, sigmas)
+        # the percentiles that scale each basis from every 4th pixel in x and y: 16x fewer values
+        # (~1 ms a direction at 288 px), scales within ~1 % of the exact ones
+        du, dv = bases_mod.depth_translational_components(depth, K, sigmas, percentile_stride=PERCENTILE_STRIDE)
         return refine_lib.basis_pyramid((du * (w / self.width), dv * (h / self.height)), cfg)
 
-    def _refine_pair_impl(self, static_bp, g1, g2, d1, d2, K, coeffs, hflows, *, input_hw, cfg):
-        """Both directions of a pair at the working size, in one jitted call: the images'
-        pyramids (each image once: it is image 2 of one direction and image 1 of the other),
-        each direction's basis set (the shared static part, depth bases from its own depth),
-        the start coefficients, and the two refinements. ``K`` is the
-        input's intrinsics, resized here; ``coeffs`` ``[2, N]`` and ``hflows`` ``[2, h, w, 2]``
-        (forward, backward). Returns :func:`camflow_jax.refine.refine_with_pyramids`'s dict with
-        a leading axis of 2, plus the forward flow's homography."""
-        p1, p2, noisy = refine_lib.pair_pyramids(g1, g2, cfg)
-        if self.num_depth:
-            Kw = geometry.resize_intrinsics(K, input_hw, g1.shape)
-        runs = []
-        # One direction after the other: batching them (vmap) turns the normal equations into
-        # a batched matmul that XLA:CPU runs ~9x slower than two plain ones.
-        for i, (pa, pb, d) in enumerate(((p1, p2, d1), (p2, p1, d2))):
-            bp = (refine_lib.join_basis_pyramids(static_bp, self._depth_bases(d, Kw, cfg))
-                  if self.num_depth else static_bp)
-            starts = self._starts_impl(bp, coeffs[i], hflows[i], cfg=cfg)
-            runs.append(refine_lib.refine_with_pyramids(pa, pb, bp, starts, cfg, self.basis_groups))
-        out = jax.tree.map(lambda a, b: jnp.stack([a, b]), *runs)
+    def _refine_pair(self, static_bp, g1, g2, d1, d2, K, coeffs, hflows, detail, *, input_hw, cfg):
+        """Both directions of a pair at the working size: the images' pyramids (each image once:
+        it is image 2 of one direction and image 1 of the other) and detail stacks in one jitted
+        call, then each direction (its basis set: the shared static part, depth bases from its
+        own depth; its start coefficients; its refinement) in another, compiled once for both.
+        ``K`` is the input's intrinsics, resized here; ``coeffs`` ``[2, N]`` and ``hflows``
+        ``[2, h, w, 2]`` (forward, backward); ``detail``: None or the grey images at the detail
+        size (:meth:`detail_size`). Returns :func:`camflow_jax.refine.refine_with_pyramids`'s
+        dict with a leading axis of 2, plus ``noisy`` and the forward flow's homography.
+
+        Three calls rather than one: the pair as one computation needs more scratch memory than
+        glibc's malloc keeps for reuse (32 MiB), so every call mapped it afresh and the kernel
+        faulted and zeroed it in (docs/refinement.md, "Cost (eighth round)")."""
+        p1, p2, noisy, stacks = self._refine_images(g1, g2, detail, cfg=cfg)
+        dets = (None, None) if stacks is None else ((stacks[0], stacks[1]), (stacks[1], stacks[0]))
+        runs = [self._refine_direction(static_bp, pa, pb, d, K, coeffs[i], hflows[i], det,
+                                       input_hw=input_hw, cfg=cfg)
+                for i, (pa, pb, d, det) in enumerate(((p1, p2, d1, dets[0]), (p2, p1, d2, dets[1])))]
+        out = {k: jnp.stack([runs[0][k], runs[1][k]]) for k in runs[0]}
         out["noisy"] = noisy
-        # The forward flow's homography, fitted at every other pixel (a quarter of the DLT's
-        # work; exact for a homography flow): pixel (2i, 2j) is (i, j) of the subgrid, where
-        # the flow is half as long, so H = S H_sub S^-1 with S = diag(2, 2, 1).
-        S = jnp.diag(jnp.array([2.0, 2.0, 1.0], jnp.float32))
-        Hs = geometry.fit_homography(out["flow"][0, ::2, ::2] * 0.5)
-        out["homography"] = S @ Hs @ jnp.diag(jnp.array([0.5, 0.5, 1.0], jnp.float32))
+        out["homography"] = self._flow_homography(out["flow"][0])
         return out
+
+    @staticmethod
+    def _refine_images_impl(g1, g2, detail, *, cfg):
+        """(pyramid 1, pyramid 2, noisy, detail stacks or None) of a pair (jitted)."""
+        p1, p2, noisy = refine_lib.pair_pyramids(g1, g2, cfg)
+        stacks = None if detail is None else refine_lib.detail_stacks(detail[0], detail[1], cfg, noisy)
+        return p1, p2, noisy, stacks
+
+    def _refine_direction_impl(self, static_bp, pa, pb, d, K, coeffs, hflow, detail, *, input_hw, cfg):
+        """One direction's refinement (jitted; the backward is the same call with the images,
+        depth and starts swapped)."""
+        if self.num_depth:
+            Kw = geometry.resize_intrinsics(K, input_hw, pa[-1].shape[:2])
+            bp = refine_lib.join_basis_pyramids(static_bp, self._depth_bases(d, Kw, cfg))
+        else:
+            bp = static_bp
+        starts = self._starts_impl(bp, coeffs, hflow, cfg=cfg)
+        return refine_lib.refine_with_pyramids(pa, pb, bp, starts, cfg, self.basis_groups, detail)
 
     def _starts_impl(self, bases, coeffs, hflow, *, cfg):
         """``[S, N]`` start coefficients, in ``cfg.starts`` order, for one direction (``bases``:
@@ -419,6 +447,18 @@ class Predictor:
         s = min(1.0, cfg.max_size / max(h, w))
         return max(8, round(h * s)), max(8, round(w * s))
 
+    def detail_size(self, h: int, w: int, cfg: "refine_lib.RefineConfig") -> tuple[int, int] | None:
+        """The refinement's detail level's resolution for an ``h x w`` (landscape) input, or
+        None when it has none: the input itself, or shrunk so its longer side is
+        ``cfg.detail_size``, when that is larger than the working size
+        (:meth:`working_size`)."""
+        if cfg.detail_size is None:
+            return None
+        s = min(1.0, cfg.detail_size / max(h, w))
+        hd, wd = max(8, round(h * s)), max(8, round(w * s))
+        hw, ww = self.working_size(h, w, cfg)
+        return (hd, wd) if hd >= hw and wd >= ww and (hd, wd) != (hw, ww) else None
+
     def _predict_landscape(self, img1, img2, depth1, depth2, K, cfg=None, confidence=True):
         """Network outputs for a landscape pair at its own resolution (numpy dict)."""
         H0, W0 = img1.shape[:2]
@@ -454,20 +494,27 @@ class Predictor:
             x = np.asarray(x, np.float32)
             return x if (h, w) == (H0, W0) else cv2.resize(x, (w, h), interpolation=interp)
 
-        g1, g2 = down(geometry_np.gray(img1)), down(geometry_np.gray(img2))  # refine.gray's channel mean
+        grey = [np.asarray(geometry_np.gray(x), np.float32) for x in (img1, img2)]  # refine.gray's channel mean
+        g1, g2 = down(grey[0]), down(grey[1])
         if self.num_depth:
             d1, d2 = down(depth1, cv2.INTER_LINEAR), down(depth2, cv2.INTER_LINEAR)
             K = np.asarray(K, np.float32)
         else:
             d1 = d2 = np.zeros((1, 1), np.float32)
             K = np.zeros(4, np.float32)
+        detail = None
+        dsize = self.detail_size(H0, W0, cfg)
+        if dsize is not None:
+            hd, wd = dsize
+            detail = tuple(x if (hd, wd) == (H0, W0) else cv2.resize(x, (wd, hd), interpolation=cv2.INTER_AREA)
+                           for x in grey)
         if "homography" in cfg.starts:
             hflows = np.stack([geometry_np.resize_flow(f, h, w) for f in self._feature_start(img1, img2)])
         else:
             hflows = np.zeros((2, 1, 1, 2), np.float32)
         coeffs = np.stack([out["coeffs_f"], out["coeffs_b"]]).astype(np.float32)
         res = self._refine_pair(self._static_refine_bases(size, cfg), g1, g2, d1, d2, K, coeffs, hflows,
-                                input_hw=(H0, W0), cfg=cfg)
+                                detail, input_hw=(H0, W0), cfg=cfg)
         res = {k: np.asarray(v) for k, v in jax.device_get(res).items()}
         new = {"net_" + k: out[k] for k in ("flow_f", "flow_b", "homography", "coeffs_f", "coeffs_b")}
         flows, wts = res["flow"], res["weights"]
@@ -499,6 +546,7 @@ class Predictor:
             "start": [cfg.starts[int(i)] for i in res["start"]],
             "start_costs": [[float(c) for c in cs] for cs in res["start_costs"]],
             "working_size_hw": [h, w],
+            "detail_size_hw": None if dsize is None else list(dsize),
             "noisy": bool(res["noisy"]),
             "note": note,
         }

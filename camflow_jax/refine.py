@@ -50,7 +50,7 @@ from camflow_jax.models.camflow import group_layout
 from camflow_jax.models.config import DEPTH_GROUP, GROUP_NAMES
 
 __all__ = ["RefineConfig", "gray", "local_normalize", "image_gradients", "pyramid_sizes",
-           "downsample2", "resample_bases", "image_pyramid", "residual", "jacobian", "refine_motion",
+           "downsample2", "resample_bases", "image_pyramid", "image_stack", "detail_stacks", "residual", "jacobian", "refine_motion",
            "refine_with_pyramids", "refine_pair", "BasisPyramid", "basis_pyramid", "join_basis_pyramids",
            "project_flow", "noise_ratio", "pair_pyramids", "active_stages", "default_groups", "CAUCHY_C",
            "NOISE_SIZE", "NOISE_BLOCK"]
@@ -186,6 +186,9 @@ class RefineConfig:
     noise_presmooth: float | None = 2.0
     noise_ratio: float = 0.17
     esm: bool = True
+    detail_size: int | None = 576
+    detail_iterations: int = 4
+    detail_stride: int = 8
 
     def __post_init__(self):
         if self.levels < 1:
@@ -201,6 +204,12 @@ class RefineConfig:
             _parse_active(a)  # raises on a bad entry
         if self.max_size < 16:
             raise ValueError(f"max_size must be >= 16, got {self.max_size}")
+        if self.detail_size is not None and (isinstance(self.detail_size, bool) or int(self.detail_size) < 16):
+            raise ValueError(f"detail_size must be None or >= 16, got {self.detail_size}")
+        if isinstance(self.detail_iterations, bool) or int(self.detail_iterations) < 0:
+            raise ValueError(f"detail_iterations must be >= 0, got {self.detail_iterations}")
+        if isinstance(self.detail_stride, bool) or int(self.detail_stride) < 1:
+            raise ValueError(f"detail_stride must be >= 1, got {self.detail_stride}")
         for name in ("local_sigma", "epsilon", "sigma_min", "damping", "tol"):
             v = getattr(self, name)
             if not (v == v and 0 < v < float("inf")):
@@ -221,6 +230,9 @@ class RefineConfig:
         object.__setattr__(self, "strides", tuple(int(i) for i in self.strides))
         object.__setattr__(self, "active", tuple(a if isinstance(a, str) else int(a) for a in self.active))
         object.__setattr__(self, "starts", tuple(self.starts))
+        object.__setattr__(self, "detail_size", None if self.detail_size is None else int(self.detail_size))
+        object.__setattr__(self, "detail_iterations", int(self.detail_iterations))
+        object.__setattr__(self, "detail_stride", int(self.detail_stride))
 
     @classmethod
     def at_size(cls, max_size: int, **changes) -> "RefineConfig":
@@ -428,16 +440,20 @@ def image_pyramid(g: jax.Array, cfg: RefineConfig = RefineConfig(), noisy=None) 
     levels = [jnp.asarray(g, jnp.float32)]
     for _ in range(cfg.levels - 1):
         levels.append(_half(levels[-1]))
-    out = []
-    for a in levels[::-1]:
-        if noisy is None:
-            pre = geometry.gaussian_blur(a, cfg.presmooth)
-        else:
-            pre = jax.lax.cond(noisy, lambda x: geometry.gaussian_blur(x, cfg.noise_presmooth),
-                               lambda x: geometry.gaussian_blur(x, cfg.presmooth), a)
-        phi = _normalize(pre, cfg.local_sigma, cfg.epsilon)
-        out.append(jnp.concatenate([phi[..., None], image_gradients(phi)], axis=-1))
-    return tuple(out)
+    return tuple(image_stack(a, cfg, noisy) for a in levels[::-1])
+
+
+def image_stack(g: jax.Array, cfg: RefineConfig = RefineConfig(), noisy=None) -> jax.Array:
+    """One level of :func:`image_pyramid`: ``[H, W, 3]`` (phi, d phi/dx, d phi/dy) of a grey
+    ``[H, W]`` at its own resolution (the pre-blur and the normalisation window in its pixels)."""
+    g = jnp.asarray(g, jnp.float32)
+    if noisy is None:
+        pre = geometry.gaussian_blur(g, cfg.presmooth)
+    else:
+        pre = jax.lax.cond(noisy, lambda x: geometry.gaussian_blur(x, cfg.noise_presmooth),
+                           lambda x: geometry.gaussian_blur(x, cfg.presmooth), g)
+    phi = _normalize(pre, cfg.local_sigma, cfg.epsilon)
+    return jnp.concatenate([phi[..., None], image_gradients(phi)], axis=-1)
 
 
 def pair_pyramids(g1: jax.Array, g2: jax.Array, cfg: RefineConfig = RefineConfig()):
@@ -467,6 +483,40 @@ def _level_data(phi1, stack2, bu, bv, stride: int):
     ys, xs = jnp.meshgrid(jnp.arange(0, h, stride, dtype=jnp.float32),
                           jnp.arange(0, w, stride, dtype=jnp.float32), indexing="ij")
     return (phi1[::stride, ::stride].reshape(-1), stack2, jnp.stack([xs.reshape(-1), ys.reshape(-1)]), bu, bv)
+
+
+def _detail_data(stack1, stack2, full, stride: int):
+    """The level data (:func:`_level_data`) and grad phi(I_1) of a detail level: the images'
+    stacks at a resolution above the working size's, sampled at every ``stride``-th pixel, and
+    the bases there: the working-size bases ``full`` (:attr:`BasisPyramid.full`) interpolated
+    bilinearly at those pixels (half-pixel centres, border clamped, values scaled to the
+    detail grid's pixels), exactly as the output flow is enlarged
+    (:func:`camflow_jax.geometry_np.resize_flow`), so the level refines the flow the caller gets."""
+    H, W = stack2.shape[:2]
+    h, w = full[0][0].shape[1:]
+    ys = np.arange(0, H, stride, dtype=np.float64)
+    xs = np.arange(0, W, stride, dtype=np.float64)
+
+    def axis(pos, scale, size):  # detail pixel -> its two working neighbours and the weight of the second
+        t = np.clip((pos + 0.5) * scale - 0.5, 0.0, size - 1.0)
+        i0 = np.clip(np.floor(t).astype(np.int32), 0, size - 1)
+        return i0, np.minimum(i0 + 1, size - 1), jnp.asarray(t - i0, jnp.float32)
+
+    y0, y1, fy = axis(ys, h / H, h)
+    x0, x1, fx = axis(xs, w / W, w)
+
+    def at_samples(b):  # [N, h, w] -> [N, Py * Px], separably (rows, then columns); static indices
+        r = b[:, y0] * (1.0 - fy)[None, :, None] + b[:, y1] * fy[None, :, None]
+        c = r[:, :, x0] * (1.0 - fx) + r[:, :, x1] * fx
+        return c.reshape(b.shape[0], -1)
+
+    bu = jnp.concatenate([at_samples(u) for u, _ in full]) * (W / w)
+    bv = jnp.concatenate([at_samples(v) for _, v in full]) * (H / h)
+    ys, xs = jnp.asarray(ys, jnp.float32), jnp.asarray(xs, jnp.float32)
+    gy, gx = jnp.meshgrid(ys, xs, indexing="ij")
+    sub = stack1[::stride, ::stride]
+    data = (sub[..., 0].reshape(-1), stack2, jnp.stack([gx.reshape(-1), gy.reshape(-1)]), bu, bv)
+    return data, sub[..., 1:].reshape(-1, 2)
 
 
 class BasisPyramid(NamedTuple):
@@ -607,7 +657,8 @@ def project_flow(flow: jax.Array, bases: jax.Array, size: tuple[int, int] | None
     return jnp.linalg.lstsq(A, b, rcond=1e-4)[0]
 
 
-def refine_motion(img1, img2, bases, starts, cfg: RefineConfig = RefineConfig(), groups=None) -> dict:
+def refine_motion(img1, img2, bases, starts, cfg: RefineConfig = RefineConfig(), groups=None,
+                  detail=None) -> dict:
     """Refines the motion image 1 -> image 2 in the span of ``bases``.
 
     Args:
@@ -624,11 +675,17 @@ def refine_motion(img1, img2, bases, starts, cfg: RefineConfig = RefineConfig(),
       groups: the bases' layout ``((group name, count), ...)`` in basis order (static), which
         ``cfg.active``'s group names refer to; default :func:`default_groups` (CamFlow's:
         12 homography, 12 stochastic, the rest depth). The Predictor passes its model's.
+      detail: None, or the same two images at a higher resolution ``[H', W']`` (H' >= H,
+        W' >= W; e.g. the input before it was shrunk to the working size): a last level there
+        (``cfg.detail_iterations`` iterations over every basis at every ``cfg.detail_stride``-th
+        pixel), whose bases are the working-size ones enlarged bilinearly at those pixels (as
+        :func:`camflow_jax.geometry_np.resize_flow` enlarges the flow). The flow, weights and
+        costs stay at the working size.
     Returns:
       dict: ``coeffs [N]``, ``flow [H, W, 2]``, ``weights [H, W]`` (final IRLS weights at the
       working resolution, 0 outside the frame: an inlier map), ``cost_before`` (start 0) and
       ``cost_after`` (robust cost at the finest level, full grid, same scale), ``iterations``
-      ``[levels]`` (coarsest first; a level's stages summed), ``start`` (index of the start
+      ``[levels]`` (coarsest first; a level's stages summed; one more with ``detail``), ``start`` (index of the start
       that won), ``start_costs`` (each start's final robust cost on the one scale
       ``cost_after`` uses; with
       ``select_after``, only the start that went on: ``[1]``), ``improved`` (bool:
@@ -636,12 +693,22 @@ def refine_motion(img1, img2, bases, starts, cfg: RefineConfig = RefineConfig(),
       ``noisy`` (bool: the pair got ``cfg.noise_presmooth``, :func:`pair_pyramids`).
     """
     p1, p2, noisy = pair_pyramids(gray(img1), gray(img2), cfg)
-    return {**refine_with_pyramids(p1, p2, bases, starts, cfg, groups), "noisy": noisy}
+    d = None if detail is None else detail_stacks(gray(detail[0]), gray(detail[1]), cfg, noisy)
+    return {**refine_with_pyramids(p1, p2, bases, starts, cfg, groups, d), "noisy": noisy}
 
 
-def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineConfig(), groups=None) -> dict:
+def detail_stacks(g1: jax.Array, g2: jax.Array, cfg: RefineConfig = RefineConfig(), noisy=None):
+    """The :func:`image_stack` s of two grey images at the detail resolution, with the pair's
+    pre-blur choice ``noisy`` (from :func:`pair_pyramids` at the working size)."""
+    return image_stack(g1, cfg, noisy), image_stack(g2, cfg, noisy)
+
+
+def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineConfig(), groups=None,
+                         detail=None) -> dict:
     """:func:`refine_motion` from the images' :func:`image_pyramid` s (``pyr1`` of image 1,
-    ``pyr2`` of image 2, made with the same ``cfg``); same arguments and results otherwise."""
+    ``pyr2`` of image 2, made with the same ``cfg``); same arguments and results otherwise.
+    ``detail``: None, or the images' :func:`image_stack` s ``(stack 1, stack 2)`` at a
+    resolution above the working size's, for a last level there (:func:`refine_motion`)."""
     H, W = pyr1[-1].shape[:2]
     bp = bases if isinstance(bases, BasisPyramid) else basis_pyramid(bases, cfg)
     if len(bp.levels) != cfg.levels:
@@ -658,9 +725,19 @@ def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineCo
         data = _level_data(pyr1[li][..., 0], pyr2[li], u, v, k)
         grad1 = pyr1[li][::k, ::k, 1:].reshape(-1, 2) if cfg.esm else None
         levels.append((data, active_stages(cfg.active[li], groups), grad1))
+    iterations = list(cfg.iterations)
+    if detail is not None:
+        s1, s2 = (jnp.asarray(x, jnp.float32) for x in detail)
+        if s1.shape != s2.shape or s1.ndim != 3 or s1.shape[2] != 3 or s1.shape[0] < H or s1.shape[1] < W:
+            raise ValueError(f"detail stacks must be two [H', W', 3] of one size at least the working "
+                             f"size {H}x{W}, got {s1.shape} and {s2.shape}")
+        data, grad1 = _detail_data(s1, s2, bp.full, cfg.detail_stride)
+        levels.append((data, active_stages("all", groups), grad1 if cfg.esm else None))
+        iterations.append(cfg.detail_iterations)
+    num_levels = len(levels)
     full = _level_data(pyr1[-1][..., 0], pyr2[-1], None, None, 1)[:3]  # the finest level's every pixel
 
-    def coarse_to_fine(coeffs, first=0, last=cfg.levels):
+    def coarse_to_fine(coeffs, first=0, last=num_levels):
         its = []
         for li in range(first, last):
             data, stages, grad1 = levels[li]
@@ -669,7 +746,7 @@ def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineCo
             it = 0
             for idx in stages:  # each stage: LM over its bases, the others' flow a fixed offset
                 if len(idx) == n:
-                    coeffs, _, k = _level(data, coeffs, sigma, cfg.iterations[li], cfg, grad1)
+                    coeffs, _, k = _level(data, coeffs, sigma, iterations[li], cfg, grad1)
                 else:
                     phi1_pts, stack2, pts, u, v = data
                     move = np.asarray(idx)
@@ -678,7 +755,7 @@ def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineCo
                     if len(fixed):
                         pts = pts + jnp.stack([coeffs[fixed] @ u[fixed], coeffs[fixed] @ v[fixed]])
                     part, _, k = _level((phi1_pts, stack2, pts, u[head], v[head]), coeffs[head], sigma,
-                                        cfg.iterations[li], cfg, grad1)
+                                        iterations[li], cfg, grad1)
                     coeffs = coeffs.at[head].set(part)
                 it = it + k
             its.append(it)
@@ -690,10 +767,10 @@ def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineCo
     # the starts run only up to that level, and the one with the lowest cost there (on the
     # reference start's scale, at that level's pixels) goes on alone.
     num = starts.shape[0]
-    sel = cfg.levels - 1 if cfg.select_after is None or num == 1 else min(cfg.select_after, cfg.levels - 1)
+    sel = num_levels - 1 if cfg.select_after is None or num == 1 else min(cfg.select_after, num_levels - 1)
     runs = [coarse_to_fine(starts[i], 0, sel + 1) for i in range(num)]
     run_start = jnp.arange(num)
-    if sel < cfg.levels - 1:
+    if sel < num_levels - 1:
         data = levels[sel][0]
         res = [residual(*data, c) for c, _ in runs]
         scale = _robust_sigma(res[0][0], res[0][2], cfg)
@@ -748,9 +825,10 @@ def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineCo
 
 
 def refine_pair(img1, img2, bases_f, bases_b, starts_f, starts_b, cfg: RefineConfig = RefineConfig(),
-                groups=None) -> dict:
+                groups=None, detail=None) -> dict:
     """Both directions in one call: forward (image 1 -> 2, ``bases_f`` on image 1's grid) and
-    backward (image 2 -> 1, ``bases_b`` on image 2's grid). Every output of
+    backward (image 2 -> 1, ``bases_b`` on image 2's grid); ``detail``: as :func:`refine_motion`'s
+    (image 1, image 2 at the higher resolution). Every output of
     :func:`refine_motion` but ``noisy`` (one for the pair) gains a leading axis of 2 (forward,
     backward).
 
@@ -760,8 +838,12 @@ def refine_pair(img1, img2, bases_f, bases_b, starts_f, starts_b, cfg: RefineCon
     normal-equation matmul ~9x slower than two plain ones) nor ``lax.map`` (1.6x slower on a
     2-core CPU at 160x288) is faster (docs/refinement.md)."""
     p1, p2, noisy = pair_pyramids(gray(img1), gray(img2), cfg)
-    fwd = refine_with_pyramids(p1, p2, bases_f, starts_f, cfg, groups)
-    bwd = refine_with_pyramids(p2, p1, bases_b, starts_b, cfg, groups)
+    d1 = d2 = None
+    if detail is not None:
+        s1, s2 = detail_stacks(gray(detail[0]), gray(detail[1]), cfg, noisy)
+        d1, d2 = (s1, s2), (s2, s1)
+    fwd = refine_with_pyramids(p1, p2, bases_f, starts_f, cfg, groups, d1)
+    bwd = refine_with_pyramids(p2, p1, bases_b, starts_b, cfg, groups, d2)
     out = jax.tree.map(lambda a, b: jnp.stack([a, b]), fwd, bwd)
     out["noisy"] = noisy
     return out

@@ -116,7 +116,12 @@ def test_predictor_functions_export_for_gpu_and_tpu(small_predictor):
 
     a, b, cam = _pair()
     cached = dict(small_predictor._static_cache)
-    calls = accel.capture_jitted_calls(small_predictor, a, b, **cam, refine=True)
+    # a working size below the input's, so the refinement's detail level is exported too
+    from camflow_jax.refine import RefineConfig
+
+    cfg = RefineConfig(max_size=64, detail_size=128)
+    assert small_predictor.detail_size(64, 128, cfg) == (64, 128)
+    calls = accel.capture_jitted_calls(small_predictor, a, b, **cam, refine=cfg)
     # the recorders answer with zeros: the predictor's caches must come back as they were
     assert small_predictor._static_cache.keys() == cached.keys()
     assert all(small_predictor._static_cache[k] is v for k, v in cached.items())
@@ -124,8 +129,10 @@ def test_predictor_functions_export_for_gpu_and_tpu(small_predictor):
               if c.name == "_forward"]
     names = [c.name for c in calls]
     # forward (flows-only); the static bases' pyramid (cached per size: the capture empties the
-    # cache); the whole refinement of both directions; forward with confidence
-    assert names == ["_forward", "_basis_pyramid", "_refine_pair", "_forward"], names
+    # cache); the pair's image pyramids and detail stacks; each direction's refinement (one
+    # signature); the forward flow's homography; forward with confidence
+    assert names == ["_forward", "_basis_pyramid", "_refine_images", "_refine_direction", "_refine_direction",
+                     "_flow_homography", "_forward"], names
     assert [c.kwargs.get("confidence") for c in calls if c.name == "_forward"] == [False, True]
     seen = set()
     for c in calls:
@@ -139,7 +146,7 @@ def test_predictor_functions_export_for_gpu_and_tpu(small_predictor):
             assert accel.uses_float64(e) == [], (c.name, platform)
             text = e.mlir_module()
             assert "lapack" not in text and "callback" not in text, (c.name, platform)
-    assert len(seen) == 4  # forward x2, static bases pyramid, refinement
+    assert len(seen) == 6  # forward x2, static bases pyramid, images, one direction, homography
 
 
 def test_captured_calls_are_the_ones_the_predictor_runs(small_predictor):

@@ -222,6 +222,9 @@ def test_config_is_checked():
         R.RefineConfig(active=(-1, 0, 0))
     with pytest.raises(ValueError, match="an entry is"):
         R.RefineConfig(active=(1.5, 0, 0))
+    for bad in (dict(detail_size=8), dict(detail_stride=0), dict(detail_iterations=-1), dict(detail_size=True)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            R.RefineConfig(**bad)
     assert hash(R.RefineConfig()) == hash(R.RefineConfig())  # a static jit argument
 
 
@@ -384,6 +387,28 @@ def test_predictor_refines_by_default_and_keeps_the_network_result(shipped):
     assert interior_epe(back, out["flow_f"]) < 0.05
 
 
+def test_predictor_detail_level_runs_above_the_working_size(shipped):
+    from camflow_jax.data.synthetic import SyntheticScenes
+
+    p = SyntheticScenes(seed=5, num_samples=1, height=H, width=W, categories=("RE",))[0]
+    cam = dict(depth1=p["depth1"], depth2=p["depth2"], intrinsics=p["K"])
+    cfg = R.RefineConfig(max_size=W // 2, detail_size=W)  # working size 48x80, detail 96x160
+    assert shipped.working_size(H, W, cfg) == (H // 2, W // 2) and shipped.detail_size(H, W, cfg) == (H, W)
+    assert shipped.detail_size(H, W, cfg.replace(detail_size=None)) is None
+    assert shipped.detail_size(H, W, cfg.replace(detail_size=W // 2)) is None  # not above the working size
+    assert shipped.detail_size(H, W, R.RefineConfig()) is None  # the input is the working size
+    out = shipped(p["img1"], p["img2"], **cam, refine=cfg)
+    plain = shipped(p["img1"], p["img2"], **cam, refine=cfg.replace(detail_size=None))
+    assert out["refine_info"]["detail_size_hw"] == [H, W] and plain["refine_info"]["detail_size_hw"] is None
+    assert [len(i) for i in out["refine_info"]["iterations"]] == [4, 4]
+    assert [len(i) for i in plain["refine_info"]["iterations"]] == [3, 3]
+    assert out["flow_f"].shape == (H, W, 2) and out["weights_f"].shape == (H, W)
+    valid = np.asarray(p["valid_f"]).reshape(H, W) > 0
+    e = lambda f: np.linalg.norm(f - p["flow_f"], axis=-1)[valid].mean()  # noqa: E731
+    assert e(out["flow_f"]) < 0.5 * e(out["net_flow_f"])
+    assert e(out["flow_f"]) < e(plain["flow_f"]) + 0.05
+
+
 def _block_mean_np(x, times):
     """numpy oracle of repeated 2x2 averaging with the last row/column repeated when odd."""
     for _ in range(times):
@@ -433,3 +458,56 @@ def test_project_flow_with_dependent_bases_is_the_minimum_norm_fit():
     want = np.linalg.lstsq(B.reshape(15, -1).T.astype(np.float64), flow.reshape(-1), rcond=None)[0]
     np.testing.assert_allclose(got, want, atol=1e-3)
     np.testing.assert_allclose(np.einsum("n,nhwc->hwc", got, B), flow, atol=1e-3)
+
+
+def test_detail_level_bases_are_the_working_bases_enlarged_as_opencv_does():
+    # The detail level refines the flow the caller gets: the working-size flow enlarged
+    # bilinearly (cv2.resize, half-pixel centres). Its bases at the sampled pixels must be
+    # exactly the bases enlarged that way (a non-integer ratio, odd sizes, two groups).
+    rng = np.random.default_rng(13)
+    u, v = rng.normal(size=(2, 5, 37, 51)).astype(np.float32)
+    u2, v2 = rng.normal(size=(2, 2, 37, 51)).astype(np.float32)
+    Hd, Wd, k = 80, 113, 3
+    stack = jnp.asarray(rng.normal(size=(Hd, Wd, 3)).astype(np.float32))
+    data, grad1 = R._detail_data(stack, stack, ((u, v), (u2, v2)), k)
+    phi1, _, pts, bu, bv = (np.asarray(a) for a in data)
+    for got, comps, scale in ((bu, np.concatenate([u, u2]), Wd / 51), (bv, np.concatenate([v, v2]), Hd / 37)):
+        want = np.stack([cv2.resize(c, (Wd, Hd), interpolation=cv2.INTER_LINEAR)[::k, ::k].reshape(-1)
+                         for c in comps]) * scale
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    ys, xs = np.mgrid[0:Hd:k, 0:Wd:k]
+    np.testing.assert_array_equal(pts, np.stack([xs.reshape(-1), ys.reshape(-1)]).astype(np.float32))
+    np.testing.assert_array_equal(phi1, np.asarray(stack)[::k, ::k, 0].reshape(-1))
+    np.testing.assert_array_equal(np.asarray(grad1), np.asarray(stack)[::k, ::k, 1:].reshape(-1, 2))
+
+
+def test_detail_level_refines_against_the_full_resolution_images():
+    # A homography pair at twice the working size; the working-size images are its area
+    # halves (as the Predictor makes them). With the full-resolution pair as ``detail``, the
+    # result (the working flow enlarged, as a caller gets it) matches the truth at full
+    # resolution and OpenCV's ECC on the full-resolution pair; the exact solution stays put.
+    from camflow_jax import geometry_np
+
+    rng = np.random.default_rng(14)
+    Hd, Wd = 2 * H, 2 * W
+    img1, img2, Ht = fx.make_pair(rng, Hd, Wd, jitter=6.0)
+    g1, g2 = (cv2.cvtColor(x, cv2.COLOR_RGB2GRAY).astype(np.float32) for x in (img1, img2))
+    s1, s2 = (cv2.resize(x, (W, H), interpolation=cv2.INTER_AREA) for x in (g1, g2))
+    truth = fx.homography_flow(Ht, Hd, Wd)
+    cfg = CFG.replace(detail_size=Wd, detail_iterations=10, detail_stride=2)
+    run = jax.jit(lambda a, b, c, d, s: R.refine_motion(a, b, jnp.asarray(HB), s, cfg, detail=(c, d)))
+    out = {k: np.asarray(v) for k, v in run(s1, s2, g1, g2, jnp.zeros((1, 12))).items()}
+    assert out["iterations"].shape == (3,) and out["iterations"][-1] > 0 and out["improved"]
+    big = geometry_np.resize_flow(out["flow"], Hd, Wd)
+    assert interior_epe(big, truth, margin=16) < 0.01  # 0.015 without the detail level
+    _, He = cv2.findTransformECC(g1, g2, np.eye(3, dtype=np.float32), cv2.MOTION_HOMOGRAPHY,
+                                 (cv2.TERM_CRITERIA_EPS | cv2.TERM_CRITERIA_COUNT, 200, 1e-7), None, 5)
+    assert interior_epe(big, fx.homography_flow(He, Hd, Wd), margin=16) < 0.015
+    # from the truth's coefficients it stays there
+    A = np.array([[2.0, 0, 0.5], [0, 2.0, 0.5], [0, 0, 1]])  # working pixel -> full-resolution pixel
+    exact = bases.least_squares_coeffs(jnp.asarray(fx.homography_flow(np.linalg.inv(A) @ Ht @ A, H, W)),
+                                       jnp.asarray(HB))
+    fixed = {k: np.asarray(v) for k, v in run(s1, s2, g1, g2, jnp.asarray(exact)[None]).items()}
+    assert interior_epe(geometry_np.resize_flow(fixed["flow"], Hd, Wd), truth, margin=16) < 0.01
+    with pytest.raises(ValueError, match="detail stacks"):
+        R.refine_motion(s1, s2, HB, np.zeros((1, 12)), cfg, detail=(g1[:H // 2], g2[:H // 2]))
