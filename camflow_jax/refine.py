@@ -25,6 +25,9 @@ pair directly over ``w`` is a small nonlinear least-squares problem with N unkno
 * A basis schedule (``RefineConfig.active``): at the coarse levels only some basis groups move
   (the homography, then with the sharpest depth bases), every basis only at the finest; the
   others' flow is a fixed offset there.
+* A detail level (``RefineConfig.detail_size``): when the input is larger than the working size,
+  a few last iterations against the input's own images (up to 576 px), at every k-th pixel,
+  with the working-size bases enlarged there as the output flow is enlarged.
 * Several starts may be given (e.g. the network's coefficients, zero motion, a feature
   homography projected on the bases); each runs coarse to fine and the lowest final cost wins.
 * Convergence: a level stops when the largest flow change of an accepted step is below ``tol``
@@ -168,6 +171,19 @@ class RefineConfig:
       grad phi(I_1)(x), instead of image 2's alone (efficient second-order minimisation: near the
       solution the step is second-order accurate at first-order cost). On development pairs it
       lowered the EPE at the same iteration budget (docs/refinement.md, "Choices").
+    detail_size: a last level above the working size (None: none): when the input is larger
+      than ``max_size``, ``detail_iterations`` more iterations over every basis at every
+      ``detail_stride``-th pixel of the input itself, or of the input shrunk to this longer side
+      (the caller resizes; :meth:`camflow_jax.predictor.Predictor.detail_size`). The bases
+      there are the working-size ones enlarged bilinearly at those pixels, as the output flow
+      is enlarged, so the level refines exactly the flow the caller gets, against the sharper
+      images; the flow, weights and costs stay at the working size. It runs only when
+      ``detail_size`` exceeds the working size (never for ``at_size(576)``). On development
+      pairs it took the mean EPE from 0.84 to 0.67 and 0.95 to 0.74 px for about 5 ms a pair
+      (docs/refinement.md, "Detail level").
+    detail_iterations: LM iterations at the detail level (at most).
+    detail_stride: the detail level uses every k-th pixel in x and y (8 at 576 px: as many
+      pixels as the working size's finest level at its stride 4).
     """
 
     levels: int = 3

@@ -1,6 +1,7 @@
-"""Splits the refined call's added time into the jitted refinement (``Predictor._refine_pair``,
-both directions in one call, timed by a wrapper on the instance) and the host-side rest (grey
-images and depth at the working size, transfers, resizing the results back).
+"""Splits the refined call's added time into the jitted refinement (``Predictor._refine_pair``:
+its three jitted functions for both directions, timed by a wrapper on the instance) and the
+host-side rest (grey images and depth at the working and detail sizes, transfers, resizing the
+results back).
 Usage: python docs/refinement/cost_breakdown.py
 """
 import os
