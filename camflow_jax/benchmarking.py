@@ -387,7 +387,7 @@ def bench_refine(opts: BenchmarkOptions) -> dict:
         "net_s": [round(t, 4) for t in times["net_flows_only"]],
         "net_with_confidence_s": [round(t, 4) for t in times["net_with_confidence"]],
         "refined_s": [round(t, 4) for t in times["refined"]],
-        "refine_info": {k: info[k] for k in ("iterations", "start", "improved", "working_size_hw")},
+        "refine_info": {k: info.get(k) for k in ("iterations", "start", "improved", "working_size_hw", "detail_size_hw")},
         "loadavg_before": load_before, "loadavg_after": _loadavg(),
     }
 

@@ -577,7 +577,8 @@ class Predictor:
           weights (an inlier map: low on moving objects and occlusions) and refine_info the
           costs before and after, iterations, the winning start, each start's final cost
           (``start_costs``, per direction), ``noisy`` (the pair got the stronger pre-blur of
-          :func:`camflow_jax.refine.pair_pyramids`) and a note.
+          :func:`camflow_jax.refine.pair_pyramids`), ``working_size_hw``, ``detail_size_hw``
+          (where the detail level ran, :meth:`detail_size`, or None) and a note.
         """
         cfg = self.refine_config if refine is None else self._refine_setting(
             refine, self.refine_config or refine_lib.RefineConfig())
