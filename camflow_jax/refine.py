@@ -53,8 +53,8 @@ from camflow_jax.models.camflow import group_layout
 from camflow_jax.models.config import DEPTH_GROUP, GROUP_NAMES
 
 __all__ = ["RefineConfig", "gray", "local_normalize", "image_gradients", "pyramid_sizes",
-           "downsample2", "resample_bases", "image_pyramid", "image_stack", "detail_stacks", "residual", "jacobian", "refine_motion",
-           "refine_with_pyramids", "refine_pair", "BasisPyramid", "basis_pyramid", "join_basis_pyramids",
+           "downsample2", "resample_bases", "image_pyramid", "image_stack", "detail_stacks", "residual",
+           "jacobian", "refine_motion", "refine_with_pyramids", "refine_pair", "BasisPyramid", "basis_pyramid", "join_basis_pyramids",
            "project_flow", "noise_ratio", "pair_pyramids", "active_stages", "default_groups", "CAUCHY_C",
            "NOISE_SIZE", "NOISE_BLOCK"]
 
