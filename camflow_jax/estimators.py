@@ -378,6 +378,14 @@ def is_refined(name: str) -> bool:
     return name.partition(":")[0] == "camflow"
 
 
+def check_refine_size(refine_size: int | None, names) -> None:
+    """A refinement size (``--refine-size``) applies to the refined CamFlow only: ValueError
+    unless ``refine_size`` is None or one of ``names`` :func:`is_refined`."""
+    if refine_size is not None and not any(is_refined(n) for n in names):
+        raise ValueError("a refinement size needs a refined camflow method (camflow or camflow:PATH, "
+                         "not camflow_net)")
+
+
 def is_camflow(name: str) -> bool:
     """Whether ``name`` runs the CamFlow model (``camflow``, ``camflow_net``, with or without ``:PATH``)."""
     return name.partition(":")[0] in _CAMFLOW

@@ -441,11 +441,17 @@ class Predictor:
                              f"the network's {self.width}x{self.height} aspect ratio: crop it into parts "
                              f"of at most {MAX_SQUASH * self.width / self.height:.1f}:1")
 
+    @staticmethod
+    def _shrunk(h: int, w: int, longest: int) -> tuple[int, int]:
+        """``h x w`` itself, or shrunk (aspect kept, at least 8 px a side) so its longer side is
+        ``longest``."""
+        s = min(1.0, longest / max(h, w))
+        return max(8, round(h * s)), max(8, round(w * s))
+
     def working_size(self, h: int, w: int, cfg: "refine_lib.RefineConfig") -> tuple[int, int]:
         """The refinement's resolution for an ``h x w`` (landscape) input: the input itself, or
         shrunk so its longer side is ``cfg.max_size``."""
-        s = min(1.0, cfg.max_size / max(h, w))
-        return max(8, round(h * s)), max(8, round(w * s))
+        return self._shrunk(h, w, cfg.max_size)
 
     def detail_size(self, h: int, w: int, cfg: "refine_lib.RefineConfig") -> tuple[int, int] | None:
         """The refinement's detail level's resolution for an ``h x w`` (landscape) input, or
@@ -454,8 +460,7 @@ class Predictor:
         (:meth:`working_size`)."""
         if cfg.detail_size is None:
             return None
-        s = min(1.0, cfg.detail_size / max(h, w))
-        hd, wd = max(8, round(h * s)), max(8, round(w * s))
+        hd, wd = self._shrunk(h, w, cfg.detail_size)
         hw, ww = self.working_size(h, w, cfg)
         return (hd, wd) if hd >= hw and wd >= ww and (hd, wd) != (hw, ww) else None
 

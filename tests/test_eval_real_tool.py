@@ -14,7 +14,7 @@ import cv2
 import numpy as np
 import pytest
 
-from camflow_jax import bases, metrics
+from camflow_jax import bases, estimators, metrics
 from camflow_jax.estimators import Motion
 from camflow_jax.evaluation import datasets, real
 
@@ -276,10 +276,10 @@ def test_refine_size_reaches_the_refined_camflow_rows_only():
     video = real.video_estimators(["camflow", "camflow_net", "dis"], model, "", refine_size=576)
     assert video["camflow"]().motion_estimator.refine == RefineConfig.at_size(576)
     assert not video["camflow_net"]().motion_estimator.refine and video["dis"]().name == "dis"
-    real.check_refine_size(576, ["dis", "camflow:/some/checkpoint"])  # a refined row: fine
-    real.check_refine_size(None, ["dis"])
+    estimators.check_refine_size(576, ["dis", "camflow:/some/checkpoint"])  # a refined row: fine
+    estimators.check_refine_size(None, ["dis"])
     with pytest.raises(ValueError, match="needs a refined camflow"):
-        real.check_refine_size(576, ["camflow_net", "dis"])
+        estimators.check_refine_size(576, ["camflow_net", "dis"])
 
 
 def test_method_names_follow_the_registry():

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # camflow_jax from this checkout, installed or not
     sys.path.insert(0, str(ROOT))
 
-from camflow_jax import cli_utils  # noqa: E402
+from camflow_jax import cli_utils, estimators  # noqa: E402
 from camflow_jax.evaluation import datasets, real, reports  # noqa: E402
 
 PARTS = ("stereo", "video")
@@ -76,7 +76,7 @@ def _run(args, argv) -> int:
     methods, notes = real.check_pair_methods(_items(args.methods))
     video_names, video_notes = real.check_video_estimators(_items(args.estimators))
     cli_utils.check_refine_size(args.refine_size, no_refine=False)
-    real.check_refine_size(args.refine_size, (methods if "stereo" in parts else [])
+    estimators.check_refine_size(args.refine_size, (methods if "stereo" in parts else [])
                            + (video_names if "video" in parts else []))
     fx_scales = tuple(float(v) for v in _items(args.fx_scales))
     if args.frames < 4:

@@ -176,8 +176,7 @@ def build_methods(names: Sequence[str], dataset: str, checkpoints=None,
         else:
             out.append(from_estimator(canonical, estimators.get(canonical, forward_only=forward_only), note))
     names_out = [m.name for m in out]
-    if refine_size is not None and not any(estimators.is_refined(n) for n in names_out):
-        raise ValueError("a refinement size needs a refined camflow method (camflow, not camflow_net)")
+    estimators.check_refine_size(refine_size, names_out)
     if len(set(names_out)) != len(names_out):
         raise ValueError(f"methods listed twice: {names_out}")
     return out

@@ -101,14 +101,6 @@ def load_model(checkpoint: str | None):
     return pred, pred.description
 
 
-def check_refine_size(refine_size: int | None, names: Sequence[str]) -> None:
-    """``refine_size`` (the refined camflow's working size) needs a refined camflow among
-    ``names`` (stereo methods and video estimators together); ValueError otherwise."""
-    if refine_size is not None and not any(estimators.is_refined(n) for n in names):
-        raise ValueError("--refine-size needs a refined camflow row (camflow or camflow:PATH among "
-                         "--methods / --estimators)")
-
-
 def pair_estimators(methods: Sequence[str], model, note: str, refine_size: int | None = None) -> dict:
     """name -> registry estimator for the non-oracle stereo ``methods`` (the argument
     :func:`stereo_experiment` takes). ``camflow`` / ``camflow_net`` share ``model`` (from
