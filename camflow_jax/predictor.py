@@ -244,7 +244,7 @@ class Predictor:
         # The refinement as three jitted pieces (bases, starts, solver), each compiled once per
         # working size: one jit around all three ran 1.2-1.4x slower on a 2-core CPU (XLA fused
         # the depth-basis construction into the solver's consumers; docs/refinement.md, "Cost").
-        self._basis_pyramid = jax.jit(refine_lib.basis_pyramid, static_argnames=("cfg",))
+        self._basis_pyramid = jax.jit(self._basis_pyramid_impl, static_argnames=("cfg", "detail_hw"))
         self._refine_images = jax.jit(self._refine_images_impl, static_argnames=("cfg",))
         self._refine_direction = jax.jit(self._refine_direction_impl, static_argnames=("input_hw", "cfg"))
         self._flow_homography = jax.jit(_flow_homography)
@@ -331,13 +331,14 @@ class Predictor:
             return default if value else None
         raise ValueError(f"refine must be True, False or a camflow_jax.refine.RefineConfig, got {value!r}")
 
-    def _static_refine_bases(self, size, cfg):
+    def _static_refine_bases(self, size, cfg, detail_hw=None):
         """The network's static bases at the refinement's working ``size``, resized as its
         output flow is (align-corners, values scaled) so their coefficients mean what the
-        network's do, as a :class:`camflow_jax.refine.BasisPyramid` for ``cfg``. Cached per size
-        and config (a video or a benchmark of equal frames builds it once; both directions of a
-        pair share it)."""
-        key = (size, cfg.levels, cfg.strides)
+        network's do, as a :class:`camflow_jax.refine.BasisPyramid` for ``cfg``, with their
+        samples at the detail level's pixels when ``detail_hw`` (its size) is given. Cached per
+        size and config (a video or a benchmark of equal frames builds it once; both directions
+        of a pair share it)."""
+        key = (size, cfg.levels, cfg.strides, detail_hw, cfg.detail_stride if detail_hw else None)
         if key not in self._static_cache:
             h, w = size
             sh, sw = self.static_bases.shape[1:3]
@@ -345,8 +346,13 @@ class Predictor:
             u = geometry.resize_bilinear_align_corners(sb[..., :1], h, w)[..., 0] * (w / sw)
             v = geometry.resize_bilinear_align_corners(sb[..., 1:], h, w)[..., 0] * (h / sh)
             self._static_cache.clear()  # one size at a time: bounded memory
-            self._static_cache[key] = self._basis_pyramid((u, v), cfg=cfg)
+            self._static_cache[key] = self._basis_pyramid((u, v), cfg=cfg, detail_hw=detail_hw)
         return self._static_cache[key]
+
+    @staticmethod
+    def _basis_pyramid_impl(bases, *, cfg, detail_hw):
+        bp = refine_lib.basis_pyramid(bases, cfg)
+        return bp if detail_hw is None else refine_lib.with_detail(bp, detail_hw, cfg.detail_stride)
 
     def _depth_bases(self, depth, K, cfg):
         """Depth bases built at the working size from the depth map (sharper than resized
@@ -369,7 +375,7 @@ class Predictor:
         ``K`` is the input's intrinsics, resized here; ``coeffs`` ``[2, N]`` and ``hflows``
         ``[2, h, w, 2]`` (forward, backward); ``detail``: None or the grey images at the detail
         size (:meth:`detail_size`). Returns :func:`camflow_jax.refine.refine_with_pyramids`'s
-        dict with a leading axis of 2, plus ``noisy`` and the forward flow's homography.
+        dict (numpy) with a leading axis of 2, plus ``noisy`` and the forward flow's homography.
 
         Three calls rather than one: the pair as one computation needs more scratch memory than
         glibc's malloc keeps for reuse (32 MiB), so every call mapped it afresh and the kernel
@@ -379,9 +385,11 @@ class Predictor:
         runs = [self._refine_direction(static_bp, pa, pb, d, K, coeffs[i], hflows[i], det,
                                        input_hw=input_hw, cfg=cfg)
                 for i, (pa, pb, d, det) in enumerate(((p1, p2, d1, dets[0]), (p2, p1, d2, dets[1])))]
-        out = {k: jnp.stack([runs[0][k], runs[1][k]]) for k in runs[0]}
+        hom = self._flow_homography(runs[0]["flow"])
+        runs, noisy, hom = jax.device_get((runs, noisy, hom))  # stacked on the host: no eager ops
+        out = {k: np.stack([runs[0][k], runs[1][k]]) for k in runs[0]}
         out["noisy"] = noisy
-        out["homography"] = self._flow_homography(out["flow"][0])
+        out["homography"] = hom
         return out
 
     @staticmethod
@@ -396,7 +404,10 @@ class Predictor:
         depth and starts swapped)."""
         if self.num_depth:
             Kw = geometry.resize_intrinsics(K, input_hw, pa[-1].shape[:2])
-            bp = refine_lib.join_basis_pyramids(static_bp, self._depth_bases(d, Kw, cfg))
+            depth_bp = self._depth_bases(d, Kw, cfg)
+            if detail is not None:  # the static part's detail samples are cached with it
+                depth_bp = refine_lib.with_detail(depth_bp, detail[0].shape[:2], cfg.detail_stride)
+            bp = refine_lib.join_basis_pyramids(static_bp, depth_bp)
         else:
             bp = static_bp
         starts = self._starts_impl(bp, coeffs, hflow, cfg=cfg)
@@ -518,7 +529,7 @@ class Predictor:
         else:
             hflows = np.zeros((2, 1, 1, 2), np.float32)
         coeffs = np.stack([out["coeffs_f"], out["coeffs_b"]]).astype(np.float32)
-        res = self._refine_pair(self._static_refine_bases(size, cfg), g1, g2, d1, d2, K, coeffs, hflows,
+        res = self._refine_pair(self._static_refine_bases(size, cfg, dsize), g1, g2, d1, d2, K, coeffs, hflows,
                                 detail, input_hw=(H0, W0), cfg=cfg)
         res = {k: np.asarray(v) for k, v in jax.device_get(res).items()}
         new = {"net_" + k: out[k] for k in ("flow_f", "flow_b", "homography", "coeffs_f", "coeffs_b")}

@@ -54,7 +54,8 @@ from camflow_jax.models.config import DEPTH_GROUP, GROUP_NAMES
 
 __all__ = ["RefineConfig", "gray", "local_normalize", "image_gradients", "pyramid_sizes",
            "downsample2", "resample_bases", "image_pyramid", "image_stack", "detail_stacks", "residual",
-           "jacobian", "refine_motion", "refine_with_pyramids", "refine_pair", "BasisPyramid", "basis_pyramid", "join_basis_pyramids",
+           "jacobian", "refine_motion", "refine_with_pyramids", "refine_pair", "BasisPyramid", "basis_pyramid",
+           "join_basis_pyramids", "with_detail",
            "project_flow", "noise_ratio", "pair_pyramids", "active_stages", "default_groups", "CAUCHY_C",
            "NOISE_SIZE", "NOISE_BLOCK"]
 
@@ -501,34 +502,48 @@ def _level_data(phi1, stack2, bu, bv, stride: int):
     return (phi1[::stride, ::stride].reshape(-1), stack2, jnp.stack([xs.reshape(-1), ys.reshape(-1)]), bu, bv)
 
 
-def _detail_data(stack1, stack2, full, stride: int):
-    """The level data (:func:`_level_data`) and grad phi(I_1) of a detail level: the images'
-    stacks at a resolution above the working size's, sampled at every ``stride``-th pixel, and
-    the bases there: the working-size bases ``full`` (:attr:`BasisPyramid.full`) interpolated
-    bilinearly at those pixels (half-pixel centres, border clamped, values scaled to the
-    detail grid's pixels), exactly as the output flow is enlarged
-    (:func:`camflow_jax.geometry_np.resize_flow`), so the level refines the flow the caller gets."""
-    H, W = stack2.shape[:2]
+def _detail_bases(full, size_hw, stride: int):
+    """The working-size bases ``full`` (:attr:`BasisPyramid.full`) at every ``stride``-th pixel
+    of a detail grid ``size_hw`` = (H', W'): ``(u [N, P], v [N, P])``, interpolated bilinearly
+    (half-pixel centres, border clamped, values scaled to the detail grid's pixels), exactly as
+    the output flow is enlarged (:func:`camflow_jax.geometry_np.resize_flow`)."""
+    H, W = size_hw
     h, w = full[0][0].shape[1:]
-    ys = np.arange(0, H, stride, dtype=np.float64)
-    xs = np.arange(0, W, stride, dtype=np.float64)
 
-    def axis(pos, scale, size):  # detail pixel -> its two working neighbours and the weight of the second
-        t = np.clip((pos + 0.5) * scale - 0.5, 0.0, size - 1.0)
+    def axis(size_d, scale, size):  # detail pixel -> its two working neighbours and the weight of the second
+        t = np.clip((np.arange(0, size_d, stride, dtype=np.float64) + 0.5) * scale - 0.5, 0.0, size - 1.0)
         i0 = np.clip(np.floor(t).astype(np.int32), 0, size - 1)
         return i0, np.minimum(i0 + 1, size - 1), jnp.asarray(t - i0, jnp.float32)
 
-    y0, y1, fy = axis(ys, h / H, h)
-    x0, x1, fx = axis(xs, w / W, w)
+    y0, y1, fy = axis(H, h / H, h)
+    x0, x1, fx = axis(W, w / W, w)
 
     def at_samples(b):  # [N, h, w] -> [N, Py * Px], separably (rows, then columns); static indices
         r = b[:, y0] * (1.0 - fy)[None, :, None] + b[:, y1] * fy[None, :, None]
         c = r[:, :, x0] * (1.0 - fx) + r[:, :, x1] * fx
         return c.reshape(b.shape[0], -1)
 
-    bu = jnp.concatenate([at_samples(u) for u, _ in full]) * (W / w)
-    bv = jnp.concatenate([at_samples(v) for _, v in full]) * (H / h)
-    ys, xs = jnp.asarray(ys, jnp.float32), jnp.asarray(xs, jnp.float32)
+    return (jnp.concatenate([at_samples(u) for u, _ in full]) * (W / w),
+            jnp.concatenate([at_samples(v) for _, v in full]) * (H / h))
+
+
+def _detail_data(stack1, stack2, bp, stride: int):
+    """The level data (:func:`_level_data`) and grad phi(I_1) of a detail level: the images'
+    stacks at a resolution above the working size's, sampled at every ``stride``-th pixel, and
+    the bases there (:attr:`BasisPyramid.detail` when it holds them, else
+    :func:`_detail_bases` of the working-size ones), so the level refines the flow the caller gets."""
+    H, W = stack2.shape[:2]
+    ys = jnp.arange(0, H, stride, dtype=jnp.float32)
+    xs = jnp.arange(0, W, stride, dtype=jnp.float32)
+    num = ys.shape[0] * xs.shape[0]
+    if bp.detail is None:
+        bu, bv = _detail_bases(bp.full, (H, W), stride)
+    else:
+        bu, bv = bp.detail
+        if bu.shape[1] != num:
+            raise ValueError(f"the basis pyramid's detail samples ({bu.shape[1]}) are not those of a "
+                             f"{H}x{W} detail level at stride {stride} ({num}): build them with "
+                             f"with_detail(bases, ({H}, {W}), {stride})")
     gy, gx = jnp.meshgrid(ys, xs, indexing="ij")
     sub = stack1[::stride, ::stride]
     data = (sub[..., 0].reshape(-1), stack2, jnp.stack([gx.reshape(-1), gy.reshape(-1)]), bu, bv)
@@ -542,10 +557,14 @@ class BasisPyramid(NamedTuple):
       basis order (the set is their concatenation along N; kept apart so a group can be shared
       without a copy, e.g. the static bases of every pair of one size).
     levels: per pyramid level, coarsest first, ``(u [N, P_l], v [N, P_l])`` at that level's
-      sampled pixels (every ``cfg.strides[l]``-th pixel of the bases halved level by level)."""
+      sampled pixels (every ``cfg.strides[l]``-th pixel of the bases halved level by level).
+    detail: None, or ``(u [N, P], v [N, P])`` at the pixels of one detail level
+      (:func:`with_detail`): built once and reused when many pairs share the bases and the
+      detail size (the Predictor's static bases); None: built from ``full`` when needed."""
 
     full: tuple
     levels: tuple
+    detail: tuple | None = None
 
 
 def basis_pyramid(bases, cfg: RefineConfig = RefineConfig()) -> BasisPyramid:
@@ -566,11 +585,22 @@ def basis_pyramid(bases, cfg: RefineConfig = RefineConfig()) -> BasisPyramid:
     return BasisPyramid(full=((u, v),), levels=tuple(levels[::-1]))
 
 
+def with_detail(bp: BasisPyramid, size_hw: tuple[int, int], stride: int) -> BasisPyramid:
+    """``bp`` with its bases at the pixels of a detail level (:attr:`BasisPyramid.detail`): every
+    ``stride``-th pixel (``cfg.detail_stride``) of the detail resolution ``size_hw`` = (H', W'),
+    the working-size bases enlarged bilinearly there (:func:`refine_motion`'s ``detail``)."""
+    return bp._replace(detail=_detail_bases(bp.full, tuple(int(x) for x in size_hw), int(stride)))
+
+
 def join_basis_pyramids(*parts: BasisPyramid) -> BasisPyramid:
-    """One basis set from several (bases in argument order)."""
+    """One basis set from several (bases in argument order); its detail samples are joined when
+    every part has them (else None: built from the full bases when needed)."""
     levels = tuple((jnp.concatenate([p.levels[li][0] for p in parts]),
                     jnp.concatenate([p.levels[li][1] for p in parts])) for li in range(len(parts[0].levels)))
-    return BasisPyramid(full=sum((tuple(p.full) for p in parts), ()), levels=levels)
+    detail = None
+    if all(p.detail is not None for p in parts):
+        detail = (jnp.concatenate([p.detail[0] for p in parts]), jnp.concatenate([p.detail[1] for p in parts]))
+    return BasisPyramid(full=sum((tuple(p.full) for p in parts), ()), levels=levels, detail=detail)
 
 
 def _robust_sigma(r, inside, cfg):
@@ -682,7 +712,8 @@ def refine_motion(img1, img2, bases, starts, cfg: RefineConfig = RefineConfig(),
         default ``epsilon``).
       bases: ``[N, H, W, 2]`` on image 1's grid (pixels of that grid), its components
         ``(u [N, H, W], v [N, H, W])`` (saves a copy), or their :class:`BasisPyramid` (built once
-        and reused, e.g. for bases shared by many pairs); the refined flow is
+        and reused, e.g. for bases shared by many pairs; :func:`with_detail` adds the detail
+        level's samples to it); the refined flow is
         ``sum_k coeffs_k bases_k``.
       starts: ``[S, N]`` candidate start coefficients; ``starts[0]`` is the reference (the
         network's), returned unchanged when refinement cannot lower its cost (non-finite
@@ -747,7 +778,7 @@ def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineCo
         if s1.shape != s2.shape or s1.ndim != 3 or s1.shape[2] != 3 or s1.shape[0] < H or s1.shape[1] < W:
             raise ValueError(f"detail stacks must be two [H', W', 3] of one size at least the working "
                              f"size {H}x{W}, got {s1.shape} and {s2.shape}")
-        data, grad1 = _detail_data(s1, s2, bp.full, cfg.detail_stride)
+        data, grad1 = _detail_data(s1, s2, bp, cfg.detail_stride)
         levels.append((data, active_stages("all", groups), grad1 if cfg.esm else None))
         iterations.append(cfg.detail_iterations)
     num_levels = len(levels)

@@ -401,6 +401,10 @@ def test_predictor_detail_level_runs_above_the_working_size(shipped):
     assert out["refine_info"]["detail_size_hw"] == [H, W]
     assert [len(i) for i in out["refine_info"]["iterations"]] == [4, 4]  # three levels + detail
     assert out["flow_f"].shape == (H, W, 2) and out["weights_f"].shape == (H, W)
+    # the static bases' detail samples are built once with their pyramid and cached
+    (static,) = shipped._static_cache.values()
+    k = cfg.detail_stride
+    assert static.detail[0].shape == (shipped.static_bases.shape[0], -(-H // k) * -(-W // k))
     valid = np.asarray(p["valid_f"]).reshape(H, W) > 0
     e = lambda f: np.linalg.norm(f - p["flow_f"], axis=-1)[valid].mean()  # noqa: E731
     assert e(out["flow_f"]) < 0.5 * e(out["net_flow_f"])
@@ -466,12 +470,19 @@ def test_detail_level_bases_are_the_working_bases_enlarged_as_opencv_does():
     u2, v2 = rng.normal(size=(2, 2, 37, 51)).astype(np.float32)
     Hd, Wd, k = 80, 113, 3
     stack = jnp.asarray(rng.normal(size=(Hd, Wd, 3)).astype(np.float32))
-    data, grad1 = R._detail_data(stack, stack, ((u, v), (u2, v2)), k)
+    parts = [R.basis_pyramid((u, v), CFG), R.basis_pyramid((u2, v2), CFG)]
+    data, grad1 = R._detail_data(stack, stack, R.join_basis_pyramids(*parts), k)  # built on the fly
     phi1, _, pts, bu, bv = (np.asarray(a) for a in data)
     for got, comps, scale in ((bu, np.concatenate([u, u2]), Wd / 51), (bv, np.concatenate([v, v2]), Hd / 37)):
         want = np.stack([cv2.resize(c, (Wd, Hd), interpolation=cv2.INTER_LINEAR)[::k, ::k].reshape(-1)
                          for c in comps]) * scale
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    # built beforehand per part (as the Predictor caches its static bases') and joined: the same
+    cached = R.join_basis_pyramids(*(R.with_detail(p, (Hd, Wd), k) for p in parts))
+    np.testing.assert_array_equal(np.asarray(R._detail_data(stack, stack, cached, k)[0][3]), bu)
+    np.testing.assert_array_equal(np.asarray(cached.detail[1]), bv)
+    with pytest.raises(ValueError, match="detail samples"):  # built for another stride
+        R._detail_data(stack, stack, cached, k + 1)
     ys, xs = np.mgrid[0:Hd:k, 0:Wd:k]
     np.testing.assert_array_equal(pts, np.stack([xs.reshape(-1), ys.reshape(-1)]).astype(np.float32))
     np.testing.assert_array_equal(phi1, np.asarray(stack)[::k, ::k, 0].reshape(-1))
