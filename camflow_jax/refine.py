@@ -180,11 +180,13 @@ class RefineConfig:
       is enlarged, so the level refines exactly the flow the caller gets, against the sharper
       images; the flow, weights and costs stay at the working size. It runs only when
       ``detail_size`` exceeds the working size (never for ``at_size(576)``). On development
-      pairs it took the mean EPE from 0.84 to 0.67 and 0.95 to 0.74 px for about 5 ms a pair
-      (docs/refinement.md, "Detail level").
+      pairs it took the mean EPE from 0.84 to 0.67 and 0.95 to 0.74 px (every 8th pixel) for
+      about 5 ms a pair (docs/refinement.md, "Detail level").
     detail_iterations: LM iterations at the detail level (at most).
-    detail_stride: the detail level uses every k-th pixel in x and y (8 at 576 px: as many
-      pixels as the working size's finest level at its stride 4).
+    detail_stride: the detail level uses every k-th pixel in x and y (5: 7,424 pixels at
+      320x576, 2.6x the working size's finest level at its stride 4; on development pairs it
+      gave 0.61 and 0.73 px against 0.68 and 0.80 for 8, for about 2 ms more a pair:
+      docs/refinement.md, "Detail level").
     """
 
     levels: int = 3
@@ -205,7 +207,7 @@ class RefineConfig:
     esm: bool = True
     detail_size: int | None = 576
     detail_iterations: int = 4
-    detail_stride: int = 8
+    detail_stride: int = 5
 
     def __post_init__(self):
         if self.levels < 1:
