@@ -506,7 +506,7 @@ def _level_data(phi1, stack2, bu, bv, stride: int):
 
 def _detail_bases(full, size_hw, stride: int):
     """The working-size bases ``full`` (:attr:`BasisPyramid.full`) at every ``stride``-th pixel
-    of a detail grid ``size_hw`` = (H', W'): ``(u [N, P], v [N, P])``, interpolated bilinearly
+    of a detail grid ``size_hw`` = (H', W'): ``(u [N, Py, Px], v [N, Py, Px])``, interpolated bilinearly
     (half-pixel centres, border clamped, values scaled to the detail grid's pixels), exactly as
     the output flow is enlarged (:func:`camflow_jax.geometry_np.resize_flow`)."""
     H, W = size_hw
@@ -520,10 +520,9 @@ def _detail_bases(full, size_hw, stride: int):
     y0, y1, fy = axis(H, h / H, h)
     x0, x1, fx = axis(W, w / W, w)
 
-    def at_samples(b):  # [N, h, w] -> [N, Py * Px], separably (rows, then columns); static indices
+    def at_samples(b):  # [N, h, w] -> [N, Py, Px], separably (rows, then columns); static indices
         r = b[:, y0] * (1.0 - fy)[None, :, None] + b[:, y1] * fy[None, :, None]
-        c = r[:, :, x0] * (1.0 - fx) + r[:, :, x1] * fx
-        return c.reshape(b.shape[0], -1)
+        return r[:, :, x0] * (1.0 - fx) + r[:, :, x1] * fx
 
     return (jnp.concatenate([at_samples(u) for u, _ in full]) * (W / w),
             jnp.concatenate([at_samples(v) for _, v in full]) * (H / h))
@@ -537,15 +536,15 @@ def _detail_data(stack1, stack2, bp, stride: int):
     H, W = stack2.shape[:2]
     ys = jnp.arange(0, H, stride, dtype=jnp.float32)
     xs = jnp.arange(0, W, stride, dtype=jnp.float32)
-    num = ys.shape[0] * xs.shape[0]
     if bp.detail is None:
         bu, bv = _detail_bases(bp.full, (H, W), stride)
     else:
         bu, bv = bp.detail
-        if bu.shape[1] != num:
-            raise ValueError(f"the basis pyramid's detail samples ({bu.shape[1]}) are not those of a "
-                             f"{H}x{W} detail level at stride {stride} ({num}): build them with "
-                             f"with_detail(bases, ({H}, {W}), {stride})")
+        if bu.shape[1:] != (ys.shape[0], xs.shape[0]):
+            raise ValueError(f"the basis pyramid's detail samples ({bu.shape[1]}x{bu.shape[2]} pixels) are "
+                             f"not those of a {H}x{W} detail level at stride {stride} "
+                             f"({ys.shape[0]}x{xs.shape[0]}): build them with with_detail(bases, ({H}, {W}), {stride})")
+    bu, bv = bu.reshape(bu.shape[0], -1), bv.reshape(bv.shape[0], -1)
     gy, gx = jnp.meshgrid(ys, xs, indexing="ij")
     sub = stack1[::stride, ::stride]
     data = (sub[..., 0].reshape(-1), stack2, jnp.stack([gx.reshape(-1), gy.reshape(-1)]), bu, bv)
@@ -560,7 +559,7 @@ class BasisPyramid(NamedTuple):
       without a copy, e.g. the static bases of every pair of one size).
     levels: per pyramid level, coarsest first, ``(u [N, P_l], v [N, P_l])`` at that level's
       sampled pixels (every ``cfg.strides[l]``-th pixel of the bases halved level by level).
-    detail: None, or ``(u [N, P], v [N, P])`` at the pixels of one detail level
+    detail: None, or ``(u [N, Py, Px], v [N, Py, Px])`` at the pixels of one detail level
       (:func:`with_detail`): built once and reused when many pairs share the bases and the
       detail size (the Predictor's static bases); None: built from ``full`` when needed."""
 
@@ -590,7 +589,9 @@ def basis_pyramid(bases, cfg: RefineConfig = RefineConfig()) -> BasisPyramid:
 def with_detail(bp: BasisPyramid, size_hw: tuple[int, int], stride: int) -> BasisPyramid:
     """``bp`` with its bases at the pixels of a detail level (:attr:`BasisPyramid.detail`): every
     ``stride``-th pixel (``cfg.detail_stride``) of the detail resolution ``size_hw`` = (H', W'),
-    the working-size bases enlarged bilinearly there (:func:`refine_motion`'s ``detail``)."""
+    the working-size bases enlarged bilinearly there (:func:`refine_motion`'s ``detail``). Use
+    it only with detail stacks of that size: a grid of another shape is refused, but one of the
+    same sampled shape from a size a few pixels off is not detected."""
     return bp._replace(detail=_detail_bases(bp.full, tuple(int(x) for x in size_hw), int(stride)))
 
 
