@@ -77,7 +77,7 @@ def _run(args, argv) -> int:
     video_names, video_notes = real.check_video_estimators(_items(args.estimators))
     cli_utils.check_refine_size(args.refine_size, no_refine=False)
     estimators.check_refine_size(args.refine_size, (methods if "stereo" in parts else [])
-                           + (video_names if "video" in parts else []))
+                                 + (video_names if "video" in parts else []))
     fx_scales = tuple(float(v) for v in _items(args.fx_scales))
     if args.frames < 4:
         raise ValueError("--frames must be >= 4")
