@@ -410,6 +410,44 @@ def test_predictor_detail_level_runs_above_the_working_size(shipped):
     assert e(out["flow_f"]) < 0.5 * e(out["net_flow_f"])
 
 
+def test_predictor_refines_the_directions_in_two_threads_as_in_one(shipped, monkeypatch):
+    """On a multi-core CPU the pair's directions run in two threads; the results are those of
+    the same calls made one after the other (bit for bit), and an error in a direction reaches
+    the caller as itself."""
+    import threading
+
+    from camflow_jax import predictor as P
+    from camflow_jax.data.synthetic import SyntheticScenes
+
+    p = SyntheticScenes(seed=5, num_samples=1, height=H, width=W, categories=("RE",))[0]
+    cam = dict(depth1=p["depth1"], depth2=p["depth2"], intrinsics=p["K"])
+    seen, direction = [], shipped._refine_direction
+
+    def spy(*a, **k):
+        seen.append(threading.current_thread().name)
+        return direction(*a, **k)
+
+    monkeypatch.setattr(shipped, "_refine_direction", spy)
+    monkeypatch.setattr(P, "_cpu_cores", lambda: 2)
+    par = shipped(p["img1"], p["img2"], **cam)
+    assert len(seen) == 2 and all(n.startswith("camflow-refine") for n in seen), seen
+    seen.clear()
+    monkeypatch.setattr(P, "_cpu_cores", lambda: 1)
+    ser = shipped(p["img1"], p["img2"], **cam)
+    assert seen == [threading.current_thread().name] * 2
+    for key in ("flow_f", "flow_b", "coeffs_f", "coeffs_b", "weights_f", "weights_b", "homography"):
+        np.testing.assert_array_equal(par[key], ser[key])
+    assert par["refine_info"] == ser["refine_info"]
+
+    def broken(*a, **k):
+        raise FloatingPointError("direction failed")
+
+    monkeypatch.setattr(shipped, "_refine_direction", broken)
+    monkeypatch.setattr(P, "_cpu_cores", lambda: 2)
+    with pytest.raises(FloatingPointError, match="direction failed"):
+        shipped(p["img1"], p["img2"], **cam)
+
+
 def _block_mean_np(x, times):
     """numpy oracle of repeated 2x2 averaging with the last row/column repeated when odd."""
     for _ in range(times):
