@@ -882,11 +882,12 @@ def refine_pair(img1, img2, bases_f, bases_b, starts_f, starts_b, cfg: RefineCon
     :func:`refine_motion` but ``noisy`` (one for the pair) gains a leading axis of 2 (forward,
     backward).
 
-    The directions run one after the other, in one computation under ``jax.jit`` (as the
-    Predictor's pair refinement does; it also shares one cached :class:`BasisPyramid` of the
-    static bases between the directions). Neither ``vmap`` (XLA:CPU runs the batched
-    normal-equation matmul ~9x slower than two plain ones) nor ``lax.map`` (1.6x slower on a
-    2-core CPU at 160x288) is faster (docs/refinement.md)."""
+    The directions run one after the other, in one computation under ``jax.jit``. Neither
+    ``vmap`` (XLA:CPU runs the batched normal-equation matmul ~9x slower than two plain ones)
+    nor ``lax.map`` (1.6x slower on a 2-core CPU at 160x288) is faster (docs/refinement.md).
+    The Predictor instead calls one jitted direction twice, in two threads on a multi-core CPU
+    (XLA:CPU runs each inline on its calling thread, so only threads make them overlap), and
+    shares one cached :class:`BasisPyramid` of the static bases between them."""
     p1, p2, noisy = pair_pyramids(gray(img1), gray(img2), cfg)
     d1 = d2 = None
     if detail is not None:
