@@ -416,7 +416,15 @@ class Predictor:
             return [jax.block_until_ready(c()) for c in calls]
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="camflow-refine")
-        futures = [self._pool.submit(lambda c=c: jax.block_until_ready(c())) for c in calls]
+        device = jax.config.jax_default_device  # the caller's (a thread-local setting) holds in the threads
+
+        def run(call):
+            if device is None:
+                return jax.block_until_ready(call())
+            with jax.default_device(device):
+                return jax.block_until_ready(call())
+
+        futures = [self._pool.submit(run, c) for c in calls]
         return [f.result() for f in futures]
 
     @staticmethod

@@ -439,6 +439,12 @@ def test_predictor_refines_the_directions_in_two_threads_as_in_one(shipped, monk
         np.testing.assert_array_equal(par[key], ser[key])
     assert par["refine_info"] == ser["refine_info"]
 
+    # the caller's default device (a thread-local setting) holds in the threads
+    monkeypatch.setattr(P, "_cpu_cores", lambda: 2)
+    where = lambda: (threading.current_thread().name[:14], jax.config.jax_default_device)  # noqa: E731
+    with jax.default_device(jax.devices()[-1]):
+        assert shipped._in_parallel([where] * 2, on_cpu=True) == [("camflow-refine", jax.devices()[-1])] * 2
+
     def broken(*a, **k):
         raise FloatingPointError("direction failed")
 
