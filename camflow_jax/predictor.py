@@ -419,9 +419,7 @@ class Predictor:
         device = jax.config.jax_default_device  # the caller's (a thread-local setting) holds in the threads
 
         def run(call):
-            if device is None:
-                return jax.block_until_ready(call())
-            with jax.default_device(device):
+            with jax.default_device(device):  # None: JAX's own default
                 return jax.block_until_ready(call())
 
         futures = [self._pool.submit(run, c) for c in calls]
@@ -565,8 +563,7 @@ class Predictor:
             hflows = np.zeros((2, 1, 1, 2), np.float32)
         coeffs = np.stack([out["coeffs_f"], out["coeffs_b"]]).astype(np.float32)
         res = self._refine_pair(self._static_refine_bases(size, cfg, dsize), g1, g2, d1, d2, K, coeffs, hflows,
-                                detail, input_hw=(H0, W0), cfg=cfg)
-        res = {k: np.asarray(v) for k, v in jax.device_get(res).items()}
+                                detail, input_hw=(H0, W0), cfg=cfg)  # numpy already
         new = {"net_" + k: out[k] for k in ("flow_f", "flow_b", "homography", "coeffs_f", "coeffs_b")}
         flows, wts = res["flow"], res["weights"]
         Hw = np.asarray(res["homography"], np.float64)
