@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["MODES", "BenchmarkOptions", "run", "bench_infer", "bench_train", "bench_refine", "build_train",
-           "load_config", "apply_groups", "arch_keys", "machine_info", "compile_fn", "flops_of", "memory_of",
+           "load_config", "apply_groups", "arch_keys", "cpu_model", "machine_info", "compile_fn", "flops_of", "memory_of",
            "timing_summary", "bench_roofline", "inference_predictor", "bench_flows_only", "flows_only_setup",
            "train_setup", "ReleaseUnavailable", "check_release", "import_release", "build_release",
            "bench_release", "bench_release_train"]
@@ -80,6 +80,21 @@ def _peak_rss_bytes() -> int:
     return int(r) if sys.platform == "darwin" else int(r) * 1024  # Linux reports KiB
 
 
+def cpu_model(path: str = "/proc/cpuinfo") -> str | None:
+    """The CPU's model name as the kernel reports it (the first ``model name`` line of
+    ``/proc/cpuinfo``), or None where there is none (another OS, an unreadable file). Timings
+    on two machines of one core count but different CPUs do not compare; the name says which."""
+    try:
+        with open(path) as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() == "model name":
+                    return value.strip() or None
+    except OSError:
+        return None
+    return None
+
+
 def machine_info() -> dict:
     import flax
     import jax
@@ -89,9 +104,11 @@ def machine_info() -> dict:
     dev = jax.devices()[0]
     return {"platform": dev.platform, "device": str(dev), "device_kind": dev.device_kind,
             "device_count": jax.device_count(), "cpu_count": os.cpu_count(),
-            "processor": platform.processor() or platform.machine(), "python": platform.python_version(),
+            "processor": platform.processor() or platform.machine(), "cpu_model": cpu_model(),
+            "python": platform.python_version(),
             "jax": jax.__version__, "jaxlib": jaxlib.__version__, "flax": flax.__version__,
             "optax": optax.__version__, "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
+            "xla_flags": os.environ.get("XLA_FLAGS"),
             "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
 
 

@@ -55,8 +55,8 @@ def test_report_structure_and_file(report):
     result, written, _ = report
     assert written == json.loads(json.dumps(result))
     m = result["machine"]
-    for k in ("platform", "device_kind", "cpu_count", "python", "jax", "jaxlib", "flax", "optax", "date_utc",
-              "loadavg_before", "loadavg_after"):
+    for k in ("platform", "device_kind", "cpu_count", "cpu_model", "xla_flags", "python", "jax", "jaxlib", "flax",
+              "optax", "date_utc", "loadavg_before", "loadavg_after"):
         assert k in m, k
     assert [r["measurement"] for r in result["results"]] == ["infer", "infer", "train", "train_data"]
     assert [r["batch"] for r in result["results"]] == [1, 2, 2, 2]
@@ -71,6 +71,16 @@ def test_report_structure_and_file(report):
     for r in result["results"]:  # the narrow net of the config, not the released structure
         assert r["embed_dim"] == 8 and r["depths"] == [1], r["measurement"]
     assert data["pipeline_as_trainer"]  # tiny batches: the trainer's pipeline, unchanged
+
+
+def test_cpu_model_is_the_first_model_name_line(tmp_path):
+    f = tmp_path / "cpuinfo"
+    f.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9B14 96-Core\n\n"
+                 "processor\t: 1\nmodel name\t: Other\n")
+    assert benchmarking.cpu_model(str(f)) == "AMD EPYC 9B14 96-Core"
+    f.write_text("processor\t: 0\nmodel name\t:\n")  # present but empty
+    assert benchmarking.cpu_model(str(f)) is None
+    assert benchmarking.cpu_model(str(tmp_path / "missing")) is None
 
 
 def test_timing_summary_against_hand_computed_values():
