@@ -551,7 +551,9 @@ def test_detail_level_refines_against_the_full_resolution_images():
     out = {k: np.asarray(v) for k, v in run(s1, s2, g1, g2, jnp.zeros((1, 12))).items()}
     assert out["iterations"].shape == (3,) and out["iterations"][-1] > 0 and out["improved"]
     big = geometry_np.resize_flow(out["flow"], Hd, Wd)
-    assert interior_epe(big, truth, margin=16) < 0.01  # 0.015 without the detail level
+    # 0.0137 (0.0221 without the detail level; with the textbook Cauchy width 2.385, which weighs
+    # a noise-free pair's interpolation residuals more efficiently, 0.006 and 0.015)
+    assert interior_epe(big, truth, margin=16) < 0.017
     _, He = cv2.findTransformECC(g1, g2, np.eye(3, dtype=np.float32), cv2.MOTION_HOMOGRAPHY,
                                  (cv2.TERM_CRITERIA_EPS | cv2.TERM_CRITERIA_COUNT, 200, 1e-7), None, 5)
     assert interior_epe(big, fx.homography_flow(He, Hd, Wd), margin=16) < 0.015
@@ -560,6 +562,7 @@ def test_detail_level_refines_against_the_full_resolution_images():
     exact = bases.least_squares_coeffs(jnp.asarray(fx.homography_flow(np.linalg.inv(A) @ Ht @ A, H, W)),
                                        jnp.asarray(HB))
     fixed = {k: np.asarray(v) for k, v in run(s1, s2, g1, g2, jnp.asarray(exact)[None]).items()}
-    assert interior_epe(geometry_np.resize_flow(fixed["flow"], Hd, Wd), truth, margin=16) < 0.01
+    # where the cost's minimum lies on this pair (0.015 px; under 0.01 with the textbook width 2.385)
+    assert interior_epe(geometry_np.resize_flow(fixed["flow"], Hd, Wd), truth, margin=16) < 0.02
     with pytest.raises(ValueError, match="detail stacks"):  # smaller than the working size (traced only)
         jax.eval_shape(lambda: R.refine_motion(s1, s2, HB, np.zeros((1, 12)), cfg, detail=(g1[:H // 2], g2[:H // 2])))
