@@ -156,8 +156,8 @@ def add_refine_size_flag(parser) -> None:
     :meth:`camflow_jax.refine.RefineConfig.at_size` ``(N)``; checked by :func:`check_refine_size`."""
     parser.add_argument("--refine-size", type=int, default=None, metavar="N",
                         help="refined camflow: refine at N px on the longer side instead of 288 "
-                             "(RefineConfig.at_size(N); N >= 288): more precise, slower (~3x the "
-                             "refinement's time at 576)")
+                             "(RefineConfig.at_size(N); N >= 288): more precise on finely textured "
+                             "images, not on average; slower (~3x the refinement's time at 576)")
 
 
 def run_cli(body: Callable[[], int | None], verbose: bool = False) -> int:

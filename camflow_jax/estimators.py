@@ -339,7 +339,7 @@ def get(name: str, **options: Any) -> Estimator:
     camflow*: ``checkpoint`` (default: the shipped model; ``camflow:PATH`` sets it),
     ``channel_order``, ``predictor`` (an already loaded model), ``confidence`` (also return
     the confidence maps), ``refine_size`` (camflow: refine at this longer side instead of 288 px,
-    :meth:`camflow_jax.refine.RefineConfig.at_size`: more precise, slower). All take ``forward_only``
+    :meth:`camflow_jax.refine.RefineConfig.at_size`: slower, more precise on finely textured images). All take ``forward_only``
     (True: flow_f only where skipping flow_b saves work; the stabilizer's setting).
 
     An old name (:data:`ALIASES`) works and warns once per call; CLIs :func:`resolve` it first

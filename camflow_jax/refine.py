@@ -272,10 +272,12 @@ class RefineConfig:
         reach (exactly for 576, 1152, ...; within a factor sqrt(2) otherwise); each new finer level doubles the stride (the same number of sampled pixels per
         level) and gets 4 iterations. ``at_size(288)`` is the default;
         ``at_size(576)`` is ``levels=4, iterations=(8, 10, 10, 4), strides=(1, 2, 4, 8)`` and the
-        default's ``active`` with ``"all"`` at the new level. More precise and ~3-4x slower at
-        576: on the synthetic benchmark AVG 0.45 against the default's 0.67 px, better in every
-        category, and Aloe with depth 0.150 against 0.609 px; dark, noisy frames need the noise
-        test there. docs/refinement.md, "Working resolution".
+        default's ``active`` with ``"all"`` at the new level. ~3-4x slower at 576. With the
+        eleventh round's defaults it is more precise on finely textured real images (Aloe with
+        depth 0.209 against 0.332 px) but not on the synthetic benchmark's average (0.22
+        against 0.21 px: RE better, rain and snow worse). In the seventh round, with the wider
+        Cauchy width, it gave 0.45 against 0.67 there. Dark, noisy frames need the noise test
+        there. docs/refinement.md, "Working resolution".
         ``changes``: other settings, as :meth:`replace`."""
         base = cls()
         if not max_size >= base.max_size:
