@@ -860,16 +860,17 @@ def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineCo
     resid = [_residual_at(phi1_full, stack2_full, pts_full[0] + fu[i], pts_full[1] + fv[i], every_pixel=True)
              for i in range(cands.shape[0])]
     sigma = _robust_sigma(resid[0][0], resid[0][2], cfg)
+    width = cfg.cauchy_width * sigma
     costs, maps = [], []
     for i, (c, _) in enumerate(runs):
-        rho, wts = _robust(resid[i][0], resid[i][2], cfg.cauchy_width * sigma)
+        rho, wts = _robust(resid[i][0], resid[i][2], width)
         costs.append(jnp.where(jnp.all(jnp.isfinite(c)), rho.mean(), jnp.inf))
         maps.append(wts)
     costs = jnp.stack(costs)
     best = jnp.argmin(jnp.where(jnp.isfinite(costs), costs, jnp.inf))
     its = jnp.stack([i for _, i in runs])[best]
     cost_after, wts = costs[best], jnp.stack(maps)[best]
-    rho0, wts0 = _robust(resid[-1][0], resid[-1][2], cfg.cauchy_width * sigma)
+    rho0, wts0 = _robust(resid[-1][0], resid[-1][2], width)
     cost_before = rho0.mean()
     improved = jnp.isfinite(cost_after) & (cost_after < cost_before) & jnp.all(jnp.isfinite(cands[best]))
     pick = jnp.where(improved, best, cands.shape[0] - 1)

@@ -8,6 +8,7 @@ Usage: python docs/refinement/dev_pairs.py '{"cauchy_width": 0.7, "iterations": 
 """
 import sys, json, warnings
 import numpy as np
+from camflow_jax import metrics
 from camflow_jax.data.synthetic import SyntheticScenes
 from camflow_jax.predictor import Predictor
 from camflow_jax.refine import RefineConfig
@@ -22,7 +23,7 @@ for i in range(n):
     s = src[i]
     cam = dict(depth1=s["depth1"], depth2=s["depth2"], intrinsics=s["K"]) if depth else {}
     o = pred(s["img1"], s["img2"], refine=cfg, **cam)
-    e.append(float(np.linalg.norm(o["flow_f"] - s["flow_f"], axis=-1)[s["valid_f"] > 0].mean()))
+    e.append(metrics.epe_valid(o["flow_f"], s["flow_f"], s["valid_f"]))
     its.append(np.asarray(o["refine_info"]["iterations"]).sum(-1).mean())
 e = np.array(e)
 print(json.dumps({"cfg": sys.argv[1], "seed": seed, "depth": depth, "mean": round(float(e.mean()), 3),

@@ -5,28 +5,25 @@ For each development pair (SyntheticScenes(seed), 320x576, depth and K withheld)
 refines once from the network's coefficients (the default) and once from zero motion. Each run
 records the valid-pixel mean EPE of flow_f, the final robust cost of each direction and the
 forward-backward consistency |F_f(x) + F_b(x + F_f(x))| (mean and median over pixels whose
-sample stays in the frame; OpenCV's remap samples F_b). Then it scores selection rules.
+sample stays in the frame: the library's warp and validity rule). Then it scores selection
+rules. The refinement runs with the tenth round's settings (Cauchy width 2.385, coarsest
+iterations 12), the default when this was measured.
 Usage: python docs/refinement/fb_select.py SEED N OUT.json
 """
 import json
 import sys
 import warnings
 
-import cv2
 import numpy as np
 
+from camflow_jax import geometry_np, metrics
 from camflow_jax.data.synthetic import SyntheticScenes
 from camflow_jax.predictor import Predictor
 from camflow_jax.refine import RefineConfig
 
 
 def fb_error(ff, fb):
-    h, w = ff.shape[:2]
-    ys, xs = np.mgrid[0:h, 0:w].astype(np.float32)
-    mx, my = xs + ff[..., 0], ys + ff[..., 1]
-    inside = (mx >= 0) & (mx <= w - 1) & (my >= 0) & (my <= h - 1)
-    back = cv2.remap(fb.astype(np.float32), mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-    e = np.linalg.norm(ff + back, axis=-1)[inside]
+    e = np.linalg.norm(ff + geometry_np.warp(fb, ff), axis=-1)[geometry_np.warp_validity(ff) > 0]
     return float(e.mean()), float(np.median(e))
 
 
@@ -50,16 +47,16 @@ def main(seed, n, out):
     warnings.simplefilter("ignore")  # the no-depth warning, once per pair
     src = SyntheticScenes(seed=seed, num_samples=n, height=320, width=576)
     pred = Predictor.from_pretrained()
-    cfgs = {"network": RefineConfig(), "zero": RefineConfig(starts=("zero",))}
+    tenth = RefineConfig(cauchy_width=2.3849, iterations=(12, 10, 10))
+    cfgs = {"network": tenth, "zero": tenth.replace(starts=("zero",))}
     rows = []
     for i in range(n):
         s = src[i]
-        valid = s["valid_f"] > 0
         r = {"index": i, "category": str(s["category"])}
         for name, c in cfgs.items():
             o = pred(s["img1"], s["img2"], refine=c)
             costs = np.ravel(o["refine_info"]["cost_after"])
-            r[name] = {"epe": float(np.linalg.norm(o["flow_f"] - s["flow_f"], axis=-1)[valid].mean()),
+            r[name] = {"epe": metrics.epe_valid(o["flow_f"], s["flow_f"], s["valid_f"]),
                        "cost_f": float(costs[0]), "cost_b": float(costs[-1]),
                        "fb": fb_error(o["flow_f"], o["flow_b"])}
         rows.append(r)
