@@ -218,3 +218,63 @@ def test_release_mode_refusal_is_one_line_and_exit_code_2(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("benchmark.py: error: "), proc.stderr
     assert "does not hold the released CamFlow code" in proc.stderr
+
+
+# --- mode profile: where the time goes, per op
+
+def test_op_group_strips_transformations_and_marks_the_backward():
+    assert (benchmarking.op_group("jit(train_step)/transpose(jvp(CamFlow))/met/encoder_level_1/stage_0_block_2/attn/x")
+            == "B CamFlow/met/encoder_level_#/stage_#_block_#")
+    assert (benchmarking.op_group("jit(<lambda>)/CamFlow/mask_net/conv_2/conv_general_dilated", depth=3)
+            == "F CamFlow/mask_net/conv_#")
+    assert (benchmarking.op_group("jit(train_step)/transpose(jvp(CamFlow))/mask_net/conv_2/transpose(jvp())/"
+                                  "conv_general_dilated", depth=9)
+            == "B CamFlow/mask_net/conv_#/conv_general_dilated")
+    assert benchmarking.op_group("jit(f)/CamFlow/met/vmap(jit(_take))/gather") == "F CamFlow/met/_take/gather"
+
+
+def test_profile_attributes_a_calls_time_to_the_scope_that_spends_it():
+    def f(a, b):
+        with jax.named_scope("big"):
+            x = jnp.tanh(a @ b @ b)
+        with jax.named_scope("small"):
+            return x[:8, :8] + 1.0
+
+    rng = np.random.default_rng(0)
+    a, b = (jnp.asarray(rng.standard_normal((768, 768), np.float32)) for _ in range(2))
+    fwd = jax.jit(f).lower(a, b).compile()
+    grad = jax.jit(jax.grad(lambda a, b: jnp.sum(f(a, b)))).lower(a, b).compile()
+    for compiled, direction in ((fwd, "F"), (grad, "B")):
+        jax.block_until_ready(compiled(a, b))
+        t0 = time.perf_counter()
+        for _ in range(3):
+            jax.block_until_ready(compiled(a, b))
+        wall_ms = (time.perf_counter() - t0) / 3 * 1e3
+        names = benchmarking.hlo_op_names(compiled)
+        assert f"{direction} big/dot_general" in {benchmarking.op_group(op) for op in names.values()}
+        s = benchmarking.profile_summary(benchmarking.trace_op_times(compiled, (a, b), calls=3), names)
+        groups = dict(s["groups"])
+        assert any(k.startswith(f"{direction} big/") for k in groups), groups
+        big = sum(v for k, v in groups.items() if k[2:].startswith("big/"))  # a gradient also runs the forward
+        # the two 768^3 products dominate: most of the attributed time, and a sizeable part of
+        # the wall time measured by an independent clock (both cores may work at once: <= 2.5x)
+        assert big >= 0.7 * s["attributed_ms"], s
+        assert 0.2 * wall_ms <= big <= 2.5 * wall_ms, (big, wall_ms, s)
+        assert all(row[2] == names[row[0]] for row in s["instructions"])
+
+
+def test_profile_mode_reports_both_forwards_and_the_train_step(tiny_config):
+    opts = benchmarking.BenchmarkOptions(mode="profile", profile="all", arch="config", config=str(tiny_config),
+                                         height=64, width=64, batch=1, train_batch=2, groups="12,12,12", repeats=2,
+                                         warmup=0, fast_compile=True, profile_top=100)
+    res = {r["function"]: r for r in benchmarking.run(opts)["results"]}
+    assert set(res) == {"forward_with_confidence", "forward_flows_only", "train_step"}
+    groups = {k: dict(r["groups"]) for k, r in res.items()}
+    for k, r in res.items():
+        assert r["measurement"] == "profile" and r["median_s"] > 0 and r["attributed_ms"] > 0, r
+        assert any("encoder_level_#" in g for g in groups[k]), (k, groups[k])
+    # the flows-only path skips the mask net; the forward with confidence and the step run it
+    assert not any("mask_net" in g for g in groups["forward_flows_only"])
+    assert any(g.startswith("F CamFlow/mask_net") for g in groups["forward_with_confidence"])
+    assert any(g.startswith("B CamFlow/mask_net") for g in groups["train_step"])
+    assert not any(g.startswith("B ") for g in groups["forward_with_confidence"])

@@ -50,6 +50,16 @@ Measurements (``--mode``; ``all`` runs the four in this order):
           turned into roofline lower bounds, max(FLOPs / peak, bytes / HBM bandwidth), for one
           H100 SXM and one TPU v5e chip (``camflow_jax.accel``: the spec numbers and their
           sources). Estimates, not measurements.
+  profile  where the time goes, per XLA op (``--profile``: ``forward`` = mode flows_only's two
+          forwards, ``train`` = mode train's step on its fixed batch, ``all`` = both): each is
+          timed, then up to 3 calls run under ``jax.profiler.trace``; every traced thunk is
+          matched to its HLO instruction and that instruction's jax scope (``op_name``), and
+          the report lists milliseconds per call per module group (forward ``F`` and backward
+          ``B`` apart; e.g. ``B CamFlow/met/encoder_level_#/stage_#_block_#``) and per
+          instruction, largest first (``--profile-top`` rows). The durations are the
+          dispatching thread's, summed over both threads; work that a library runs on its own
+          threads is undercounted. Measure with huge pages (the default here): without them a
+          fresh buffer's page faults are charged to whatever op first writes it.
 
 The network structure is the released CamFlow's (embed 24, depths (2, 4, 6), heads (3, 12, 24);
 ``--arch release``, the default) in every mode, or the ``model`` section of ``--config``
@@ -163,6 +173,10 @@ def parse_args(argv=None):
                         "release; needs pip install torch)")
     p.add_argument("--release-train", action="store_true",
                    help="release: time the train steps (batch --train-batch, default 2) instead of the forwards")
+    p.add_argument("--profile", default="all", choices=list(benchmarking.PROFILE_TARGETS),
+                   help="profile: the forwards (with confidence and flows-only), the train step, or all")
+    p.add_argument("--profile-top", type=int, default=40,
+                   help="profile: rows of the module-group and instruction tables in the report")
     p.add_argument("--out", default=None, help="JSON file for all results and machine info")
     args = p.parse_args(argv)
     if args.mode == "release" and (args.arch != "release" or args.groups not in (None, "12,12")):
