@@ -55,33 +55,6 @@ def shifted_window_mask(h: int, w: int, ws: int, shift: int) -> np.ndarray:
     return np.where(diff != 0, MASK_VALUE, 0.0).astype(np.float32)
 
 
-@jax.custom_vjp
-def add_window_bias(logits: jax.Array, bias: jax.Array) -> jax.Array:
-    """``logits [..., heads, N, N] + bias [heads, N, N]``, the bias shared by every leading index
-    (batch and window).
-
-    Same value as the broadcasting add. Only the backward differs: the bias's cotangent, the sum
-    of the logits' cotangent over all batches and windows, is computed as a product with a
-    vector of ones. XLA:CPU otherwise emits a reduction over the leading axes that ran 50x
-    slower (285 ms against 6 ms for the [4, 180, 12, 64, 64] logits of a 320x576 batch-2 step;
-    docs/performance.md, "Training").
-    """
-    return logits + bias
-
-
-def _add_window_bias_fwd(logits, bias):
-    return logits + bias, None
-
-
-def _add_window_bias_bwd(_, g):
-    lead = int(np.prod(g.shape[:-3]))
-    ones = jnp.ones((1, lead), g.dtype)
-    return g, (ones @ g.reshape(lead, -1)).reshape(g.shape[-3:])
-
-
-add_window_bias.defvjp(_add_window_bias_fwd, _add_window_bias_bwd)
-
-
 def softmax_attend(logits: jax.Array, v: jax.Array) -> jax.Array:
     """softmax(logits, -1) @ v with the normalisation applied after the product.
 
@@ -93,6 +66,66 @@ def softmax_attend(logits: jax.Array, v: jax.Array) -> jax.Array:
     e = jnp.exp(logits)
     out = jnp.einsum("...nm,...md->...nd", e.astype(v.dtype), v)
     return (out.astype(jnp.float32) / jnp.sum(e, axis=-1, keepdims=True)).astype(v.dtype)
+
+
+def _window_logits(q, k, bias, mask):
+    logits = jnp.einsum("bwhnd,bwhmd->bwhnm", q, k).astype(jnp.float32) + bias
+    return logits if mask is None else logits + mask[None, :, None]
+
+
+@jax.custom_vjp
+def window_attention(q: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array,
+                     mask: jax.Array | None) -> jax.Array:
+    """``softmax(q k^T + bias + mask) v`` per window and head.
+
+    ``q, k, v [B, nW, heads, N, d]`` (q already scaled), ``bias [heads, N, N]`` (shared by every
+    batch and window), ``mask [nW, N, N]`` or None (not differentiated). Returns ``[B, nW, heads,
+    N, d]``.
+
+    Called outside differentiation, the value is the plain formulation's
+    (:func:`softmax_attend`), bit for bit, so inference is unchanged. Under differentiation the
+    forward saves the normalised attention P (the same value to float32 rounding) and the
+    backward is written out:
+        dS = P * (dO v^T - rowsum(dO * O)),   dq = dS k,   dk^T = q^T dS,   dv^T = dO^T P,
+    and the bias gradient, the sum of dS over batches and windows, is a product with a vector
+    of ones (XLA:CPU's own reduction over those leading axes ran 50x slower: 285 ms against 6 ms
+    for the [4, 180, 12, 64, 64] logits of a 320x576 batch-2 step).
+
+    dk and dv contract over the first axis of a large ``[N, N]`` matrix. Autodiff's products of
+    that kind are not taken by YNNPACK on XLA:CPU and ran in XLA's own, slower dot emitter (with
+    transposes around them: ~0.7 s of a 4.3 s train step at 320x576). Here they are products of
+    the small transposed ``[d, N]`` operands, behind optimization barriers so that XLA does not
+    fold the transposes back. The 320x576 batch-2 train step takes 0.87 of its time with
+    autodiff's attention, the README's 64x128 step 0.955 (docs/performance.md, "Twelfth round").
+    """
+    return softmax_attend(_window_logits(q, k, bias, mask), v)
+
+
+def _window_attention_fwd(q, k, v, bias, mask):
+    logits = _window_logits(q, k, bias, mask)
+    e = jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
+    p = e / jnp.sum(e, axis=-1, keepdims=True)
+    out = jnp.einsum("bwhnm,bwhmd->bwhnd", p.astype(v.dtype), v)
+    return out, (q, k, v, p, out, mask)
+
+
+def _window_attention_bwd(res, g):
+    q, k, v, p, out, mask = res
+    delta = jnp.sum(g.astype(jnp.float32) * out.astype(jnp.float32), axis=-1, keepdims=True)
+    ds = p * (jnp.einsum("bwhnd,bwhmd->bwhnm", g, v).astype(jnp.float32) - delta)
+    dq = jnp.einsum("bwhnm,bwhmd->bwhnd", ds.astype(k.dtype), k)
+    q_t, g_t = jax.lax.optimization_barrier((jnp.swapaxes(q, -1, -2), jnp.swapaxes(g, -1, -2)))
+    dk_t = jnp.einsum("bwhdn,bwhnm->bwhdm", q_t, ds.astype(q.dtype))
+    dv_t = jnp.einsum("bwhdn,bwhnm->bwhdm", g_t, p.astype(g.dtype))
+    dk_t, dv_t = jax.lax.optimization_barrier((dk_t, dv_t))
+    lead = int(np.prod(ds.shape[:-3]))
+    dbias = (jnp.ones((1, lead), ds.dtype) @ ds.reshape(lead, -1)).reshape(ds.shape[-3:])
+    return (dq.astype(q.dtype), jnp.swapaxes(dk_t, -1, -2).astype(k.dtype),
+            jnp.swapaxes(dv_t, -1, -2).astype(v.dtype), dbias,
+            None if mask is None else jnp.zeros_like(mask))
+
+
+window_attention.defvjp(_window_attention_fwd, _window_attention_bwd)
 
 
 def window_partition(x: jax.Array, ws: int) -> jax.Array:
@@ -150,14 +183,12 @@ class WindowAttention(nn.Module):
         # Head-major layout [3, B, nW, heads, N, d]: the two attention matmuls then need no
         # further transposes (several times faster on CPU than contracting in token-major layout).
         q, k, v = qkv.transpose(3, 0, 1, 4, 2, 5)
-        logits = add_window_bias(jnp.einsum("bwhnd,bwhmd->bwhnm", q, k).astype(jnp.float32), bias)
         if mask is not None:
             # XLA:CPU materialises a *constant* operand broadcast to the full [B, nW, heads, N, N]
             # logits on every call; tying the mask to a runtime value (exactly +0) keeps it a
             # small [nW, N, N] operand that is broadcast inside the fused attention kernel.
             mask = jnp.asarray(mask) + 0.0 * table[0, 0]
-            logits = logits + mask[None, :, None]
-        out = softmax_attend(logits, v)
+        out = window_attention(q, k, v, bias, mask)
         out = out.transpose(0, 1, 3, 2, 4).reshape(b, nw, n, c)
         return dense(c, dtype=self.dtype, name="proj")(out)
 
