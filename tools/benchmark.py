@@ -93,6 +93,13 @@ Reproduce the Performance page's numbers (docs/performance.md) on an otherwise i
     python tools/benchmark.py --mode roofline --height 320 --width 576 --train-batch 2 --fast-compile \\
         --out docs/benchmarks/roofline_320x576.json
 
+Per-op profiles (docs/performance.md, "Twelfth round"):
+
+    python tools/benchmark.py --mode profile --profile all --height 320 --width 576 --train-batch 2 \\
+        --repeats 3 --warmup 1 --profile-top 60 --out docs/benchmarks/cpu_2core_profile_320x576_r12.json
+    python tools/benchmark.py --mode profile --profile train --arch config --height 64 --width 128 \\
+        --batch 8 --repeats 10 --warmup 2 --profile-top 60 --out docs/benchmarks/cpu_2core_profile_train_64x128_r12.json
+
 Against the released PyTorch model (docs/performance.md, "Against the released PyTorch model";
 ``pip install torch`` and ``git clone https://github.com/lhaippp/CamFlow-Code /tmp/CamFlow-Code``):
 
