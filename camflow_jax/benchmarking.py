@@ -228,6 +228,18 @@ def apply_groups(config, groups: list[int]) -> None:
                          f"(the depth group has 3 x {len(trainer.depth_sigmas(config))} bases)")
 
 
+def _train_config(opts: BenchmarkOptions, config):
+    """The train measurements' config: ``config`` (the inference size and batch), reloaded at
+    ``--train-size`` / ``--train-batch`` where given, with ``--groups`` applied."""
+    if opts.train_size or opts.train_batch:
+        th, tw = (int(v) for v in (opts.train_size or f"{opts.height}x{opts.width}").lower().split("x"))
+        config = load_config(opts.config, th, tw, opts.train_batch or opts.batch, opts.dtype, opts.arch)
+    groups = _parse_groups(opts.groups)
+    if groups:
+        apply_groups(config, groups)
+    return config
+
+
 # ----------------------------------------------------------------------------------------------
 # Inference
 # ----------------------------------------------------------------------------------------------
@@ -487,12 +499,7 @@ def bench_profile(opts: BenchmarkOptions, config) -> list[dict]:
         for conf, name in ((True, "forward_with_confidence"), (False, "forward_flows_only")):
             out.append(_profiled(name, s["fns"][conf], s["fns"][conf], args, opts, common))
     if opts.profile in ("all", "train"):
-        if opts.train_size or opts.train_batch:
-            th, tw = (int(v) for v in (opts.train_size or f"{opts.height}x{opts.width}").lower().split("x"))
-            config = load_config(opts.config, th, tw, opts.train_batch or opts.batch, opts.dtype, opts.arch)
-        groups = _parse_groups(opts.groups)
-        if groups:
-            apply_groups(config, groups)
+        config = _train_config(opts, config)
         s = train_setup(opts, config)
         t, step = s["t"], s["step"]
         held = {"state": t["state"]}  # the step donates its state: each call continues from the last
@@ -1275,13 +1282,7 @@ def run(opts: BenchmarkOptions, on_result: Callable[[dict], None] | None = None)
         emit(bench_infer(opts, 1, config))
         emit(bench_infer(opts, opts.batch, config))
     if opts.mode in ("train", "all"):
-        if opts.train_size or opts.train_batch:
-            th, tw = (int(v) for v in (opts.train_size or f"{opts.height}x{opts.width}").lower().split("x"))
-            config = load_config(opts.config, th, tw, opts.train_batch or opts.batch, opts.dtype, opts.arch)
-        groups = _parse_groups(opts.groups)
-        if groups:
-            apply_groups(config, groups)
-        for r in bench_train(opts, config):
+        for r in bench_train(opts, _train_config(opts, config)):
             emit(r)
     machine.update(loadavg_before=load_start, loadavg_after=_loadavg())
     out = {"machine": machine, "args": dataclasses.asdict(opts), "results": results}
