@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from camflow_jax import geometry
+from camflow_jax.geometry import device as geometry
 
 __all__ = [
     "homography_bases",
@@ -250,7 +250,7 @@ def depth_translational_bases(depth, K, sigmas: Sequence[float] | None = None, *
     For every pyramid level s (depth D_s = G_{sigma_s} * D_0, sigma 0 = no blur):
       f^x = (fx / D_s, 0),  f^y = (0, fy / D_s),  f^z = -((u - cx) / D_s, (v - cy) / D_s),
     in that order, with pixel coords (u, v) of the depth map's grid and K = (fx, fy, cx, cy) in
-    that grid's pixels (see :func:`camflow_jax.geometry.resize_intrinsics`). Sign and global
+    that grid's pixels (see :func:`camflow_jax.geometry.device.resize_intrinsics`). Sign and global
     scale are left to the learned weights; each basis is scaled so that the ``percentile``-th
     percentile of its magnitude is 1 px (robust to a few very near pixels).
 

@@ -8,7 +8,7 @@ r"""Camera motion of one image pair: ``python -m camflow_jax.estimate``.
     python -m camflow_jax.estimate IMG1 IMG2 --method sift_magsac -o OUTDIR   # classical
     python -m camflow_jax.estimate IMG1 IMG2 --method camflow:CKPT -o OUTDIR  # = --checkpoint CKPT
 
-``--method`` takes any name of the estimator registry (:mod:`camflow_jax.estimators`; ``--help``
+``--method`` takes any name of the estimator registry (:mod:`camflow_jax.estimators.registry`; ``--help``
 lists them; old names work with a note); ``--no-refine`` turns ``camflow`` into ``camflow_net``.
 
 Images of any size and orientation (EXIF orientation is applied when reading; portrait pairs
@@ -45,10 +45,9 @@ images (PNG, TIFF, EXR) read with OpenCV; aligned with their image.
 from __future__ import annotations
 
 if __name__ == "__main__":
-    # Re-execute once with huge pages for malloc (camflow_jax/runtime.py, docs/performance.md),
+    # Re-execute once with huge pages for malloc (camflow_jax/cli/runtime.py, docs/performance.md),
     # before the imports below: the restart then costs only an interpreter start.
-    from camflow_jax import runtime
-
+    from camflow_jax.cli import runtime
     runtime.use_huge_pages()
 
 import argparse
@@ -57,9 +56,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from camflow_jax import cli_utils, estimators
+from camflow_jax.cli import harness
 from camflow_jax.data.depth import read_depth
-from camflow_jax.estimation import OUTPUT_FILES, check_result, estimate_pair, read_image, write_outputs
+from camflow_jax.estimators import registry as estimators
+from camflow_jax.estimators.outputs import OUTPUT_FILES, check_result, estimate_pair, read_image, write_outputs
+from camflow_jax.geometry import checks
+from camflow_jax.io import atomic
 
 __all__ = ["main", "build_parser"]
 
@@ -82,18 +84,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "it, with test-time refinement):\n" + estimators.describe())
     p.add_argument("--no-refine", action="store_true",
                    help="camflow without test-time refinement (the network alone: camflow_net)")
-    cli_utils.add_refine_size_flag(p)
+    harness.add_refine_size_flag(p)
     p.add_argument("--depth1", default=None, help="depth of image 1 (CamFlow+)")
     p.add_argument("--depth2", default=None, help="depth of image 2 (CamFlow+)")
-    p.add_argument("--intrinsics", type=cli_utils.intrinsics_arg, default=None,
+    p.add_argument("--intrinsics", type=harness.intrinsics_arg, default=None,
                    help="fx,fy,cx,cy of the input images in pixels (camflow only, with depth)")
-    cli_utils.add_verbose_flag(p)
+    harness.add_verbose_flag(p)
     return p
 
 
 def _make_estimator(args):
     """The registry estimator the flags ask for (notes on stderr); ValueError for bad names."""
-    cli_utils.check_refine_size(args.refine_size, args.no_refine)
+    harness.check_refine_size(args.refine_size, args.no_refine)
     name = estimators.without_refinement(args.method) if args.no_refine else args.method
     name, note = estimators.resolve(name)
     if note:
@@ -113,7 +115,7 @@ def _make_estimator(args):
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return cli_utils.run_cli(lambda: _run(args), verbose=args.verbose)
+    return harness.run_cli(lambda: _run(args), verbose=args.verbose)
 
 
 def _run(args) -> int:
@@ -121,14 +123,14 @@ def _run(args) -> int:
     h, w = img1.shape[:2]
     if (args.depth1 is None) != (args.depth2 is None):
         raise ValueError("give both --depth1 and --depth2, or neither")
-    d1 = cli_utils.check_depth(read_depth(args.depth1), args.depth1, (h, w)) if args.depth1 else None
-    d2 = cli_utils.check_depth(read_depth(args.depth2), args.depth2, img2.shape[:2]) if args.depth2 else None
+    d1 = checks.check_depth(read_depth(args.depth1), args.depth1, (h, w)) if args.depth1 else None
+    d2 = checks.check_depth(read_depth(args.depth2), args.depth2, img2.shape[:2]) if args.depth2 else None
     if args.intrinsics is not None:
-        cli_utils.check_intrinsics(args.intrinsics, h, w)
+        checks.check_intrinsics(args.intrinsics, h, w)
     est = _make_estimator(args)
-    cli_utils.camflow_only_flags(est.name, **{"--depth1": args.depth1, "--depth2": args.depth2,
+    harness.camflow_only_flags(est.name, **{"--depth1": args.depth1, "--depth2": args.depth2,
                                               "--intrinsics": args.intrinsics})
-    cli_utils.check_output_dir(args.out, OUTPUT_FILES, args.overwrite,
+    atomic.check_output_dir(args.out, OUTPUT_FILES, args.overwrite,
                                inputs=[args.img1, args.img2, args.depth1, args.depth2, args.checkpoint,
                                        getattr(est, "checkpoint", None)])
     if estimators.is_camflow(est.name):
@@ -139,7 +141,7 @@ def _run(args) -> int:
     result = estimate_pair(img1, img2, method=est, depth1=d1, depth2=d2, intrinsics=args.intrinsics)
     check_result(result, h, w)
     # Without -y the move into place also refuses a result another run wrote meanwhile.
-    with cli_utils.atomic_dir(args.out, OUTPUT_FILES, overwrite=args.overwrite) as tmp:
+    with atomic.atomic_dir(args.out, OUTPUT_FILES, overwrite=args.overwrite) as tmp:
         summary = write_outputs(tmp, img1, img2, result)
     H = np.asarray(summary["homography"])
     refined = " (refined)" if summary["refined"] else ""

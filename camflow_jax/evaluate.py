@@ -9,7 +9,7 @@ This module parses the arguments and prints; the work is the library
 :mod:`camflow_jax.evaluation` (datasets, protocols, methods, benchmark, reports; flag-free:
 :func:`camflow_jax.evaluation.benchmark.evaluate`, re-exported here as :func:`evaluate`).
 Datasets and metrics: :mod:`camflow_jax.evaluation.protocols`. Methods: the estimator registry's
-names (:mod:`camflow_jax.estimators`); ``camflow`` gives the rows ``camflow`` (refined) and
+names (:mod:`camflow_jax.estimators.registry`); ``camflow`` gives the rows ``camflow`` (refined) and
 ``camflow_net`` (the network alone); several checkpoints ``--checkpoint=b8=DIR8,b24=DIR24`` give
 ``camflow:b8``, ``camflow:b24`` (the basis-count ablation); and the evaluation-only oracles
 ``gt_homography`` (the dataset's homography label as a flow) and ``gyro`` (GHOF gyro field).
@@ -28,10 +28,9 @@ is refused): one ``error:`` line, exit status 2; ``--verbose`` adds the tracebac
 from __future__ import annotations
 
 if __name__ == "__main__":
-    # Re-execute once with huge pages for malloc (camflow_jax/runtime.py, docs/performance.md),
+    # Re-execute once with huge pages for malloc (camflow_jax/cli/runtime.py, docs/performance.md),
     # before the imports below: the restart then costs only an interpreter start.
-    from camflow_jax import runtime
-
+    from camflow_jax.cli import runtime
     runtime.use_huge_pages()
 
 import argparse
@@ -39,12 +38,14 @@ import os
 import sys
 from collections.abc import Sequence
 
-from camflow_jax import cli_utils, estimators
+from camflow_jax.cli import harness
+from camflow_jax.data.datasets import DATASETS, load_dataset
+from camflow_jax.estimators import registry as estimators
 from camflow_jax.evaluation.benchmark import evaluate
-from camflow_jax.evaluation.datasets import DATASETS, load_dataset
 from camflow_jax.evaluation.methods import ORACLES, parse_checkpoints
 from camflow_jax.evaluation.reports import BENCHMARK_FILES as OUTPUT_FILES
 from camflow_jax.evaluation.reports import benchmark_summary, write_benchmark
+from camflow_jax.io import atomic, errors
 
 __all__ = ["evaluate", "build_parser", "main"]
 
@@ -59,7 +60,7 @@ def _parse_size(text: str) -> tuple[int, int]:
     return h, w
 
 
-_positive_int = cli_utils.int_at_least(1, why="an empty table is not a result")
+_positive_int = harness.int_at_least(1, why="an empty table is not a result")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Flags are spelled with hyphens like the other tools; the underscore forms still work.
     p.add_argument("--depth-dir", "--depth_dir", dest="depth_dir", default=None,
                    help="per-sample depth files (see data/benchmarks.py)")
-    p.add_argument("--intrinsics", type=cli_utils.intrinsics_arg, default=None, help="fx,fy,cx,cy override")
+    p.add_argument("--intrinsics", type=harness.intrinsics_arg, default=None, help="fx,fy,cx,cy override")
     p.add_argument("--list-file", "--list_file", dest="list_file", default=None,
                    help="CAHomo pair list (default test.txt)")
     p.add_argument("--iqa-form", "--iqa_form", dest="iqa_form", default="masked",
@@ -91,27 +92,27 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=("rgb", "bgr"), help="colour order of the images as fed to the network")
     p.add_argument("--no-refine", action="store_true",
                    help="camflow rows without test-time refinement (camflow -> camflow_net only)")
-    cli_utils.add_refine_size_flag(p)
+    harness.add_refine_size_flag(p)
     p.add_argument("--no-progress", "--no_progress", dest="no_progress", action="store_true")
-    cli_utils.add_verbose_flag(p)
+    harness.add_verbose_flag(p)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return cli_utils.run_cli(lambda: _run(args), verbose=args.verbose)
+    return harness.run_cli(lambda: _run(args), verbose=args.verbose)
 
 
 def _run(args) -> int:
     if args.out is not None:  # refused or unwritable: said before the evaluation runs
         ckpts = [path for _, path in parse_checkpoints(args.checkpoint)]
-        cli_utils.check_output_dir(args.out, OUTPUT_FILES, args.overwrite,
+        atomic.check_output_dir(args.out, OUTPUT_FILES, args.overwrite,
                                    inputs=[args.data, args.depth_dir, args.list_file] + ckpts)
     methods = args.methods
-    cli_utils.check_refine_size(args.refine_size, args.no_refine)
+    harness.check_refine_size(args.refine_size, args.no_refine)
     if args.no_refine:
         methods = ",".join(estimators.without_refinement(m.strip()) for m in methods.split(","))
-    with cli_utils.reading(args.data, "benchmark data"):  # a damaged file is named
+    with errors.reading(args.data, "benchmark data"):  # a damaged file is named
         source = load_dataset(args.dataset, args.data, num=args.num, seed=args.seed, size=args.size,
                               depth_dir=args.depth_dir, intrinsics=args.intrinsics,
                               list_file=args.list_file)
@@ -123,7 +124,7 @@ def _run(args) -> int:
                    refine_size=args.refine_size)
     if args.out is not None:
         # Without -y the move into place also refuses results another run wrote meanwhile.
-        with cli_utils.atomic_dir(args.out, OUTPUT_FILES, overwrite=args.overwrite) as tmp:
+        with atomic.atomic_dir(args.out, OUTPUT_FILES, overwrite=args.overwrite) as tmp:
             write_benchmark(tmp, run)
     print(benchmark_summary(run))
     if args.out is not None:

@@ -22,30 +22,30 @@ Examples::
     python -m camflow_jax.stabilize shaky.mp4 -o steady.mp4 --estimator=camflow \\
         --checkpoint checkpoints/camflow --smoothing 40 --crop 0.85
 
-``--estimator`` takes any name of the estimator registry (:mod:`camflow_jax.estimators`); the
+``--estimator`` takes any name of the estimator registry (:mod:`camflow_jax.estimators.registry`); the
 old ``sift`` / ``orb`` still work, with a note: they are ``sift_ransac`` / ``orb_ransac``.
 """
 
 from __future__ import annotations
 
 if __name__ == "__main__":
-    # Re-execute once with huge pages for malloc (camflow_jax/runtime.py, docs/performance.md),
+    # Re-execute once with huge pages for malloc (camflow_jax/cli/runtime.py, docs/performance.md),
     # before the imports below: the restart then costs only an interpreter start.
-    from camflow_jax import runtime
-
+    from camflow_jax.cli import runtime
     runtime.use_huge_pages()
 
 import argparse
 import sys
 
-from camflow_jax import cli_utils
+from camflow_jax.cli import harness
+from camflow_jax.geometry import checks
 
 __all__ = ["main", "build_parser"]
 
 
 def _number(lo: float, hi: float, what: str):
     def parse(text: str) -> float:
-        v = cli_utils.finite_float(text)
+        v = harness.finite_float(text)
         if not lo <= v <= hi:
             raise argparse.ArgumentTypeError(f"{what}, got {text!r}")
         return v
@@ -58,7 +58,7 @@ _zoom = _number(1.0, 100.0, "must be a finite zoom in [1, 100]")
 _fps = _number(1e-3, 1000.0, "must be a frame rate in (0, 1000]")
 
 
-_radius = cli_utils.int_at_least(1, "frames")
+_radius = harness.int_at_least(1, "frames")
 
 
 def _fmt(v) -> str:
@@ -68,8 +68,7 @@ def _fmt(v) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from camflow_jax import estimators
-
+    from camflow_jax.estimators import registry as estimators
     p = argparse.ArgumentParser(prog="python -m camflow_jax.stabilize",
                                 description=__doc__.split("\n\n")[1],
                                 formatter_class=argparse.RawTextHelpFormatter)
@@ -80,12 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="camera-motion estimator (default: sift_ransac):\n" + estimators.describe())
     p.add_argument("--no-refine", action="store_true",
                    help="camflow without test-time refinement (the network alone: camflow_net)")
-    cli_utils.add_refine_size_flag(p)
+    harness.add_refine_size_flag(p)
     p.add_argument("--checkpoint", help="CamFlow checkpoint or training workdir (camflow only; default: "
                                         "the shipped model)")
     p.add_argument("--depth", metavar="DIR", help="camflow: a folder with one depth map per frame (.npy or "
                                                   "16-bit PNG, any global scale) for CamFlow+'s depth bases")
-    p.add_argument("--intrinsics", type=cli_utils.intrinsics_arg, metavar="fx,fy,cx,cy", help="camflow with --depth: camera intrinsics in "
+    p.add_argument("--intrinsics", type=harness.intrinsics_arg, metavar="fx,fy,cx,cy", help="camflow with --depth: camera intrinsics in "
                                                               "pixels of the input frames")
     p.add_argument("--fov", type=float, metavar="DEG", help="camflow with --depth: horizontal field of view "
                                                             "instead of --intrinsics (default 60)")
@@ -114,21 +113,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-plots", action="store_true", help="skip the plots")
     p.add_argument("-y", "--overwrite", action="store_true", help="replace existing outputs")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
-    cli_utils.add_verbose_flag(p)
+    harness.add_verbose_flag(p)
     return p
 
 
 def _estimator(args, estimators):
     """The stabilization estimator the flags ask for (notes on stderr); ValueError for bad names
     or flags that do not fit the estimator."""
-    from camflow_jax import estimators as registry
-
-    cli_utils.check_refine_size(args.refine_size, args.no_refine)
+    from camflow_jax.estimators import registry
+    harness.check_refine_size(args.refine_size, args.no_refine)
     name = registry.without_refinement(args.estimator) if args.no_refine else args.estimator
     name, note = registry.resolve(name)
     if note:
         print(f"note: {note}", file=sys.stderr)
-    cli_utils.camflow_only_flags(name, **{"--depth": args.depth, "--intrinsics": args.intrinsics,
+    harness.camflow_only_flags(name, **{"--depth": args.depth, "--intrinsics": args.intrinsics,
                                           "--fov": args.fov})
     if not registry.is_camflow(name):
         for flag, given in (("--no-refine", args.no_refine), ("--refine-size", args.refine_size)):
@@ -138,13 +136,12 @@ def _estimator(args, estimators):
     kwargs = {}
     if args.depth:
         from camflow_jax.data.depth import depth_files
-        from camflow_jax.stabilization import video_io
-
+        from camflow_jax.io import video as video_io
         kwargs["depth_files"] = depth_files(args.depth)
         kwargs["fov_deg"] = args.fov
         if args.intrinsics:
             src = video_io.FrameSource(args.input)
-            why = cli_utils.intrinsics_problem(args.intrinsics, src.height, src.width)
+            why = checks.intrinsics_problem(args.intrinsics, src.height, src.width)
             if why:
                 raise ValueError(f"--intrinsics {','.join(f'{v:g}' for v in args.intrinsics)}: {why}")
             kwargs["intrinsics"] = args.intrinsics
@@ -162,7 +159,7 @@ def _estimator(args, estimators):
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    return cli_utils.run_cli(lambda: _run(args), verbose=args.verbose)
+    return harness.run_cli(lambda: _run(args), verbose=args.verbose)
 
 
 def _run(args) -> int:

@@ -8,10 +8,9 @@ discovers them (Cloud TPU, SLURM).
 """
 
 if __name__ == "__main__":
-    # Re-execute once with huge pages for malloc (camflow_jax/runtime.py, docs/performance.md),
+    # Re-execute once with huge pages for malloc (camflow_jax/cli/runtime.py, docs/performance.md),
     # before the imports below: the restart then costs only an interpreter start.
-    from camflow_jax import runtime
-
+    from camflow_jax.cli import runtime
     runtime.use_huge_pages()
 
 import logging as std_logging
@@ -42,8 +41,8 @@ def main(argv):
         _quiet_background_failures()
     import jax
 
-    from camflow_jax import cli_utils, train_signals
-
+    from camflow_jax.io import errors
+    from camflow_jax.training import signals as train_signals
     distributed = (_NUM_PROCESSES.value or 1) > 1 or _DISTRIBUTED.value
     try:
         # Several processes save collectively: one stopping to save alone would wait forever, so
@@ -57,7 +56,7 @@ def main(argv):
                 jax.config.update("jax_cpu_collectives_implementation", "gloo")
                 jax.distributed.initialize(coordinator_address=_COORDINATOR.value,
                                            num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value)
-            from camflow_jax.trainer import DivergedError, train_and_evaluate
+            from camflow_jax.training.loop import DivergedError, train_and_evaluate
 
             try:
                 train_and_evaluate(config, _WORKDIR.value, stop=stop)
@@ -68,12 +67,12 @@ def main(argv):
                   prefix="")
     except train_signals.TrainingInterrupted as e:
         _fail(str(e), e.exit_code, prefix="")
-    except cli_utils.EXPECTED_ERRORS as e:
+    except errors.EXPECTED_ERRORS as e:
         # Bad config, data or workdir, a full disk: one line naming the problem (--verbosity=1
         # for the trace).
         if verbose:
             raise
-        _fail(cli_utils.describe_error(e), 2)
+        _fail(errors.describe_error(e), 2)
 
 
 def _fail(message: str, code: int, prefix: str = "error: ") -> None:

@@ -1,4 +1,4 @@
-"""The basis ablation (camflow_jax.evaluation.ablation, CLI tools/basis_ablation.py): the four
+"""The basis ablation (camflow_jax.experiments.ablation, CLI tools/basis_ablation.py): the four
 variants carry the paper's basis counts, and one tiny run trains, evaluates side by side and,
 run again (through the command line), reuses the trained workdirs."""
 
@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from camflow_jax import checkpoint, configs, models
-from camflow_jax.evaluation import ablation
-from camflow_jax.trainer import model_config_from
+from camflow_jax import configs, models
+from camflow_jax.experiments import ablation
+from camflow_jax.models import basis_set
+from camflow_jax.training.loop import model_config_from
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,7 +39,7 @@ def test_variants_have_the_papers_basis_counts():
         mc = model_config_from(ablation.variant_config(base, name, num_steps=7))
         assert mc["group_names"] == groups
         assert models.build_model(mc).num_bases == int(name)
-        bases = checkpoint.model_bases({**mc, "height": 64, "width": 128})
+        bases = basis_set.static_bases({**mc, "height": 64, "width": 128})
         assert bases.shape == (static, 64, 128, 2)
         # every basis is a real field at the 1-px-max scale (none left empty by a group of 0)
         np.testing.assert_allclose(np.abs(bases).reshape(static, -1).max(1), 1.0, atol=1e-5)

@@ -26,9 +26,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from camflow_jax import benchmarking, checkpoint, trainer
-from camflow_jax.data.synthetic import SyntheticScenes
+from camflow_jax.data.synthetic.scenes import SyntheticScenes
+from camflow_jax.experiments import benchmarking
+from camflow_jax.models import checkpoint
 from camflow_jax.predictor import Predictor
+from camflow_jax.training import loop as trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 PLATFORMS = ("cuda", "tpu")
@@ -53,8 +55,9 @@ _TRAIN_EXPORT = r"""
 import json, sys
 import jax
 from jax.sharding import PartitionSpec as P
-from camflow_jax import accel, benchmarking, trainer
-
+from camflow_jax.experiments import accel
+from camflow_jax.experiments import benchmarking
+from camflow_jax.training import loop as trainer
 config = benchmarking.load_config("camflow_jax/configs/smoke.py", 64, 128, 4, arch="config")
 config.model.depths, config.model.num_heads = (1, 1, 1), (1, 1, 1)   # same code, fewer blocks
 config.model.dtype = sys.argv[1]
@@ -112,19 +115,18 @@ def _pair():
 
 
 def test_predictor_functions_export_for_gpu_and_tpu(small_predictor):
-    from camflow_jax import accel
-
+    from camflow_jax.experiments import accel
     a, b, cam = _pair()
-    cached = dict(small_predictor._static_cache)
+    cached = dict(small_predictor.refiner._static_cache)
     # a working size below the input's, so the refinement's detail level is exported too
     from camflow_jax.refine import RefineConfig
 
     cfg = RefineConfig(max_size=64, detail_size=128)
-    assert small_predictor.detail_size(64, 128, cfg) == (64, 128)
+    assert small_predictor.refiner.detail_size(64, 128, cfg) == (64, 128)
     calls = accel.capture_jitted_calls(small_predictor, a, b, **cam, refine=cfg)
     # the recorders answer with zeros: the predictor's caches must come back as they were
-    assert small_predictor._static_cache.keys() == cached.keys()
-    assert all(small_predictor._static_cache[k] is v for k, v in cached.items())
+    assert small_predictor.refiner._static_cache.keys() == cached.keys()
+    assert all(small_predictor.refiner._static_cache[k] is v for k, v in cached.items())
     calls += [c for c in accel.capture_jitted_calls(small_predictor, a, b, **cam, refine=False, confidence=True)
               if c.name == "_forward"]
     names = [c.name for c in calls]
@@ -153,8 +155,7 @@ def test_captured_calls_are_the_ones_the_predictor_runs(small_predictor):
     """The capture answers with zeros without running anything; the functions it records,
     run for real, give the Predictor's own flows (an independent check that the export above
     covered what the Predictor computes)."""
-    from camflow_jax import accel
-
+    from camflow_jax.experiments import accel
     a, b, cam = _pair()
     calls = accel.capture_jitted_calls(small_predictor, a, b, **cam, refine=False)
     assert [c.name for c in calls] == ["_forward"]

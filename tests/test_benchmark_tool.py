@@ -1,4 +1,4 @@
-"""The benchmark (camflow_jax.benchmarking, CLI tools/benchmark.py): one run of every
+"""The benchmark (camflow_jax.experiments.benchmarking, CLI tools/benchmark.py): one run of every
 measurement on a tiny narrow network, plus XLA FLOP counts checked against closed forms (linear
 in batch, backward >= forward, the mask net's convolutions), and the command line's JSON lines."""
 
@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from camflow_jax import benchmarking
+from camflow_jax.experiments import benchmarking
+from camflow_jax.experiments.benchmarking import release as release_bench
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -193,7 +194,7 @@ def _refusal(path, monkeypatch) -> str:
 def _fake_release(root, net_py: str):
     (root / "model").mkdir(exist_ok=True)
     (root / "experiments").mkdir(exist_ok=True)
-    for f in benchmarking.RELEASE_FILES:
+    for f in release_bench.RELEASE_FILES:
         (root / f).write_text(net_py)
 
 

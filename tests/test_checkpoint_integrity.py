@@ -6,7 +6,8 @@ import jax
 import numpy as np
 import pytest
 
-from camflow_jax import checkpoint, estimate, models
+from camflow_jax import estimate, models
+from camflow_jax.models import checkpoint
 
 CFG = {"group_sizes": [12, 12], "embed_dim": 8, "depths": (1, 1, 1), "num_heads": (2, 4, 8),
        "height": 64, "width": 128}

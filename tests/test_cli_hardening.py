@@ -18,9 +18,13 @@ import numpy as np
 import pytest
 
 from camflow_jax import bases as B
-from camflow_jax import cli_utils, estimate, estimation, geometry, stabilize
+from camflow_jax import estimate, stabilize
 from camflow_jax import evaluate as ev
-from camflow_jax.stabilization import clips, video_io
+from camflow_jax.estimators import outputs as estimation
+from camflow_jax.geometry import checks
+from camflow_jax.geometry import device as geometry
+from camflow_jax.io import video as video_io
+from camflow_jax.stabilization import clips
 
 try:
     from tests import fixtures_benchmarks as fx
@@ -111,7 +115,7 @@ def test_fit_homography_flags_missing_data():
     assert np.all(np.isnan(np.asarray(H)[0])) and np.allclose(np.asarray(H)[1], np.eye(3), atol=1e-4)
     H, ok = jax.jit(lambda f: geometry.fit_homography(f, return_valid=True))(nan)  # jit-safe
     assert not bool(ok)
-    assert cli_utils.homography_problem(np.eye(3), 16, 24) is None
+    assert checks.homography_problem(np.eye(3), 16, 24) is None
 
 
 def test_estimate_refuses_absurd_intrinsics_and_depth(tmp_path, capsys):
@@ -150,14 +154,13 @@ def tiny_model():
 
 def test_damaged_checkpoints_are_refused_before_running(tmp_path, tiny_model, capsys):
     """Bad: NaN weights and an all-NaN basis in a checkpoint passed as a result."""
-    from camflow_jax import checkpoint
-
+    from camflow_jax.models import basis_set, checkpoint
     cfg, variables = tiny_model
     nan_weights = jax.tree.map(np.copy, variables)
     leaf = jax.tree.leaves(nan_weights["params"])[0]
     leaf.reshape(-1)[0] = np.nan
     checkpoint.save_model(tmp_path / "w", cfg, nan_weights)
-    good_bases = checkpoint.model_bases(cfg)
+    good_bases = basis_set.static_bases(cfg)
     checkpoint.save_model(tmp_path / "b", cfg, variables, bases=np.full_like(good_bases, np.nan))
     a, b = _pair(tmp_path)
     assert estimate.main([a, b, "--checkpoint", str(tmp_path / "w"), "-o", str(tmp_path / "o")]) == 2
@@ -169,8 +172,7 @@ def test_damaged_checkpoints_are_refused_before_running(tmp_path, tiny_model, ca
 
 def test_import_refuses_a_nan_basis(tmp_path, tiny_model, monkeypatch):
     """Bad: the importer checked the weights but accepted a NaN basis."""
-    from camflow_jax import importing
-    from camflow_jax.models import build_model, official
+    from camflow_jax.models import build_model, importing, official
 
     cfg, variables = tiny_model
     nan_bases = np.full((24, 64, 128, 2), np.nan, np.float32)
@@ -192,7 +194,7 @@ def test_huge_depth_keeps_the_depth_bases():
     for scale in (1e38, 1e-30):
         got = np.asarray(jax.jit(B.depth_translational_bases)((d.astype(np.float64) * scale).astype(np.float32), K))
         np.testing.assert_allclose(got, ref, atol=1e-5)
-    assert cli_utils.check_depth(d * 1e38, "d").shape == d.shape  # accepted by the CLIs
+    assert checks.check_depth(d * 1e38, "d").shape == d.shape  # accepted by the CLIs
 
 
 # ----------------------------------------------------------------------------- estimate: files

@@ -10,7 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from camflow_jax import checkpoint, estimate, estimators, flowio
+from camflow_jax import estimate
+from camflow_jax.estimators import registry as estimators
+from camflow_jax.io import flo as flowio
+from camflow_jax.models import checkpoint
 from camflow_jax.predictor import Predictor
 
 try:
@@ -314,7 +317,7 @@ def test_estimate_cli_trained_model_recovers_homography(tmp_path, monkeypatch, h
     The first CLI call loads the model through ``Predictor.load`` as usual; the later ones get
     that same Predictor back (one process running the CLI four times would otherwise load, trace
     and compile the model four times: each Predictor has its own jitted functions)."""
-    from camflow_jax.data.synthetic import SyntheticScenes
+    from camflow_jax.data.synthetic.scenes import SyntheticScenes
 
     real_load, loaded = Predictor.load, {}
 

@@ -1,10 +1,11 @@
-"""The estimator registry (camflow_jax.estimators): names, options, and every estimator against
+"""The estimator registry (camflow_jax.estimators.registry): names, options, and every estimator against
 closed-form truth (image pairs related by a known homography, made with cv2.warpPerspective)."""
 
 import numpy as np
 import pytest
 
-from camflow_jax import baselines, estimators
+from camflow_jax.estimators import registry as estimators
+from camflow_jax.geometry import classical as baselines
 
 try:
     from tests import fixtures_benchmarks as fx

@@ -1,4 +1,4 @@
-"""The real-image experiments (camflow_jax.evaluation.real, CLI tools/eval_real.py) against
+"""The real-image experiments (camflow_jax.experiments.real, CLI tools/eval_real.py) against
 independent oracles on synthetic data built here (CI has no opencv-doc): the basis-span and
 homography oracles, the disparity -> flow sign (cv2.remap), the disparity resize / fill / forward
 projection, the shake's ground truth, the CamFlow rows (a stub estimator), a tiny end-to-end
@@ -14,9 +14,12 @@ import cv2
 import numpy as np
 import pytest
 
-from camflow_jax import bases, estimators, metrics
-from camflow_jax.estimators import Motion
-from camflow_jax.evaluation import datasets, real
+from camflow_jax import bases
+from camflow_jax.data import datasets
+from camflow_jax.estimators import registry as estimators
+from camflow_jax.estimators.registry import Motion
+from camflow_jax.evaluation import metrics
+from camflow_jax.experiments import real
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -276,10 +279,10 @@ def test_refine_size_reaches_the_refined_camflow_rows_only():
     video = real.video_estimators(["camflow", "camflow_net", "dis"], model, "", refine_size=576)
     assert video["camflow"]().motion_estimator.refine == RefineConfig.at_size(576)
     assert not video["camflow_net"]().motion_estimator.refine and video["dis"]().name == "dis"
-    estimators.check_refine_size(576, ["dis", "camflow:/some/checkpoint"])  # a refined row: fine
-    estimators.check_refine_size(None, ["dis"])
+    estimators.require_refined_method(576, ["dis", "camflow:/some/checkpoint"])  # a refined row: fine
+    estimators.require_refined_method(None, ["dis"])
     with pytest.raises(ValueError, match="needs a refined camflow"):
-        estimators.check_refine_size(576, ["camflow_net", "dis"])
+        estimators.require_refined_method(576, ["camflow_net", "dis"])
 
 
 def test_method_names_follow_the_registry():

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from camflow_jax import evaluate as ev
+from camflow_jax.data.synthetic import scenes as synthetic
 from camflow_jax.evaluation import methods, protocols
-from camflow_jax.data import synthetic
 
 try:
     from tests import fixtures_benchmarks as fx
@@ -146,8 +146,7 @@ def test_camflow_rows_come_from_the_registry(monkeypatch):
     each checkpoint is loaded once and shared by its two rows."""
     from types import SimpleNamespace
 
-    from camflow_jax import estimators
-
+    from camflow_jax.estimators import registry as estimators
     asked = []
 
     def fake_get(name, **options):
@@ -177,7 +176,7 @@ def test_camflow_rows_come_from_the_registry(monkeypatch):
 
 def test_backward_flow_for_cahomo_from_the_estimator():
     """flow_b: the estimator's own, else its inverse homography, else the swapped pair."""
-    from camflow_jax.estimators import Motion
+    from camflow_jax.estimators.registry import Motion
 
     h, w = 6, 8
     H = np.array([[1.0, 0, 2.0], [0, 1.0, -1.0], [0, 0, 1.0]])
@@ -212,8 +211,7 @@ def test_published_identity_check():
 
 
 def test_dataset_registry_refuses_unknown_and_missing_data():
-    from camflow_jax.evaluation import datasets
-
+    from camflow_jax.data import datasets
     assert datasets.DATASETS == ("ghof_cam", "ghof", "cahomo", "synthetic")
     with pytest.raises(ValueError, match="unknown dataset 'nope'"):
         datasets.load_dataset("nope")
@@ -224,18 +222,18 @@ def test_dataset_registry_refuses_unknown_and_missing_data():
 
 
 def test_one_json_writer_marks_or_refuses_non_finite_values(tmp_path):
-    from camflow_jax import cli_utils
     from camflow_jax.evaluation import reports
+    from camflow_jax.io import atomic
 
     obj = {"a": np.float32(1.5), "b": [np.int64(2), float("nan")], 3: (np.inf, -np.inf), "c": np.arange(2),
            "d": np.bool_(True)}
-    text = cli_utils.strict_json(obj, nonfinite="mark")
+    text = atomic.strict_json(obj, nonfinite="mark")
     assert json.loads(text, parse_constant=lambda c: pytest.fail(c)) == \
         {"a": 1.5, "b": [2, None], "3": ["inf", "-inf"], "c": [0, 1], "d": True}
     with pytest.raises(ValueError, match="NaN or infinite"):
-        cli_utils.strict_json(obj)
+        atomic.strict_json(obj)
     reports.write_json(tmp_path / "r.json", obj)
-    assert (tmp_path / "r.json").read_text() == cli_utils.strict_json(obj, nonfinite="mark", indent=2)
+    assert (tmp_path / "r.json").read_text() == atomic.strict_json(obj, nonfinite="mark", indent=2)
 
 
 def test_no_refine_keeps_only_the_network_rows(monkeypatch, capsys):

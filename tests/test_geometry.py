@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from camflow_jax import geometry as G
+from camflow_jax.geometry import device as G
 
 
 def _rand_h(rng, h, w, jitter):

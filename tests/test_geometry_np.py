@@ -1,11 +1,12 @@
-"""camflow_jax.geometry_np against the JAX geometry and against OpenCV."""
+"""camflow_jax.geometry.host against the JAX geometry and against OpenCV."""
 
 import cv2
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from camflow_jax import geometry, geometry_np
+from camflow_jax.geometry import device as geometry
+from camflow_jax.geometry import host as geometry_np
 
 
 def _image_and_flow(seed=0, h=48, w=64, scale=6.0):

@@ -21,11 +21,14 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-
-from camflow_jax import cli_utils, estimate, flowio, stabilize
-from camflow_jax import evaluate as ev
-from camflow_jax.stabilization import clips, video_io
 from test_cli_hardening import _digest  # noqa: E402  (one hash of files and folders for both suites)
+
+from camflow_jax import estimate, stabilize
+from camflow_jax import evaluate as ev
+from camflow_jax.io import atomic
+from camflow_jax.io import flo as flowio
+from camflow_jax.io import video as video_io
+from camflow_jax.stabilization import clips
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--estimator=identity", "-q", "--no-metrics", "--no-plots"]
@@ -266,7 +269,7 @@ def test_a_result_that_appears_meanwhile_is_not_replaced(tmp_path):
     move into place."""
     out = tmp_path / "o.avi"
     with pytest.raises(FileExistsError, match="refusing to overwrite .*o.avi"):
-        with cli_utils.AtomicOutputs(overwrite=False) as outs:
+        with atomic.AtomicOutputs(overwrite=False) as outs:
             Path(outs.file(out)).write_text("mine")
             second = Path(outs.file(tmp_path / "o.json"))
             second.write_text("{}")
@@ -276,13 +279,13 @@ def test_a_result_that_appears_meanwhile_is_not_replaced(tmp_path):
     # A folder output (estimate, evaluate, frame folders) the same way.
     folder = tmp_path / "res"
     with pytest.raises(FileExistsError, match="refusing to overwrite"):
-        with cli_utils.atomic_dir(folder, overwrite=False) as tmp:
+        with atomic.atomic_dir(folder, overwrite=False) as tmp:
             Path(tmp, "flow_f.npy").write_text("mine")
             folder.mkdir()
             (folder / "flow_f.npy").write_text("theirs")
     assert (folder / "flow_f.npy").read_text() == "theirs" and not _partials(tmp_path)
     # With -y the later run replaces, as asked.
-    with cli_utils.atomic_file(out, overwrite=True) as tmp:
+    with atomic.atomic_file(out, overwrite=True) as tmp:
         Path(tmp).write_text("mine")
     assert out.read_text() == "mine"
 

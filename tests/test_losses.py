@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from camflow_jax import losses
 from camflow_jax.models import build_model, init_variables
+from camflow_jax.training import losses
 
 
 def _np_nll(y, yh, s, mask=None, reduction="paper"):

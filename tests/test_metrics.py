@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from camflow_jax import metrics
+from camflow_jax.evaluation import metrics
 
 
 def test_epe_hand_numbers():

@@ -17,8 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from camflow_jax.models import build_model, count_params, init_variables, preprocess
-from camflow_jax.models import swin
+from camflow_jax.models import build_model, count_params, init_variables, preprocess, swin
 
 # A released-format state dict at 128x256 (see tests/fixtures/parity/README.md).
 PARITY_128 = Path(__file__).resolve().parent / "fixtures" / "parity" / "camflow_released_128x256.npz"
@@ -182,8 +181,8 @@ def test_bad_inputs_raise_clear_errors():
 def test_model_config_is_the_single_source_of_architecture_fields():
     import dataclasses
 
-    from camflow_jax import checkpoint, configs
-    from camflow_jax.models import FIELDS, NETWORK_FIELDS, ModelConfig
+    from camflow_jax import configs
+    from camflow_jax.models import FIELDS, NETWORK_FIELDS, ModelConfig, checkpoint
 
     # A training config's model section is the network fields plus the input size.
     assert set(configs.load("default").model.keys()) == set(NETWORK_FIELDS) | {"height", "width"}

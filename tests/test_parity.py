@@ -15,8 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-from camflow_jax import checkpoint, importing
-from camflow_jax.models import official
+from camflow_jax.models import checkpoint, importing, official
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "parity" / "camflow_released_128x256.npz"

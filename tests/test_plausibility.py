@@ -1,5 +1,5 @@
-"""Plausibility checks on every estimator's answer (camflow_jax.plausibility, applied by
-camflow_jax.estimators.Estimator.__call__): featureless input, identical images, an answer worse
+"""Plausibility checks on every estimator's answer (camflow_jax.estimators.plausibility, applied by
+camflow_jax.estimators.registry.Estimator.__call__): featureless input, identical images, an answer worse
 than no motion, and inputs too wide for the network."""
 
 import subprocess
@@ -9,8 +9,9 @@ import cv2
 import numpy as np
 import pytest
 
-from camflow_jax import estimators, plausibility
-from camflow_jax.data.synthetic import SyntheticScenes
+from camflow_jax.data.synthetic.scenes import SyntheticScenes
+from camflow_jax.estimators import plausibility
+from camflow_jax.estimators import registry as estimators
 
 
 def _texture_image(h=64, w=96, seed=0):

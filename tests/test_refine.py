@@ -7,14 +7,17 @@ from __future__ import annotations
 import functools
 
 import cv2
+import fixtures_benchmarks as fx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import fixtures_benchmarks as fx
-from camflow_jax import bases, geometry
+from camflow_jax import bases
 from camflow_jax import refine as R
+from camflow_jax.geometry import device as geometry
+from camflow_jax.refine import pyramid as refine_pyramid
+from camflow_jax.refine import solver as refine_solver
 
 H, W = 96, 160
 CFG = R.RefineConfig(levels=2, iterations=(20, 10), strides=(1, 1), active=(12, 0), max_size=W)
@@ -112,7 +115,7 @@ def test_parallax_pairs_with_depth_bases_recover_the_rendered_flow():
     starts refine to the truth on the valid pixels: within 0.5 px on average over three pairs
     at this small size (occlusion boundaries bias the photometric optimum by a few tenths of a
     pixel here), and always well below the start's error."""
-    from camflow_jax.data.synthetic import SyntheticScenes
+    from camflow_jax.data.synthetic.scenes import SyntheticScenes
 
     ds = SyntheticScenes(seed=3, num_samples=3, height=H, width=W, categories=("RE",))
     errs = []
@@ -137,7 +140,7 @@ def test_jacobian_matches_finite_differences():
     img1, img2 = shifted_pair(rng, 2, 1)
     one = CFG.replace(levels=1, iterations=(1,), strides=(1,), active=(0,))
     stack1, stack2 = R.image_pyramid(jnp.asarray(img1), one)[0], R.image_pyramid(jnp.asarray(img2), one)[0]
-    data = R._level_data(stack1[..., 0], stack2, *R.basis_pyramid(HB, one).levels[0], 1)
+    data = refine_pyramid.level_data(stack1[..., 0], stack2, *R.basis_pyramid(HB, one).levels[0], 1)
     c = jnp.asarray(translation_coeffs(1.6, 0.7) + 0.05 * rng.normal(size=12))
     r, grad, inside = R.residual(*data, c)
     J = np.asarray(R.jacobian(grad, data[3], data[4]))  # [N, P]
@@ -347,7 +350,7 @@ def shipped():
 
 
 def test_predictor_refines_by_default_and_keeps_the_network_result(shipped):
-    from camflow_jax.data.synthetic import SyntheticScenes
+    from camflow_jax.data.synthetic.scenes import SyntheticScenes
 
     p = SyntheticScenes(seed=5, num_samples=1, height=H, width=W, categories=("RE",))[0]
     cam = dict(depth1=p["depth1"], depth2=p["depth2"], intrinsics=p["K"])
@@ -388,15 +391,15 @@ def test_predictor_refines_by_default_and_keeps_the_network_result(shipped):
 
 
 def test_predictor_detail_level_runs_above_the_working_size(shipped):
-    from camflow_jax.data.synthetic import SyntheticScenes
+    from camflow_jax.data.synthetic.scenes import SyntheticScenes
 
     p = SyntheticScenes(seed=5, num_samples=1, height=H, width=W, categories=("RE",))[0]
     cam = dict(depth1=p["depth1"], depth2=p["depth2"], intrinsics=p["K"])
     cfg = R.RefineConfig(max_size=W // 2, detail_size=W)  # working size 48x80, detail 96x160
-    assert shipped.working_size(H, W, cfg) == (H // 2, W // 2) and shipped.detail_size(H, W, cfg) == (H, W)
-    assert shipped.detail_size(H, W, cfg.replace(detail_size=None)) is None
-    assert shipped.detail_size(H, W, cfg.replace(detail_size=W // 2)) is None  # not above the working size
-    assert shipped.detail_size(H, W, R.RefineConfig()) is None  # the input is the working size
+    assert shipped.refiner.working_size(H, W, cfg) == (H // 2, W // 2) and shipped.refiner.detail_size(H, W, cfg) == (H, W)
+    assert shipped.refiner.detail_size(H, W, cfg.replace(detail_size=None)) is None
+    assert shipped.refiner.detail_size(H, W, cfg.replace(detail_size=W // 2)) is None  # not above the working size
+    assert shipped.refiner.detail_size(H, W, R.RefineConfig()) is None  # the input is the working size
     out = shipped(p["img1"], p["img2"], **cam, refine=cfg)
     assert out["refine_info"]["detail_size_hw"] == [H, W]
     assert [len(i) for i in out["refine_info"]["iterations"]] == [4, 4]  # three levels + detail
@@ -417,7 +420,7 @@ def test_predictor_refines_the_directions_in_two_threads_as_in_one(shipped, monk
     import threading
 
     from camflow_jax import predictor as P
-    from camflow_jax.data.synthetic import SyntheticScenes
+    from camflow_jax.data.synthetic.scenes import SyntheticScenes
 
     p = SyntheticScenes(seed=5, num_samples=1, height=H, width=W, categories=("RE",))[0]
     cam = dict(depth1=p["depth1"], depth2=p["depth2"], intrinsics=p["K"])
@@ -485,7 +488,7 @@ def test_sampling_matches_opencv_remap_with_replicated_borders():
     img = rng.uniform(0, 255, (23, 31, 3)).astype(np.float32)
     x = rng.uniform(-3, 34, 500).astype(np.float32)
     y = rng.uniform(-3, 26, 500).astype(np.float32)
-    got = np.asarray(R._sample_edge(jnp.asarray(img), jnp.asarray(x), jnp.asarray(y)))
+    got = np.asarray(refine_solver._sample_edge(jnp.asarray(img), jnp.asarray(x), jnp.asarray(y)))
     # clamped coordinates = replicated borders for bilinear interpolation
     xc, yc = np.clip(x, 0, 30), np.clip(y, 0, 22)
     want = cv2.remap(img, xc[None], yc[None], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)[0]
@@ -519,14 +522,14 @@ def test_detail_level_bases_are_the_working_bases_enlarged_as_opencv_does():
     # caches its static bases') and joined: both must be OpenCV's enlargement
     cached = R.join_basis_pyramids(*(R.with_detail(p, (Hd, Wd), k) for p in parts))
     for bp in (R.join_basis_pyramids(*parts), cached):
-        data, grad1 = R._detail_data(stack, stack, bp, k)
+        data, grad1 = refine_pyramid.detail_data(stack, stack, bp, k)
         phi1, _, pts, bu, bv = (np.asarray(a) for a in data)
         for got, comps, scale in ((bu, np.concatenate([u, u2]), Wd / 51), (bv, np.concatenate([v, v2]), Hd / 37)):
             want = np.stack([cv2.resize(c, (Wd, Hd), interpolation=cv2.INTER_LINEAR)[::k, ::k].reshape(-1)
                              for c in comps]) * scale
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="detail samples"):  # built for another stride
-        R._detail_data(stack, stack, cached, k + 1)
+        refine_pyramid.detail_data(stack, stack, cached, k + 1)
     ys, xs = np.mgrid[0:Hd:k, 0:Wd:k]
     np.testing.assert_array_equal(pts, np.stack([xs.reshape(-1), ys.reshape(-1)]).astype(np.float32))
     np.testing.assert_array_equal(phi1, np.asarray(stack)[::k, ::k, 0].reshape(-1))
@@ -538,8 +541,7 @@ def test_detail_level_refines_against_the_full_resolution_images():
     # halves (as the Predictor makes them). With the full-resolution pair as ``detail``, the
     # result (the working flow enlarged, as a caller gets it) matches the truth at full
     # resolution and OpenCV's ECC on the full-resolution pair; the exact solution stays put.
-    from camflow_jax import geometry_np
-
+    from camflow_jax.geometry import host as geometry_np
     rng = np.random.default_rng(14)
     Hd, Wd = 2 * H, 2 * W
     img1, img2, Ht = fx.make_pair(rng, Hd, Wd, jitter=6.0)

@@ -1,4 +1,4 @@
-"""camflow_jax.runtime: the entry points re-execute once with glibc.malloc.hugetlb=1.
+"""camflow_jax.cli.runtime: the entry points re-execute once with glibc.malloc.hugetlb=1.
 
 The subprocess tests look at the child from the outside: its PID (same as the one started), the
 environment it sees, how many times its program started, and the minor page faults of a large
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from camflow_jax import runtime
+from camflow_jax.cli import runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # buffers are) and reports the minor faults of the last four rounds, the environment and PID.
 PROBE = textwrap.dedent("""
     import ctypes, json, os, resource, sys
-    from camflow_jax import runtime
+    from camflow_jax.cli import runtime
     with open(sys.argv[1], "a") as f:
         f.write("start\\n")
     runtime.use_huge_pages()

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from camflow_jax import stabilize
-from camflow_jax.stabilization import clips, video_io
+from camflow_jax.io import video as video_io
+from camflow_jax.stabilization import clips
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from camflow_jax import stabilize
-from camflow_jax.stabilization import clips, motion_file, video_io
+from camflow_jax.io import video as video_io
+from camflow_jax.stabilization import clips, motion_file
 
 FAST = ["-q", "--no-metrics", "--no-plots"]
 

@@ -15,7 +15,8 @@ import cv2
 import numpy as np
 import pytest
 
-from camflow_jax.stabilization import benchmark, clips, metrics, pipeline, render
+from camflow_jax.experiments import stabilization as benchmark
+from camflow_jax.stabilization import clips, metrics, pipeline, render
 from camflow_jax.stabilization import estimators as est_lib
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,9 +10,9 @@ import cv2
 import numpy as np
 import pytest
 
-from camflow_jax.data import synthetic as S
-from camflow_jax.data import synthetic_files
-from camflow_jax.data.synthetic_render import render_view
+from camflow_jax.data.synthetic import files as synthetic_files
+from camflow_jax.data.synthetic import scenes as S
+from camflow_jax.data.synthetic.render import render_view
 
 H, W = 96, 160  # homography_fit_stride(96, 160) == 1: the label uses every valid pixel
 N_TEX = 6  # small texture bank keeps the suite fast
@@ -114,12 +114,12 @@ def test_without_the_homography_label_every_other_field_is_the_same(samples):
 
 def test_training_source_computes_the_homography_label_only_for_homography_labels():
     from camflow_jax.configs import default
-    from camflow_jax.data import pipeline
+    from camflow_jax.data import datasets
     cfg = default.get_config().data
     cfg.name, cfg.num_train, cfg.render_height, cfg.render_width = "synthetic", 4, 48, 96
-    assert pipeline.make_source(cfg, 48, 96).scenes.homography is False  # flow labels: not read
+    assert datasets.training_source(cfg, 48, 96).scenes.homography is False  # flow labels: not read
     cfg.label = "homography"
-    src = pipeline.make_source(cfg, 48, 96)
+    src = datasets.training_source(cfg, 48, 96)
     pair, scene = src[1], src.scenes[1]
     ys, xs = np.mgrid[0:48, 0:96].astype(np.float32)
     grid = np.stack([xs, ys], -1).reshape(-1, 1, 2)
@@ -132,7 +132,7 @@ def test_read_threads_run_at_the_configured_nice_value_and_read_the_same_batches
     import threading
 
     from camflow_jax.configs import default
-    from camflow_jax.data import pipeline
+    from camflow_jax.data import datasets, pipeline
     cfg = default.get_config().data
     cfg.name, cfg.num_train, cfg.render_height, cfg.render_width = "synthetic", 8, 48, 96
     seen = []
@@ -154,7 +154,7 @@ def test_read_threads_run_at_the_configured_nice_value_and_read_the_same_batches
     batches = {}
     for nice in (0, main_nice + 5):
         seen.clear()
-        it = iter(pipeline.train_dataset(Recording(pipeline.make_source(cfg, 32, 64)), read_nice=nice, **kw))
+        it = iter(pipeline.train_dataset(Recording(datasets.training_source(cfg, 32, 64)), read_nice=nice, **kw))
         batches[nice] = [next(it) for _ in range(3)]
         readers = {tid for tid, _ in seen}
         assert threading.get_native_id() not in readers  # read in grain's thread, not here

@@ -50,8 +50,7 @@ def _train(workdir, *args, devices=1, cache, extra_env=None, check=True):
 
 
 def _params(workdir):
-    from camflow_jax import checkpoint
-
+    from camflow_jax.models import checkpoint
     _, variables, _, _ = checkpoint.load_model(workdir)
     import jax
 
@@ -100,8 +99,7 @@ def test_metrics_go_to_jsonl_and_tensorboard(four_steps_one_device):
 
 
 def test_progress_eta_leaves_out_compilation(monkeypatch):
-    from camflow_jax import trainer
-
+    from camflow_jax.training import loop as trainer
     clock = iter([0.0, 100.0, 101.0, 102.0])  # construction; step 1 ends after a 100 s compile; 1 s/step
     monkeypatch.setattr(trainer.time, "time", lambda: next(clock))
     p = trainer.Progress(start=0, total=10, batch_size=4)
@@ -167,10 +165,10 @@ def _assert_same_run(wd, ref_wd):
 
 def test_checkpoint_with_the_old_rng_entry_resumes(tmp_path, cache, four_steps_one_device):
     """Workdirs written while the train state still had an (unused) ``rng`` entry resume."""
+    import shutil
+
     import jax
     import orbax.checkpoint as ocp
-
-    import shutil
 
     wd = tmp_path / "legacy"
     shutil.copytree(four_steps_one_device, wd)
@@ -332,7 +330,7 @@ def test_num_epochs_sets_the_step_count(tmp_path, cache):
 def test_num_epochs_counts_whole_batches_of_the_training_set():
     import ml_collections
 
-    from camflow_jax.trainer import with_step_count
+    from camflow_jax.training.loop import with_step_count
 
     c = ml_collections.ConfigDict(dict(batch_size=4, num_steps=1, num_epochs=2,
                                        optim=dict(steps_per_epoch=0)))
@@ -369,7 +367,7 @@ def test_missing_data_folder_is_named(tmp_path, cache):
 def test_malformed_pseudo_label_file_is_named(tmp_path):
     import cv2
 
-    from camflow_jax.data.train_sources import GhofTrain
+    from camflow_jax.data.sources import GhofTrain
 
     d = tmp_path / "sample_0"
     d.mkdir()
@@ -385,7 +383,7 @@ def test_malformed_pseudo_label_file_is_named(tmp_path):
 
 
 def test_bandwise_labels_follow_each_band_homography():
-    from camflow_jax.data.train_sources import bandwise_homography_flow
+    from camflow_jax.data.sources import bandwise_homography_flow
 
     H = np.stack([np.array([[1, 0, i], [0, 1, -i], [0, 0, 1]], np.float64) for i in range(10)])
     flow = bandwise_homography_flow(H, 600, 40)

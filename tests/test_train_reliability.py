@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from test_train import COMMON, EVAL, ROOT, _env, _losses, _one_line_error, _params, _train  # noqa: F401
 
 
@@ -79,8 +78,7 @@ def _flip_bytes_that_load_silently(step_dir, original):
     """Flips 16 bytes inside the step's largest array data file (raw float data in a zstd frame,
     which has no checksum of its own), at the first of a few offsets where orbax alone still
     restores the step and some array changed: without our checksums it would load."""
-    from camflow_jax import checkpoint
-
+    from camflow_jax.models import checkpoint
     f = max((Path(step_dir) / "state").glob("ocdbt.process_*/d/*"), key=lambda p: p.stat().st_size)
     clean = f.read_bytes()
     ref = {k: np.asarray(v).tobytes() for k, v in checkpoint.tree_arrays(original).items()}
@@ -104,8 +102,7 @@ def _flip_bytes_that_load_silently(step_dir, original):
 def test_flipped_bytes_in_a_workdir_checkpoint_are_refused_by_estimate(tmp_path, four_steps_one_device):
     import cv2
 
-    from camflow_jax import checkpoint
-
+    from camflow_jax.models import checkpoint
     wd = tmp_path / "w"
     shutil.copytree(four_steps_one_device, wd)
     step2 = checkpoint._restore_raw(wd / "checkpoints" / "2" / "state")
@@ -126,8 +123,7 @@ def test_flipped_bytes_in_a_workdir_checkpoint_are_refused_by_estimate(tmp_path,
 
 
 def test_resume_moves_a_checkpoint_with_flipped_bytes_aside(tmp_path, cache, four_steps_one_device):
-    from camflow_jax import checkpoint
-
+    from camflow_jax.models import checkpoint
     wd = tmp_path / "w"
     shutil.copytree(four_steps_one_device, wd)
     step4 = wd / "checkpoints" / "4"
@@ -218,8 +214,7 @@ def test_a_signal_saves_exits_and_resume_is_bit_identical(tmp_path, cache, four_
     assert len(line) == 1 and signal.Signals(sig).name in line[0], err[-2000:]
     saved = int(line[0].split(" at step ")[1].split(";")[0])
     assert 1 <= saved < 4
-    from camflow_jax import checkpoint
-
+    from camflow_jax.models import checkpoint
     assert checkpoint.steps(wd / "checkpoints") == [saved]  # the interrupted step was saved
     assert took < 60, f"took {took:.0f} s to stop"
     _train(wd, "--config.num_steps=4", cache=cache)
@@ -270,7 +265,7 @@ def test_an_unusable_workdir_is_refused_before_training(tmp_path, cache, case):
     elif case == "below_a_file":
         (tmp_path / "f").write_text("x")
         target = tmp_path / "f" / "wd"
-        needle = "not a directory"  # cli_utils.describe_error's plain words
+        needle = "not a directory"  # errors.describe_error's plain words
     elif case == "immutable":  # chattr +i stops root too (chmod 555 does not)
         target.mkdir()
         if not _chattr(target, "+i"):
@@ -319,8 +314,7 @@ def test_a_full_disk_is_one_line_and_the_last_checkpoint_resumes(tmp_path, cache
         # precede it): no tracebacks, no tensorstore status lines.
         others = [ln for ln in proc.stderr.splitlines() if not ln.startswith("error: ")]
         assert not [ln for ln in others if "rror" in ln or "space" in ln or "RESOURCE" in ln], proc.stderr[-3000:]
-        from camflow_jax import checkpoint
-
+        from camflow_jax.models import checkpoint
         good = checkpoint.steps(wd / "checkpoints")
         assert good and good[0] < 12
         shutil.copytree(wd, tmp_path / "moved", ignore=shutil.ignore_patterns(".lock"))
@@ -336,9 +330,9 @@ def test_a_full_disk_is_one_line_and_the_last_checkpoint_resumes(tmp_path, cache
 
 def test_disk_full_from_the_writers_names_the_file(tmp_path, monkeypatch):
     """In-process simulation (always runs): ENOSPC raised by the writers, as a full disk does."""
-    from camflow_jax import cli_utils, train_state
-    from camflow_jax import workdir as workdir_lib
-
+    from camflow_jax.io import errors
+    from camflow_jax.training import state as train_state
+    from camflow_jax.training import workdir as workdir_lib
     writer = workdir_lib.MetricWriter(tmp_path, 0)
 
     class FullFile:
@@ -352,7 +346,7 @@ def test_disk_full_from_the_writers_names_the_file(tmp_path, monkeypatch):
     writer.file = FullFile()
     with pytest.raises(OSError) as e:
         writer.write_scalars(1, {"total": 1.0})
-    assert cli_utils.describe_error(e.value) == f"disk full: {tmp_path / 'metrics.jsonl'}"
+    assert errors.describe_error(e.value) == f"disk full: {tmp_path / 'metrics.jsonl'}"
     writer.file = real
     writer.close()
     # A metadata file being replaced on a full disk keeps its previous content.
@@ -371,7 +365,7 @@ def test_disk_full_from_the_writers_names_the_file(tmp_path, monkeypatch):
     with pytest.raises(OSError) as caught:
         with train_state.storage_errors(tmp_path / "checkpoints"):
             raise e
-    assert cli_utils.describe_error(caught.value) == f"disk full: {tmp_path / 'checkpoints'}"
+    assert errors.describe_error(caught.value) == f"disk full: {tmp_path / 'checkpoints'}"
 
 
 # ----------------------------------------------------------------------------- 6. kill -9
@@ -392,8 +386,7 @@ def test_kill_9_during_a_save_keeps_the_last_checkpoint_and_resume_is_bit_identi
     run.finish()
     assert caught, "never saw a save in progress"
     assert run.proc.returncode == -signal.SIGKILL
-    from camflow_jax import checkpoint
-
+    from camflow_jax.models import checkpoint
     finished = checkpoint.steps(ckpts)
     assert finished and int(caught.split(".")[0]) not in finished  # the save being written never finished
     for n in ckpts.iterdir():  # (there may be the temporary folder the kill interrupted)
@@ -409,8 +402,7 @@ def test_kill_9_during_a_save_keeps_the_last_checkpoint_and_resume_is_bit_identi
 def test_a_metrics_line_cut_by_a_kill_is_dropped_on_resume(tmp_path):
     """A kill while a line is written leaves half of it; resuming at step 2 keeps steps 1-2
     (the cut step 3 is run and logged again) instead of failing on the broken JSON."""
-    from camflow_jax import workdir as workdir_lib
-
+    from camflow_jax.training import workdir as workdir_lib
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "total": 1.0}\n{"step": 2, "total": 2.0}\n{"step": 3, "to')
     workdir_lib.MetricWriter(tmp_path, 2).close()
     assert [json.loads(ln)["step"] for ln in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2]

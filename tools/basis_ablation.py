@@ -3,7 +3,7 @@
     python tools/basis_ablation.py --workdir=workdirs/ablation --out=workdirs/ablation/eval
 
 This script parses the arguments and prints; the work, and what the variants are, is
-:mod:`camflow_jax.evaluation.ablation` (docs/evaluation.md).
+:mod:`camflow_jax.experiments.ablation` (docs/evaluation.md).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def main(argv=None) -> int:
     if str(ROOT) not in sys.path:  # camflow_jax and configs from this checkout, installed or not
         sys.path.insert(0, str(ROOT))
     from camflow_jax import configs
-    from camflow_jax.evaluation.ablation import run_ablation
+    from camflow_jax.experiments.ablation import run_ablation
 
     run_ablation(configs.load(args.config), args.workdir, out=args.out,
                  variants=[v.strip() for v in args.variants.split(",") if v.strip()], steps=args.steps,

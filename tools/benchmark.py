@@ -4,14 +4,14 @@ Measurements (``--mode``; ``all`` runs the four in this order):
   infer   jitted forward (both directions + masks) at ``--batch``: latency per call and per
           pair, pairs/s. Random weights and random static bases (timing does not depend on
           their values); the network has ``--groups`` (default 12,12: CamFlow, 24 bases).
-  train   the real train step, built exactly like ``camflow_jax.trainer.train_and_evaluate``
+  train   the real train step, built exactly like ``camflow_jax.training.loop.train_and_evaluate``
           does it (``model_config_from`` -> ``build_model`` -> ``init_variables(identity_motion=
           True)`` -> ``make_optimizer`` -> ``make_steps`` -> ``jax.jit(..., donate_argnums=(0,))``
           over the 1-D data mesh) from ``--config`` (default ``configs/synthetic.py``: CamFlow+
           36 bases, per-sample depth bases built inside the step, synthetic data) with
           model.height/width and batch_size overridden. Timed on one fixed device-resident
           batch (no input pipeline).
-  train_data  the same compiled step fed from the real grain pipeline (``pipeline.make_source``
+  train_data  the same compiled step fed from the real grain pipeline (``datasets.training_source``
           + ``train_dataset`` + ``jax.make_array_from_process_local_data`` per batch), stepping
           without blocking as the trainer's loop does, so the input pipeline overlaps the
           device work; compare its pairs/s with ``train`` to see whether the pipeline starves
@@ -48,7 +48,7 @@ Measurements (``--mode``; ``all`` runs the four in this order):
           ``--arch`` structure with ``--groups`` bases) and of the real train step at
           ``--train-size`` with ``--train-batch`` (default 2), each in float32 and bfloat16,
           turned into roofline lower bounds, max(FLOPs / peak, bytes / HBM bandwidth), for one
-          H100 SXM and one TPU v5e chip (``camflow_jax.accel``: the spec numbers and their
+          H100 SXM and one TPU v5e chip (``camflow_jax.experiments.accel``: the spec numbers and their
           sources). Estimates, not measurements.
   profile  where the time goes, per XLA op (``--profile``: ``forward`` = mode flows_only's two
           forwards, ``train`` = mode train's step on its fixed batch, ``all`` = both): each is
@@ -118,11 +118,11 @@ Tiny sizes for a quick check: ``--arch config --config configs/smoke.py --height
 --batch 2 --repeats 2``. Glibc maps each call's large XLA scratch buffers afresh (one page fault
 per 4 KiB: ~56k per 320x576 forward). Like the training command, this script re-executes itself
 once with ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``, which backs them with transparent huge pages
-(:mod:`camflow_jax.runtime`; docs/performance.md has its effect); ``CAMFLOW_JAX_NO_HUGEPAGES=1``
+(:mod:`camflow_jax.cli.runtime`; docs/performance.md has its effect); ``CAMFLOW_JAX_NO_HUGEPAGES=1``
 measures without. The machine info records ``glibc_tunables``.
 
 This script parses the arguments and prints; the measurements are
-:mod:`camflow_jax.benchmarking` (:func:`camflow_jax.benchmarking.run`).
+:mod:`camflow_jax.experiments.benchmarking` (:func:`camflow_jax.experiments.benchmarking.run`).
 """
 
 from __future__ import annotations
@@ -136,8 +136,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # camflow_jax and configs from this checkout, installed or not
     sys.path.insert(0, str(ROOT))
 
-from camflow_jax import benchmarking  # noqa: E402  (imports no jax: the flags are read first)
-from camflow_jax.benchmarking import MODES  # noqa: E402
+from camflow_jax.experiments import benchmarking  # noqa: E402
+from camflow_jax.experiments.benchmarking import MODES  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -201,7 +201,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from camflow_jax import runtime  # noqa: E402
+    from camflow_jax.cli import runtime
 
     runtime.use_huge_pages()  # what the entry points do: measure what users get
     main()

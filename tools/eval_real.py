@@ -6,9 +6,9 @@
         [--estimators sift_ransac,dis,camflow] [--frames 120] [--parts stereo,video]
 
 Stereo on Middlebury 'Aloe' and video on vtest.avi (docs/real_images.md). This script parses
-the arguments and prints; the experiments are :mod:`camflow_jax.evaluation.real`, the tables
+the arguments and prints; the experiments are :mod:`camflow_jax.experiments.real`, the tables
 :func:`camflow_jax.evaluation.reports.real_markdown`. ``--methods`` and ``--estimators`` take
-the estimator registry's names (:mod:`camflow_jax.estimators`; old names such as ``sift`` work
+the estimator registry's names (:mod:`camflow_jax.estimators.registry`; old names such as ``sift`` work
 with a note); ``--methods`` also takes the evaluation-only oracles. The CamFlow rows use ``--checkpoint`` or, without it, the model shipped
 in the package; when neither exists they are skipped with a note.
 
@@ -28,8 +28,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # camflow_jax from this checkout, installed or not
     sys.path.insert(0, str(ROOT))
 
-from camflow_jax import cli_utils, estimators  # noqa: E402
-from camflow_jax.evaluation import datasets, real, reports  # noqa: E402
+from camflow_jax.cli import harness  # noqa: E402
+from camflow_jax.data import datasets  # noqa: E402
+from camflow_jax.estimators import registry as estimators  # noqa: E402
+from camflow_jax.evaluation import reports  # noqa: E402
+from camflow_jax.experiments import real  # noqa: E402
+from camflow_jax.io import atomic  # noqa: E402
 
 PARTS = ("stereo", "video")
 
@@ -58,14 +62,14 @@ def parse_args(argv=None):
     p.add_argument("--image-metrics", action="store_true",
                    help="also render the stabilized clips and measure stability/cropping/distortion "
                         "with SIFT (metrics.MetricsAccumulator; ~2 min more per clip and estimator on 2 cores)")
-    cli_utils.add_refine_size_flag(p)
-    cli_utils.add_verbose_flag(p)
+    harness.add_refine_size_flag(p)
+    harness.add_verbose_flag(p)
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    return cli_utils.run_cli(lambda: _run(args, argv), verbose=args.verbose)
+    return harness.run_cli(lambda: _run(args, argv), verbose=args.verbose)
 
 
 def _run(args, argv) -> int:
@@ -75,8 +79,8 @@ def _run(args, argv) -> int:
         raise ValueError(f"unknown part {', '.join(bad)}; choose from {', '.join(PARTS)}")
     methods, notes = real.check_pair_methods(_items(args.methods))
     video_names, video_notes = real.check_video_estimators(_items(args.estimators))
-    cli_utils.check_refine_size(args.refine_size, no_refine=False)
-    estimators.check_refine_size(args.refine_size, (methods if "stereo" in parts else [])
+    harness.check_refine_size(args.refine_size, no_refine=False)
+    estimators.require_refined_method(args.refine_size, (methods if "stereo" in parts else [])
                                  + (video_names if "video" in parts else []))
     fx_scales = tuple(float(v) for v in _items(args.fx_scales))
     if args.frames < 4:
@@ -109,7 +113,7 @@ def _run(args, argv) -> int:
     md = reports.real_markdown(results)
     print(md)
     if args.out:
-        with cli_utils.atomic_dir(args.out, ("results.json", "results.md")) as tmp:
+        with atomic.atomic_dir(args.out, ("results.json", "results.md")) as tmp:
             reports.write_json(os.path.join(tmp, "results.json"), results, indent=1)
             with open(os.path.join(tmp, "results.md"), "w") as fh:
                 fh.write(md + "\n")

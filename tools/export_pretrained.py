@@ -1,9 +1,9 @@
-"""Writes a trained model as compact package weights (``camflow_jax/weights/<name>``).
+"""Writes a trained model as compact package weights (``camflow_jax/models/weights/<name>``).
 
     python tools/export_pretrained.py WORKDIR [--name camflow_plus_synthetic] [-y]
 
-Reads a training workdir (or any checkpoint :func:`camflow_jax.checkpoint.load_model` reads),
-stores its arrays as 16-bit with a scale each (:func:`camflow_jax.checkpoint.save_compact`)
+Reads a training workdir (or any checkpoint :func:`camflow_jax.models.checkpoint.load_model` reads),
+stores its arrays as 16-bit with a scale each (:func:`camflow_jax.models.checkpoint.save_compact`)
 plus the run's config and summary, then checks the round trip: the flows of the 16-bit model
 against the float32 one on held-out synthetic pairs (printed, and recorded in model.json).
 """
@@ -21,15 +21,15 @@ ROOT = Path(__file__).resolve().parents[1]
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("workdir")
-    p.add_argument("--name", default=None, help="folder name under camflow_jax/weights (default: the shipped model's)")
-    p.add_argument("--out", default=None, help="output folder (default camflow_jax/weights/NAME)")
+    p.add_argument("--name", default=None, help="folder name under camflow_jax/models/weights (default: the shipped model's)")
+    p.add_argument("--out", default=None, help="output folder (default camflow_jax/models/weights/NAME)")
     p.add_argument("--pairs", type=int, default=4, help="held-out synthetic pairs for the round-trip check")
     p.add_argument("-y", "--overwrite", action="store_true")
     args = p.parse_args(argv)
     import numpy as np
 
-    from camflow_jax import checkpoint
-    from camflow_jax.data.synthetic import SyntheticScenes
+    from camflow_jax.data.synthetic.scenes import SyntheticScenes
+    from camflow_jax.models import checkpoint
     from camflow_jax.predictor import Predictor
 
     src = Path(args.workdir)

@@ -9,7 +9,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from camflow_jax.evaluation import datasets, figures
+from camflow_jax.data import datasets
+from camflow_jax.experiments import figures
 
 
 def main(argv=None) -> int:

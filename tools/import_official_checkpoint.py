@@ -5,8 +5,8 @@
 
 Reading a ``.pth`` needs PyTorch (optional extra: ``pip install torch``); ``.npz`` files with
 the same names do not. The output directory holds model.json + arrays (the released 24 bases
-included) and loads with ``camflow_jax.checkpoint.load_model``. This script parses the
-arguments and prints; the import is :func:`camflow_jax.importing.import_released`.
+included) and loads with ``camflow_jax.models.checkpoint.load_model``. This script parses the
+arguments and prints; the import is :func:`camflow_jax.models.importing.import_released`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # camflow_jax from this checkout, installed or not
     sys.path.insert(0, str(ROOT))
 
-from camflow_jax.importing import import_released  # noqa: E402
+from camflow_jax.models.importing import import_released  # noqa: E402
 
 
 def parse_args(argv=None):

@@ -12,8 +12,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from camflow_jax import bases, viz
-from camflow_jax.data.synthetic import SyntheticScenes
+from camflow_jax import bases
+from camflow_jax.data.synthetic.scenes import SyntheticScenes
+from camflow_jax.io import viz
 
 
 def main(argv=None):

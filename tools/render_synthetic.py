@@ -10,7 +10,7 @@ Per sample i: ``DIR/sample_{i:05d}.npz`` (every key of ``SyntheticScenes[i]``) a
 sample: img1 | img2 | flow_f colour (valid pixels) | depth1 | valid_f, labelled by category.
 The README picture docs/images/synthetic_categories.png is
 ``--num 5 --seed 0 --sheet-width 144`` (samples 0-4 cycle through the five categories).
-This script parses the arguments and prints; the work is :mod:`camflow_jax.data.synthetic_files`.
+This script parses the arguments and prints; the work is :mod:`camflow_jax.data.synthetic.files`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # camflow_jax from this checkout, installed or not
     sys.path.insert(0, str(ROOT))
 
-from camflow_jax.data import synthetic_files  # noqa: E402
-from camflow_jax.data.synthetic import CATEGORIES, SyntheticScenes  # noqa: E402
+from camflow_jax.data.synthetic import files as synthetic_files  # noqa: E402
+from camflow_jax.data.synthetic.scenes import CATEGORIES, SyntheticScenes  # noqa: E402
 
 
 def parse_args(argv=None):

@@ -1,6 +1,6 @@
 """Measure the stabilization metrics on synthetic clips with a known camera path.
 
-For each clip (camflow_jax.stabilization.metric_clips: a still camera with sensor noise, a
+For each clip (camflow_jax.experiments.metric_clips: a still camera with sensor noise, a
 smooth sway, white jitter) and each way of storing it (lossless, or through cv2.VideoWriter
 mp4v and back), prints the stability scores (combined, translation, rotation, the published
 5-bin variant), the high-band path RMS in pixels (jitter_px), and the measuring estimator's
@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from camflow_jax.stabilization import metric_clips as C
+from camflow_jax.experiments import metric_clips as C
 from camflow_jax.stabilization import metrics as M
 
 
@@ -58,7 +58,7 @@ def main():
                 o = r["output"]
                 true = M.path_signals(C.path_homographies(*path, h, w), h, w)
                 lever = M.half_diagonal(h, w)
-                noise = [M._highband_rms(r["path_output"][k] - true[k], args.fps, 1.0)
+                noise = [M.highband_rms(r["path_output"][k] - true[k], args.fps, 1.0)
                          * (lever if k == "theta" else 1.0) for k in ("tx", "ty", "theta")]
                 print(f"| {name} (seed {seed}) | {storage} | {o['stability']:.3f} | "
                       f"{o['stability_translation']:.3f} | {o['stability_rotation']:.3f} | "

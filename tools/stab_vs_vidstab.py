@@ -6,7 +6,7 @@
 Clips: OpenCV's vtest.avi (``apt-get install opencv-doc``; ``--video`` for another still-camera
 video) shaken by a seeded known motion, and the synthetic moving-object clip with and without
 its object (``--synthetic-size``, ``--synthetic-frames``; ``--no-synthetic`` skips them). The
-work is :func:`camflow_jax.stabilization.benchmark.compare_with_vidstab`; this script parses
+work is :func:`camflow_jax.experiments.stabilization.compare_with_vidstab`; this script parses
 arguments and prints the table (with the load average: timings on a shared machine are
 indicative).
 """
@@ -18,8 +18,9 @@ import json
 import os
 import sys
 
-from camflow_jax import cli_utils
-from camflow_jax import estimators as registry
+from camflow_jax.cli import harness
+from camflow_jax.estimators import registry
+from camflow_jax.io import atomic
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -35,20 +36,21 @@ def _size(text: str) -> tuple[int, int]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--estimators", default="sift_ransac,camflow",
-                   help="comma-separated registry names (camflow_jax.estimators)")
+                   help="comma-separated registry names (camflow_jax.estimators.registry)")
     p.add_argument("--video", help="a still-camera video to shake (default: OpenCV's vtest.avi)")
-    p.add_argument("--frames", type=cli_utils.int_at_least(8), default=120)
+    p.add_argument("--frames", type=harness.int_at_least(8), default=120)
     p.add_argument("--size", type=_size, default=(288, 384), help="HxW the video is scaled to")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--synthetic-size", type=_size, default=(192, 320))
-    p.add_argument("--synthetic-frames", type=cli_utils.int_at_least(8), default=90)
+    p.add_argument("--synthetic-frames", type=harness.int_at_least(8), default=90)
     p.add_argument("--no-synthetic", action="store_true", help="only the shaken video")
     p.add_argument("--no-vidstab", action="store_true", help="only our stabilizer")
     p.add_argument("--out", help="JSON file for all rows")
     args = p.parse_args(argv)
 
     def body() -> int:
-        from camflow_jax.stabilization import benchmark, clips
+        from camflow_jax.experiments import stabilization as benchmark
+        from camflow_jax.stabilization import clips
         from camflow_jax.stabilization import estimators as est_lib
 
         names = [registry.resolve(n)[0] for n in args.estimators.split(",") if n]
@@ -72,12 +74,12 @@ def main(argv=None) -> int:
         print(benchmark.comparison_table(rows))
         print(f"load average before: {load0}, after: {benchmark.load_average()}")
         if args.out:
-            cli_utils.write_text_atomic(args.out, json.dumps(
+            atomic.write_text_atomic(args.out, json.dumps(
                 {"rows": rows, "video": video, "load_before": load0,
                  "load_after": benchmark.load_average()}, indent=1, default=float))
         return 0
 
-    return cli_utils.run_cli(body)
+    return harness.run_cli(body)
 
 
 if __name__ == "__main__":

@@ -82,5 +82,5 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval_every = 500
     c.checkpoint_every = 500
     c.keep_checkpoints = 3
-    c.eval_baselines = ("identity", "sift_magsac")  # held-out rows: camflow_jax.estimators names
+    c.eval_baselines = ("identity", "sift_magsac")  # held-out rows: camflow_jax.estimators.registry names
     return c

@@ -2,7 +2,7 @@
 
 Every reader is a random-access source (``len(r)``, ``r[i]`` -> dict of numpy arrays) with
 ``r.categories`` (table columns, in order) and ``r.name``. The evaluation opens them by dataset
-name through :mod:`camflow_jax.evaluation.datasets`; the training sources share the GHOF
+name through :mod:`camflow_jax.data.datasets`; the training sources share the GHOF
 intrinsics and the band-wise gyro flow defined here. Images are returned as uint8 RGB
 ``[H, W, 3]``; flows as float32 ``[H, W, 2]`` (u, v) on image 1's grid (docs/design.md,
 "Conventions").

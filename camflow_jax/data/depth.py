@@ -2,7 +2,7 @@
 
 Depth must be resampled with the same geometry as the image it belongs to, or the depth bases
 are built from the wrong pixels: images are resized bilinearly with half-pixel centres
-(``cv2.INTER_LINEAR``, :func:`camflow_jax.geometry.resize_image`), so depth is too. Invalid
+(``cv2.INTER_LINEAR``, :func:`camflow_jax.geometry.device.resize_image`), so depth is too. Invalid
 depth (non-finite or <= 0) must not blend into valid neighbours: an output pixel whose bilinear
 footprint touches an invalid input pixel is invalid (NaN) itself.
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from camflow_jax.cli_utils import EXPECTED_ERRORS, describe_error
+from camflow_jax.io.errors import EXPECTED_ERRORS, describe_error
 
 __all__ = ["check_depth_aspect", "resize_depth", "read_depth", "depth_files", "DEPTH_EXTENSIONS"]
 

@@ -15,8 +15,8 @@ import cv2
 import grain
 import numpy as np
 
-from camflow_jax import geometry
-from camflow_jax.data import depth as depth_lib, train_sources
+from camflow_jax.data import depth as depth_lib
+from camflow_jax.geometry import device as geometry
 
 _ALWAYS = ("img1", "img2", "flow_f", "flow_b", "label_mask_f", "label_mask_b", "category_id")
 
@@ -95,29 +95,11 @@ def prepare_pair(sample: dict, height: int, width: int, resize=(0, 0),
     return out
 
 
-def make_source(data_cfg, height: int, width: int, split: str = "train"):
-    """The training pair source a ``config.data`` describes (``split``: 'train' or 'eval')."""
-    name = data_cfg.name
-    if name == "synthetic":
-        from camflow_jax.data.synthetic import SyntheticScenes
-
-        rh = data_cfg.render_height or (height + height // 8)
-        rw = data_cfg.render_width or (width + width // 8)
-        seed, n = ((data_cfg.train_seed, data_cfg.num_train) if split == "train"
-                   else (data_cfg.eval_seed, data_cfg.num_eval))
-        scenes = SyntheticScenes(seed=seed, num_samples=n, height=rh, width=rw,
-                                 motion_scale=data_cfg.get("motion_scale", 1.0),
-                                 homography=data_cfg.label == "homography")
-        return train_sources.SyntheticPairs(scenes, data_cfg.label)
-    if not data_cfg.path:
-        raise ValueError(f"data.name={name!r} needs data.path (the dataset folder)")
-    if name == "ghof":
-        return train_sources.GhofTrain(data_cfg.path, data_cfg.depth_pattern)
-    if name == "cahomo":
-        return train_sources.CahomoTrain(data_cfg.path)
-    if name == "frames":
-        return train_sources.FramePairs(data_cfg.path, data_cfg.frame_gap)
-    raise ValueError(f"unknown data.name {name!r}; choose synthetic, ghof, cahomo or frames")
+def prepare_kwargs(config) -> dict:
+    """The :func:`prepare_pair` arguments a training config asks for."""
+    return dict(height=config.model.height, width=config.model.width,
+                resize=(config.data.resize_height, config.data.resize_width),
+                need_depth=bool(config.bases.use_depth))
 
 
 def lower_thread_priority(nice: int) -> bool:

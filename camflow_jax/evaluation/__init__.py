@@ -7,7 +7,7 @@ Modules (imported on use; importing the package loads nothing):
 * :mod:`.datasets`: the dataset registry and loaders (benchmarks, synthetic held-out set,
   the opencv-doc real images);
 * :mod:`.protocols`: metrics per dataset, per-sample scoring, published zero-flow rows;
-* :mod:`.methods`: table rows from the estimator registry (:mod:`camflow_jax.estimators`) and
+* :mod:`.methods`: table rows from the estimator registry (:mod:`camflow_jax.estimators.registry`) and
   the evaluation-only oracles;
 * :mod:`.benchmark`: :func:`.benchmark.evaluate`, one benchmark run;
 * :mod:`.reports`: tables (text, markdown, CSV) and JSON files;

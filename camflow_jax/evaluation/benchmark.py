@@ -19,8 +19,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from camflow_jax import metrics
-from camflow_jax.evaluation import datasets, methods as methods_lib, protocols, reports
+from camflow_jax.data import datasets
+from camflow_jax.evaluation import methods as methods_lib
+from camflow_jax.evaluation import metrics, protocols, reports
+from camflow_jax.io.atomic import check_writable
 
 __all__ = ["evaluate"]
 
@@ -33,9 +35,9 @@ def evaluate(dataset: str, methods: Sequence[str] | str, *, data=None, checkpoin
     """Runs ``methods`` on a benchmark and aggregates per-category tables.
 
     Args:
-      dataset: one of :data:`camflow_jax.evaluation.datasets.DATASETS`.
+      dataset: one of :data:`camflow_jax.data.datasets.DATASETS`.
       methods: names (list or comma-separated string): estimator registry names
-        (:mod:`camflow_jax.estimators`), ``camflow:LABEL`` for a labelled ``checkpoints``
+        (:mod:`camflow_jax.estimators.registry`), ``camflow:LABEL`` for a labelled ``checkpoints``
         entry, and the evaluation-only oracles (:data:`.methods.ORACLES`); ``camflow``
         gives two rows, ``camflow`` (refined) and ``camflow_net`` (the network alone).
       data: benchmark path (GHOF-Cam / GHOF ``.npy`` file, CAHomo folder); for ``synthetic``
@@ -66,7 +68,6 @@ def evaluate(dataset: str, methods: Sequence[str] | str, *, data=None, checkpoin
     if iqa_form not in ("masked", "zeroed"):
         raise ValueError(f"iqa_form must be 'masked' or 'zeroed', got {iqa_form!r}")
     if out_dir is not None:  # an unwritable out_dir is reported before the evaluation runs
-        from camflow_jax.cli_utils import check_writable
 
         check_writable(os.path.dirname(os.path.abspath(os.fspath(out_dir))))
         if os.path.isdir(out_dir):

@@ -1,4 +1,4 @@
-"""The rows of a benchmark table: estimators from the registry (:mod:`camflow_jax.estimators`)
+"""The rows of a benchmark table: estimators from the registry (:mod:`camflow_jax.estimators.registry`)
 and the evaluation-only oracles.
 
 A :class:`Method` runs on a benchmark sample: ``method(sample, need_backward) -> (flow_f,
@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from camflow_jax import estimators, geometry_np
+from camflow_jax.estimators import registry as estimators
+from camflow_jax.geometry import host as geometry_np
 
 __all__ = ["ORACLES", "Method", "parse_checkpoints", "build_methods", "from_estimator", "oracle"]
 
@@ -71,7 +72,7 @@ def parse_checkpoints(spec) -> list[tuple[str, str]]:
 def from_estimator(name: str, est, note: str = "") -> Method:
     """A row from a registry estimator ``est(img1, img2, *, depth1, depth2, intrinsics) -> Motion``.
 
-    The estimator's own answer is measured (:meth:`camflow_jax.estimators.Estimator.raw`, no
+    The estimator's own answer is measured (:meth:`camflow_jax.estimators.registry.Estimator.raw`, no
     plausibility checks). The backward flow (CAHomo's protocol) is the estimator's own ``flow_b``, else the inverse
     of its homography, else the estimator run on the swapped pair.
     """
@@ -176,7 +177,7 @@ def build_methods(names: Sequence[str], dataset: str, checkpoints=None,
         else:
             out.append(from_estimator(canonical, estimators.get(canonical, forward_only=forward_only), note))
     names_out = [m.name for m in out]
-    estimators.check_refine_size(refine_size, names_out)
+    estimators.require_refined_method(refine_size, names_out)
     if len(set(names_out)) != len(names_out):
         raise ValueError(f"methods listed twice: {names_out}")
     return out

@@ -1,6 +1,6 @@
 """Benchmark protocols: which metrics each dataset reports, how one sample is scored, and the
 published zero-flow rows a full run is checked against (docs/evaluation.md; the formulas are
-in :mod:`camflow_jax.metrics`).
+in :mod:`camflow_jax.evaluation.metrics`).
 
 =========  ==========================================================================
 ghof_cam   epe (published all-pixel form vs gt_flow on the valid mask), epe_valid,
@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from camflow_jax import geometry_np, metrics
+from camflow_jax.evaluation import metrics
+from camflow_jax.geometry import host as geometry_np
 
 __all__ = ["METRIC_NAMES", "PUBLISHED_IDENTITY", "metric_title", "score_sample",
            "alignment_scores", "check_published_identity"]

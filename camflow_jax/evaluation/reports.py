@@ -5,7 +5,7 @@
 * :func:`benchmark_summary` / :func:`write_benchmark`: what ``python -m camflow_jax.evaluate``
   prints and the files it writes (:data:`BENCHMARK_FILES`).
 * :func:`real_markdown`: the tables of the real-image experiments (:mod:`.real`).
-* :func:`write_json`: every JSON file goes through :func:`camflow_jax.cli_utils.strict_json`
+* :func:`write_json`: every JSON file goes through :func:`camflow_jax.io.atomic.strict_json`
   (NaN -> ``null``, +-inf -> ``"inf"``/``"-inf"``).
 """
 
@@ -16,8 +16,8 @@ import math
 import os
 from collections.abc import Sequence
 
-from camflow_jax import cli_utils, metrics
-from camflow_jax.evaluation import protocols
+from camflow_jax.evaluation import metrics, protocols
+from camflow_jax.io import atomic
 
 __all__ = ["BENCHMARK_FILES", "format_table", "benchmark_summary", "benchmark_markdown",
            "write_benchmark", "write_json", "real_markdown"]
@@ -29,8 +29,8 @@ BENCHMARK_FILES = ("results.json", "meta.json", "results.csv", "per_sample.csv",
 
 # ----------------------------------------------------------------------------- JSON
 def write_json(path, obj, indent: int = 2) -> None:
-    """Writes ``obj`` as strict JSON (``cli_utils.strict_json(nonfinite="mark")``)."""
-    text = cli_utils.strict_json(obj, nonfinite="mark", indent=indent)
+    """Writes ``obj`` as strict JSON (``atomic.strict_json(nonfinite="mark")``)."""
+    text = atomic.strict_json(obj, nonfinite="mark", indent=indent)
     with open(path, "w") as fh:
         fh.write(text)
 
@@ -111,7 +111,7 @@ def benchmark_markdown(run: dict) -> str:
 def write_benchmark(out_dir, run: dict) -> None:
     """Writes :data:`BENCHMARK_FILES` into a temporary folder next to ``out_dir`` and moves
     them in when all are complete (an interrupted run leaves no half-written result)."""
-    with cli_utils.atomic_dir(out_dir, BENCHMARK_FILES) as tmp:
+    with atomic.atomic_dir(out_dir, BENCHMARK_FILES) as tmp:
         _write_benchmark_files(tmp, run)
 
 

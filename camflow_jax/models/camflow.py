@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import flax.linen as nn
 
-from camflow_jax import geometry
+from camflow_jax.geometry import device as geometry
 from camflow_jax.models.config import DEPTH_GROUP, GROUP_NAMES, ModelConfig
 from camflow_jax.models.features import ShallowFeatures
 from camflow_jax.models.mask import MaskNet

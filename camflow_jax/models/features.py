@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import flax.linen as nn
 
 from camflow_jax.models.layers import Dtype, batch_norm, conv3x3, gelu
 

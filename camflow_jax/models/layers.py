@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import flax.linen as nn
 
 Dtype = Any
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import flax.linen as nn
 
 from camflow_jax.models.layers import Dtype, conv3x3
 

@@ -18,12 +18,11 @@ For levels l = 0..L-1 (coarse to fine, the level-l maps are at 1/2^(L-l) resolut
 
 from __future__ import annotations
 
-
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import flax.linen as nn
 
-from camflow_jax import geometry
+from camflow_jax.geometry import device as geometry
 from camflow_jax.models.config import ModelConfig
 from camflow_jax.models.features import FeaturePyramid
 from camflow_jax.models.layers import Dtype, Mlp, dense, gelu, layer_norm

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import functools
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import flax.linen as nn
 
-from camflow_jax.models.layers import (Dtype, Mlp, batch_norm, conv3x3, dense, kaiming_normal,
-                                      layer_norm)
+from camflow_jax.models.layers import Dtype, Mlp, batch_norm, conv3x3, dense, kaiming_normal, layer_norm
 
 MASK_VALUE = -100.0
 

@@ -6,7 +6,7 @@ two-pass streaming pipeline), ``metrics`` (cropping, distortion, stability), ``c
 (synthetic shaky clips with ground truth), ``video_io`` (video / frame-folder streams),
 ``plots`` (figures and the KLT point tracker), ``runner`` (the file-level driver of the CLI),
 ``benchmark`` (estimator comparison on generated clips, ``python -m
-camflow_jax.stabilization.benchmark``). The CLI is ``python -m camflow_jax.stabilize``.
+camflow_jax.experiments.stabilization``). The CLI is ``python -m camflow_jax.stabilize``.
 
 Nothing is imported eagerly: ``from camflow_jax.stabilization import pipeline``.
 """

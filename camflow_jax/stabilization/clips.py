@@ -5,14 +5,14 @@ the *smooth* view of the scene at time t, displaced by a known jitter homography
 (``jitter[t]``, smooth-frame pixels -> shaky-frame pixels); jitter is white noise, i.i.d. over
 frames, so almost all of its energy is above the stabilizer's pass band.
 
-* :func:`planar_clip` — a seamless procedural texture (``camflow_jax.data.synthetic_textures``)
+* :func:`planar_clip` — a seamless procedural texture (``camflow_jax.data.synthetic.textures``)
   seen through a smooth similarity path S_t (pan + slow sway of rotation and zoom); frame t is
   the texture warped by G_t = J_t S_t (exact ground truth, no parallax; the texture is built
   once, then each frame is one warp).
   J_t = a rotation about the frame centre (``jitter_deg`` std) plus a translation
   (``jitter`` std, fraction of the width).
 * :func:`parallax_clip` — a random 3D scene of the synthetic renderer
-  (``camflow_jax.data.synthetic``: ground, occluding layers at several depths, moving objects)
+  (``camflow_jax.data.synthetic.scenes``: ground, occluding layers at several depths, moving objects)
   filmed by a camera whose smooth path translates sideways and forwards (parallax) and pans
   slowly; the jitter is a camera rotation R_t (``jitter_deg`` std per axis), so the shaky frame
   is exactly the smooth frame warped by J_t = K R_t K^-1 (a rotation about the camera centre has
@@ -47,6 +47,9 @@ import dataclasses
 import cv2
 import numpy as np
 
+from camflow_jax.data.synthetic import scenes as synthetic
+from camflow_jax.data.synthetic.render import cast_rays, render_view, rotation_matrix
+from camflow_jax.data.synthetic.textures import procedural_texture, procedural_textures
 from camflow_jax.stabilization.render import forward_points
 
 __all__ = ["ShakyClip", "planar_clip", "parallax_clip", "planar_jitter", "residual_motion", "highfreq_rms",
@@ -114,7 +117,6 @@ def planar_jitter(rng, num_frames, height, width, jitter, jitter_deg):
 def _feature_texture(rng, size: int) -> np.ndarray:
     """Seamless procedural texture (``synthetic_textures.procedural_texture``) with a dense
     sprinkle of small shapes, so every view has plenty of corners and blobs for matching."""
-    from camflow_jax.data.synthetic_textures import procedural_texture
 
     tex = procedural_texture(rng, size)
     n = int(size * size / 300)
@@ -336,9 +338,6 @@ def parallax_clip(num_frames: int = 60, height: int = 96, width: int = 160, seed
     pose the scene was designed for. Moving objects move through their whole motion
     (``tau`` 0 -> 1) over the clip unless ``move_objects`` is False.
     """
-    from camflow_jax.data import synthetic
-    from camflow_jax.data.synthetic_render import cast_rays, render_view, rotation_matrix
-    from camflow_jax.data.synthetic_textures import procedural_textures
 
     _check_sizes(num_frames, height, width)
     rng = np.random.default_rng([seed, 613])

@@ -1,5 +1,5 @@
 """Camera-motion estimators for stabilization: the registry's estimators
-(:mod:`camflow_jax.estimators`, where every name lives) with the stabilizer's bookkeeping.
+(:mod:`camflow_jax.estimators.registry`, where every name lives) with the stabilizer's bookkeeping.
 
 A stabilization estimator is a callable ``estimator(frame_t, frame_t1) -> flow [H, W, 2]``
 (float32 numpy) taking two RGB frames ``[H, W, 3]`` and returning the forward flow F_t on frame
@@ -38,8 +38,8 @@ import time
 
 import numpy as np
 
-from camflow_jax import estimators as registry
-from camflow_jax import geometry_np
+from camflow_jax.estimators import registry
+from camflow_jax.geometry import host as geometry_np
 
 __all__ = ["Estimator", "RegistryEstimator", "CamFlowEstimator", "make_estimator",
            "inlier_homography"]
@@ -169,7 +169,7 @@ class CamFlowEstimator(Estimator):
 
     ``predictor(img1, img2, depth1=, depth2=, intrinsics=, refine=)`` must return a dict whose
     ``flow_f`` is the forward flow ``[H', W', 2]`` or ``[1, H', W', 2]`` (numpy or jax); if its
-    size differs from the frames' it is resized with :func:`camflow_jax.geometry_np.resize_flow`.
+    size differs from the frames' it is resized with :func:`camflow_jax.geometry.host.resize_flow`.
     ``camflow_jax.predictor.Predictor`` satisfies this; :meth:`from_checkpoint` loads one.
     """
 
@@ -218,8 +218,8 @@ class CamFlowEstimator(Estimator):
         """(depth_t, depth_t+1, K) at the estimation size h x w, or Nones without depth."""
         if self.depth_files is None:
             return None, None, None
-        from camflow_jax import geometry
         from camflow_jax.data import depth as depth_lib
+        from camflow_jax.geometry import device as geometry
 
         if t + 1 >= len(self.depth_files):
             raise ValueError(f"the depth folder has {len(self.depth_files)} files, but the video has "
@@ -242,7 +242,7 @@ class CamFlowEstimator(Estimator):
         m = self.motion_estimator(a, b, depth1=d1, depth2=d2, intrinsics=K)
         self.coefficients.append(None)  # set below once the pair's estimate is known good
         coeffs = (m.extras or {}).get("coeffs_f")
-        if m.fallback:  # featureless, or worse than no motion (camflow_jax.plausibility)
+        if m.fallback:  # featureless, or worse than no motion (camflow_jax.estimators.plausibility)
             return None
         flow = np.asarray(m.flow_f, np.float32)
         if flow.ndim == 4 and flow.shape[0] == 1:
@@ -283,7 +283,7 @@ class CamFlowEstimator(Estimator):
 
 
 def make_estimator(name: str, checkpoint: str | None = None, refine_size: int | None = None, **kwargs) -> Estimator:
-    """A stabilization estimator from a registry name (:mod:`camflow_jax.estimators`; the old
+    """A stabilization estimator from a registry name (:mod:`camflow_jax.estimators.registry`; the old
     ``sift`` / ``orb`` work with a FutureWarning: they are ``sift_ransac`` / ``orb_ransac``).
 
     camflow / camflow_net (``:PATH``): ``checkpoint`` (an inference checkpoint or a training

@@ -54,7 +54,8 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from camflow_jax import baselines
+from camflow_jax.geometry import classical as baselines
+from camflow_jax.io.video import FrameSource
 
 __all__ = ["frame_homography", "cropping_distortion", "compose_path", "path_signals",
            "low_band_ratio", "half_diagonal", "stability_scores", "border_mask",
@@ -74,7 +75,7 @@ def frame_homography(img_a, img_b, max_side: int = 640,
     """Homography a -> b (full-resolution pixels) from SIFT, ratio 0.7, > 10 matches, RANSAC.
 
     Returns None when matching fails. ``cache``: reuses the features of frames seen before
-    (:class:`camflow_jax.baselines.FeatureCache`; the same result, detected once).
+    (:class:`camflow_jax.geometry.classical.FeatureCache`; the same result, detected once).
     """
     a, b = np.asarray(img_a), np.asarray(img_b)
     h, w = a.shape[:2]
@@ -195,7 +196,7 @@ def half_diagonal(height: int, width: int) -> float:
     return 0.5 * float(np.hypot(height, width))
 
 
-def _highband_rms(signals, fps: float, low_hz: float) -> float:
+def highband_rms(signals, fps: float, low_hz: float) -> float:
     """Root of the summed mean squares of the parts of ``signals`` ``[G, N]`` above ``low_hz``
     (after the same detrending and window as :func:`low_band_ratio`; Parseval on the half
     spectrum). For (tx, ty, lever * theta) it is the RMS high-band displacement of the frame
@@ -229,9 +230,9 @@ def stability_scores(Hs, height: int, width: int, fps: float = 30.0, low_hz: flo
         "stability": low_band_ratio(both, fps, low_hz, floor=floor_px),
         "stability_translation": low_band_ratio(trans, fps, low_hz, floor=floor_px),
         "stability_rotation": low_band_ratio(rot_px, fps, low_hz, floor=floor_px),
-        "jitter_px": _highband_rms(both, fps, low_hz),
-        "jitter_translation_px": _highband_rms(trans, fps, low_hz),
-        "jitter_rotation_px": _highband_rms(rot_px, fps, low_hz),
+        "jitter_px": highband_rms(both, fps, low_hz),
+        "jitter_translation_px": highband_rms(trans, fps, low_hz),
+        "jitter_rotation_px": highband_rms(rot_px, fps, low_hz),
         # Published variant (5 lowest bins, min of translation and rotation, the script's tiny
         # floors): depends on the clip length and is dominated by rotation noise; comparison only.
         "stability_classic_translation": low_band_ratio(trans, classic_bins=5,
@@ -396,7 +397,6 @@ def video_metrics(output_path: str, input_path: str | None = None, fps: float | 
     """Metrics of a written video (or frame folder) as the user gets it, decoded again;
     with ``input_path`` also the input-relative cropping and distortion (same frame count
     needed)."""
-    from camflow_jax.stabilization.video_io import FrameSource
 
     out = FrameSource(output_path)
     rate = float(fps) if fps else out.fps

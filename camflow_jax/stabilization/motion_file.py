@@ -37,7 +37,8 @@ import os
 import cv2
 import numpy as np
 
-from camflow_jax.cli_utils import EXPECTED_ERRORS, describe_error
+from camflow_jax.io.errors import EXPECTED_ERRORS, describe_error
+from camflow_jax.stabilization import render as render_lib
 
 __all__ = ["VERSION", "FORMATS", "MotionRecord", "fit_homography", "pair_homography",
            "correction_homography", "homography_flows", "record_from_plan", "path_edits",
@@ -133,7 +134,6 @@ def correction_homography(update: np.ndarray, height: int, width: int,
                           zoom: float) -> tuple[np.ndarray, float]:
     """Fit of the rendered warp (input pixel -> output pixel, zoom included) of an update
     field ``[h, w, 2]`` -> (W 3x3, RMS px)."""
-    from camflow_jax.stabilization import render as render_lib
 
     update = np.asarray(update, np.float32)
     h, w = update.shape[:2]
@@ -212,7 +212,6 @@ def edited_source_map(update, height: int, width: int, zoom: float, iterations: 
     """The renderer's sampling maps (:func:`render.source_map`) for output pixels moved by the
     homography ``delta``: output pixel y samples where the unedited output shows
     ``delta^-1 y``."""
-    from camflow_jax.stabilization import render as render_lib
 
     update = np.asarray(update, np.float32)
     h, w = update.shape[:2]

@@ -36,9 +36,11 @@ from typing import Callable, Iterable, Iterator
 import cv2
 import numpy as np
 
-from camflow_jax.geometry_np import resize_flow
+from camflow_jax.geometry.host import resize_flow
+from camflow_jax.stabilization import motion_file
 from camflow_jax.stabilization import profiles as profiles_lib
 from camflow_jax.stabilization import render as render_lib
+from camflow_jax.stabilization.motion_file import edited_source_map
 
 __all__ = ["StabilizerConfig", "Motion", "Plan", "working_size", "estimation_size", "smoothing_for_clip",
            "complete_discontinuities", "estimate_motion", "update_fields", "plan_stabilization",
@@ -178,7 +180,6 @@ class Motion:
     def save(self, path: str) -> None:
         """Writes a motion file (:mod:`.motion_file`, the one schema; ``.npz`` keeps the flows
         exactly) that :meth:`load` reads back (skip estimation on re-runs)."""
-        from camflow_jax.stabilization import motion_file
 
         motion_file.write(str(path), motion_file.MotionRecord(
             frame_size=tuple(int(v) for v in self.frame_size), num_frames=self.num_frames,
@@ -188,7 +189,6 @@ class Motion:
     @classmethod
     def load(cls, path: str) -> "Motion":
         """The dense motion of an ``.npz`` motion file (:func:`.motion_file.read` validates)."""
-        from camflow_jax.stabilization import motion_file
 
         rec = motion_file.read(str(path))
         if rec.flows is None:
@@ -392,7 +392,6 @@ def render(frames: Iterable[np.ndarray], plan: Plan,
             mx, my = render_lib.source_map(plan.updates[t], H, W, plan.zoom,
                                            cfg.fixed_point_iterations)
         else:
-            from camflow_jax.stabilization.motion_file import edited_source_map
 
             mx, my = edited_source_map(plan.updates[t], H, W, plan.zoom,
                                        cfg.fixed_point_iterations, edit)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from camflow_jax.baselines import to_gray_u8
+from camflow_jax.geometry.classical import to_gray_u8
 
 __all__ = ["PointTracker", "plot_camera_path", "plot_trajectories", "COLORS"]
 
@@ -74,7 +74,8 @@ class PointTracker:
                          for r in self.rows]) if self.rows else np.zeros((0, 0, 2))
 
 
-def _figure(rows, width=7.0, height_per_row=1.7):
+def stacked_axes(rows, width=7.0, height_per_row=1.7):
+    """A figure of ``rows`` stacked axes sharing x (the stabilization plots' layout)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -87,7 +88,7 @@ def plot_camera_path(path_in: dict, path_out: dict, fps: float, filename: str,
                      title: str = "") -> None:
     """Camera path before (dashed) and after (solid) stabilization; signals from
     :func:`camflow_jax.stabilization.metrics.path_signals`."""
-    fig, axes = _figure(3)
+    fig, axes = stacked_axes(3)
     n = len(path_in["tx"])
     t = np.arange(n) / fps
     for ax, key, label, scale in zip(axes, ("tx", "ty", "theta"),
@@ -110,7 +111,7 @@ def plot_trajectories(tracks_in, tracks_out, fps: float, filename: str, title: s
     """x (top) and y (bottom) trajectories of tracked points; dashed input, solid output."""
     tracks_in = np.asarray(tracks_in, np.float64)
     tracks_out = np.asarray(tracks_out, np.float64)
-    fig, axes = _figure(2)
+    fig, axes = stacked_axes(2)
     n = max(tracks_in.shape[0], tracks_out.shape[0])
     t = np.arange(n) / fps
     for k in range(max(tracks_in.shape[1] if tracks_in.ndim == 3 else 0,

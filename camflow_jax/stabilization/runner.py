@@ -27,10 +27,11 @@ import time
 
 import numpy as np
 
-from camflow_jax import cli_utils
+from camflow_jax.io import atomic
+from camflow_jax.io import video as video_io
+from camflow_jax.io.video import IMAGE_EXTENSIONS, FrameSink, FrameSource, output_kind
 from camflow_jax.stabilization import metrics as metrics_lib
-from camflow_jax.stabilization import motion_file, pipeline, plots, render, video_io
-from camflow_jax.stabilization.video_io import IMAGE_EXTENSIONS, FrameSink, FrameSource, output_kind
+from camflow_jax.stabilization import motion_file, pipeline, plots, render
 
 __all__ = ["report_paths", "check_outputs", "stabilize_video"]
 
@@ -58,14 +59,14 @@ def check_outputs(input_path: str, output: str, paths: list[str], overwrite: boo
     all_inputs = [input_path] + [p for p in inputs if p]
     outs = [output] + [p for p in paths if p]
     kind = output_kind(output)  # an extension we cannot write is refused
-    cli_utils.check_not_inputs(outs, all_inputs, input_folder_exts=IMAGE_EXTENSIONS)
+    atomic.check_not_inputs(outs, all_inputs, input_folder_exts=IMAGE_EXTENSIONS)
     if kind == "video":
-        cli_utils.check_output_file(output, overwrite, all_inputs)
+        atomic.check_output_file(output, overwrite, all_inputs)
     else:
-        cli_utils.check_output_dir(output, _is_frame, overwrite, all_inputs)
+        atomic.check_output_dir(output, _is_frame, overwrite, all_inputs)
     for p in paths:
         if p:
-            cli_utils.check_output_file(p, overwrite, all_inputs)
+            atomic.check_output_file(p, overwrite, all_inputs)
 
 
 def _jsonable(x):
@@ -114,7 +115,7 @@ def stabilize_video(input_path: str, output_path: str, estimator,
                                dynamic_ncols=True)
 
     # The scratch folder (memmaps) is removed on success, failure and SIGINT/SIGTERM alike
-    # (cli_utils.run_cli turns those signals into an exception).
+    # (harness.run_cli turns those signals into an exception).
     with tempfile.TemporaryDirectory(prefix="camflow_stabilize_") as scratch:
         return _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
                     with_plots, export_motion, motion_path, low_hz, scratch, bar)
@@ -224,7 +225,7 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
     # Every output goes to a temporary file / folder next to it; all are moved into place, the
     # video first, when the block ends without an exception (and removed when it ends with one).
     # Without overwrite the move refuses an output another run created meanwhile.
-    with cli_utils.AtomicOutputs(overwrite) as outputs:
+    with atomic.AtomicOutputs(overwrite) as outputs:
         if output_kind(output_path) == "video":
             target = outputs.file(output_path)
         else:
@@ -308,6 +309,6 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
         report = {k: v for k, v in result.items() if k != "report"}
         tmp = outputs.file(paths["json"])
         with open(tmp, "w") as f:
-            f.write(cli_utils.strict_json(_jsonable(report), indent=2))
+            f.write(atomic.strict_json(_jsonable(report), indent=2))
     del plan, motion  # release the memmaps before the scratch folder goes
     return result

@@ -1,11 +1,15 @@
 """Refined and network-only EPE of the shipped model on central crops of 4 synthetic RE pairs
 (seed 7, 576 wide, with depth) at 2:1, 4:1, 6:1 and 8:1; the numbers behind predictor.MAX_SQUASH
 (docs/estimation.md). Usage: python docs/plausibility/aspect_ratio.py (2-core CPU: ~3 min)."""
-import numpy as np, warnings
+import warnings
+
+import numpy as np
+
 warnings.filterwarnings("ignore")
-from camflow_jax.data.synthetic import SyntheticScenes
-from camflow_jax.predictor import Predictor
 import camflow_jax.predictor as P
+from camflow_jax.data.synthetic.scenes import SyntheticScenes
+from camflow_jax.predictor import Predictor
+
 P.MAX_SQUASH = 100  # measure beyond the limit
 pred = Predictor.from_pretrained()  # the shipped model
 ds = SyntheticScenes(seed=7, num_samples=6, height=320, width=576, categories=("RE",))

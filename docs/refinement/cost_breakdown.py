@@ -10,7 +10,7 @@ import time
 
 import jax
 
-from camflow_jax.data.synthetic import SyntheticScenes
+from camflow_jax.data.synthetic.scenes import SyntheticScenes
 from camflow_jax.predictor import Predictor
 
 s = SyntheticScenes(seed=1000, num_samples=2, height=320, width=576)[0]

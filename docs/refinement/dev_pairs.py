@@ -6,12 +6,17 @@ them (n). Prints one JSON line: the mean, the pairs over 2 px, the mean iteratio
 and every pair's EPE.
 Usage: python docs/refinement/dev_pairs.py '{"cauchy_width": 0.7, "iterations": [8, 10, 10]}' SEED N d|n
 """
-import sys, json, warnings
+import json
+import sys
+import warnings
+
 import numpy as np
-from camflow_jax import metrics
-from camflow_jax.data.synthetic import SyntheticScenes
+
+from camflow_jax.data.synthetic.scenes import SyntheticScenes
+from camflow_jax.evaluation import metrics
 from camflow_jax.predictor import Predictor
 from camflow_jax.refine import RefineConfig
+
 warnings.simplefilter("ignore")
 kw = json.loads(sys.argv[1]); seed, n, depth = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "d"
 kw = {k: tuple(v) if isinstance(v, list) else v for k, v in kw.items()}

@@ -16,8 +16,9 @@ import warnings
 
 import numpy as np
 
-from camflow_jax import geometry_np, metrics
-from camflow_jax.data.synthetic import SyntheticScenes
+from camflow_jax.data.synthetic.scenes import SyntheticScenes
+from camflow_jax.evaluation import metrics
+from camflow_jax.geometry import host as geometry_np
 from camflow_jax.predictor import Predictor
 from camflow_jax.refine import RefineConfig
 

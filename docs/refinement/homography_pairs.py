@@ -12,8 +12,9 @@ import time
 import cv2
 import numpy as np
 
-from camflow_jax import estimators, geometry_np
-from camflow_jax.data.synthetic import SyntheticScenes
+from camflow_jax.data.synthetic.scenes import SyntheticScenes
+from camflow_jax.estimators import registry as estimators
+from camflow_jax.geometry import host as geometry_np
 
 H_, W_ = 320, 576
 METHODS = ("identity", "sift_magsac", "ecc", "camflow_net", "camflow")

@@ -12,8 +12,8 @@ import time
 
 import numpy as np
 
+from camflow_jax.data.synthetic.scenes import SyntheticScenes
 from camflow_jax.evaluation import protocols
-from camflow_jax.data.synthetic import SyntheticScenes
 from camflow_jax.predictor import Predictor
 from camflow_jax.refine import RefineConfig
 

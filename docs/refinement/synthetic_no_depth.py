@@ -7,7 +7,8 @@ Usage: python docs/refinement/synthetic_no_depth.py OUT_DIR
 """
 import sys
 
-from camflow_jax.evaluation import benchmark, datasets
+from camflow_jax.data import datasets
+from camflow_jax.evaluation import benchmark
 
 
 class NoDepth:

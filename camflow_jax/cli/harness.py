@@ -1,0 +1,178 @@
+"""The command-line harness every entry point shares (``estimate``, ``evaluate``, ``stabilize``,
+``train`` and ``tools/``); library code never imports it. See docs/what_the_tools_refuse.md.
+
+* bad input or arguments: a one-line ``error: ...`` naming the cause and exit code
+  :data:`EXIT_BAD_INPUT` (2), before any output is touched where it can be known up front;
+* failures: :func:`run_cli` turns every expected failure
+  (:data:`camflow_jax.io.errors.EXPECTED_ERRORS`) into one line
+  (:func:`camflow_jax.io.errors.describe_error`), exit 2, and SIGINT/SIGTERM into a clean stop
+  (temporaries removed), exit 130/143; a traceback only with ``--verbose``
+  (:func:`add_verbose_flag`);
+* shared flags and argparse types: ``--verbose``, ``--refine-size``, finite numbers, whole
+  numbers with a lower bound, ``fx,fy,cx,cy``.
+
+Outputs are written by :mod:`camflow_jax.io.atomic` (never half a result, never the input, never
+an existing file without ``-y``); numeric inputs are checked by :mod:`camflow_jax.geometry.checks`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Iterator
+
+from camflow_jax.estimators import registry as estimators
+from camflow_jax.io.errors import EXPECTED_ERRORS, describe_error
+from camflow_jax.refine import RefineConfig
+
+#: Exit code of every CLI for bad input, bad arguments or a refused output.
+EXIT_BAD_INPUT = 2
+
+
+#: Exit status after SIGINT / SIGTERM (128 + the signal number, as a shell reports a signal).
+EXIT_INTERRUPTED = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM, raised in the main thread like Ctrl-C so that every ``finally`` block
+    and context manager on the way out runs (temporary files and folders are removed)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+
+
+@contextlib.contextmanager
+def signals_as_interrupts() -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM raise :class:`Interrupted` in the main thread (the
+    default SIGTERM action would kill the process without any cleanup). Once one arrived,
+    further ones are ignored so the cleanup itself is not cut short. Previous handlers are
+    restored on exit. Outside the main thread: a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    sigs = (signal.SIGINT, signal.SIGTERM)
+
+    def handler(signum, frame):
+        for s in sigs:
+            signal.signal(s, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    previous = {s: signal.signal(s, handler) for s in sigs}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def add_verbose_flag(parser) -> None:
+    """``--verbose``: on an error, print the traceback too (the one-line message stays last)."""
+    parser.add_argument("--verbose", action="store_true",
+                        help="on an error, also print the full traceback (for bug reports)")
+
+
+def add_refine_size_flag(parser) -> None:
+    """``--refine-size N`` (estimate, stabilize, evaluate): the refined camflow refines at
+    :meth:`camflow_jax.refine.RefineConfig.at_size` ``(N)``; checked by :func:`check_refine_size`."""
+    parser.add_argument("--refine-size", type=int, default=None, metavar="N",
+                        help="refined camflow: refine at N px on the longer side instead of 288 "
+                             "(RefineConfig.at_size(N); N >= 288): more precise on finely textured "
+                             "images, not on average; slower (~3x the refinement's time at 576)")
+
+
+def run_cli(body: Callable[[], int | None], verbose: bool = False) -> int:
+    """Runs a CLI's work with the shared failure policy; returns the exit status.
+
+    * an expected failure (:data:`EXPECTED_ERRORS`) prints ``error: <one line>``
+      (:func:`describe_error`) and returns :data:`EXIT_BAD_INPUT`; the traceback goes first
+      only with ``verbose``;
+    * SIGINT / SIGTERM (and Ctrl-C) stop the work like an exception, so partial outputs and
+      temporaries are removed by the writers' own cleanup and previous outputs stay; returns
+      130 / 143;
+    * anything else is a bug: it propagates with its traceback.
+    """
+    try:
+        with signals_as_interrupts():
+            return int(body() or 0)
+    except KeyboardInterrupt as e:  # Interrupted included
+        signum = getattr(e, "signum", signal.SIGINT)
+        if verbose:
+            traceback.print_exc()
+        print(f"error: interrupted by {signal.Signals(signum).name}: nothing was written or "
+              "replaced (partial outputs removed)", file=sys.stderr)
+        return EXIT_INTERRUPTED.get(signum, 128 + int(signum))
+    except EXPECTED_ERRORS as e:
+        if verbose:
+            traceback.print_exc()
+        print(f"error: {describe_error(e)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def check_refine_size(size: int | None, no_refine: bool) -> None:
+    """``--refine-size N`` of the CLIs: at least the default working size, and not together with
+    ``--no-refine`` (ValueError: one line, exit 2)."""
+    if size is None:
+        return
+    if no_refine:
+        raise ValueError("--refine-size needs refinement: do not also give --no-refine")
+    try:
+        RefineConfig.at_size(size)  # the one rule for a working size
+    except ValueError:
+        raise ValueError(f"--refine-size must be at least {RefineConfig().max_size} (the default "
+                         f"working size), got {size}") from None
+
+
+def camflow_only_flags(method: str, **given) -> None:
+    """The one rule for depth and intrinsics flags: they feed CamFlow's depth bases only, so a
+    classical estimator (sift_ransac, orb, dis, ecc, identity...) given any of them is refused
+    (ValueError naming the flags) instead of ignoring them silently. ``given``: flag -> value
+    (``None``/``False`` = not given)."""
+    used = [flag for flag, v in given.items() if v is not None and v is not False]
+    if used and not estimators.is_camflow(method):
+        raise ValueError(f"{', '.join(used)} only apply to camflow estimators (CamFlow+'s depth "
+                         f"bases); {method} does not use them: drop them or choose camflow")
+
+
+def finite_float(text: str) -> float:
+    """argparse ``type=``: a finite float (``nan``/``inf`` refused with the flag's usage error)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return v
+
+
+def int_at_least(lo: int, unit: str = "", why: str = ""):
+    """argparse ``type=``: a whole number >= ``lo`` (``unit`` names what it counts, ``why``
+    says why smaller ones are refused), e.g. ``int_at_least(1, "frames")``."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number{' of ' + unit if unit else ''}, "
+                                             f"got {text!r}") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"must be at least {lo}{' (' + why + ')' if why else ''}, got {text!r}")
+        return v
+
+    return parse
+
+
+def intrinsics_arg(text: str) -> tuple[float, ...]:
+    """argparse ``type=``: ``fx,fy,cx,cy``, four finite numbers (checked against the image size
+    later, by :func:`check_intrinsics`)."""
+    try:
+        vals = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        vals = ()
+    if len(vals) != 4 or not all(math.isfinite(v) for v in vals):
+        raise argparse.ArgumentTypeError(f"must be 4 finite numbers fx,fy,cx,cy; got {text!r}")
+    return vals

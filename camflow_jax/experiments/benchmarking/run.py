@@ -1,0 +1,83 @@
+"""The benchmark's entry point: :func:`run` runs the modes :class:`BenchmarkOptions` asks for and
+hands each result to a callback (``tools/benchmark.py`` prints them as JSON lines).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from camflow_jax.experiments.benchmarking.common import (
+    MODES,
+    BenchmarkOptions,
+    load_config,
+    loadavg,
+    machine_info,
+    parse_groups,
+    train_config,
+)
+from camflow_jax.experiments.benchmarking.inference import bench_flows_only, bench_infer, bench_refine
+from camflow_jax.experiments.benchmarking.profile import bench_profile
+from camflow_jax.experiments.benchmarking.release import (
+    bench_release,
+    bench_release_train,
+    check_release,
+    import_release,
+)
+from camflow_jax.experiments.benchmarking.roofline import bench_roofline
+from camflow_jax.experiments.benchmarking.training import bench_train
+
+
+def run(opts: BenchmarkOptions, on_result: Callable[[dict], None] | None = None) -> dict:
+    """Runs the measurements of ``opts.mode``; returns {'machine', 'args', 'results'} (args: the
+    options; results: one dict per measurement, each also passed to ``on_result`` as soon as it
+    is measured) and writes it to ``opts.out`` when given."""
+    if opts.mode not in MODES:
+        raise ValueError(f"--mode must be one of {MODES}, got {opts.mode!r}")
+    load_start = loadavg()
+    release = None
+    if opts.mode == "release":  # before jax starts: a missing torch or release fails at once
+        if opts.arch != "release" or (parse_groups(opts.groups) or [12, 12]) != [12, 12]:
+            raise ValueError("--mode release compares the released structure: --arch release, --groups 12,12")
+        root = check_release(opts.release_code, train=opts.release_train)
+        release = {"root": root, **import_release(root, train=opts.release_train)}
+    machine = machine_info()
+    results = []
+
+    def emit(r):
+        results.append(r)
+        if on_result is not None:
+            on_result(r)
+
+    if opts.mode == "refine":
+        emit(bench_refine(opts))
+    elif opts.mode == "profile":
+        config = load_config(opts.config, opts.height, opts.width, opts.batch, opts.dtype, opts.arch)
+        for r in bench_profile(opts, config):
+            emit(r)
+    elif opts.mode == "roofline":
+        for r in bench_roofline(opts):
+            emit(r)
+    else:
+        config = load_config(opts.config, opts.height, opts.width, opts.batch, opts.dtype, opts.arch)
+    if opts.mode == "infer":
+        emit(bench_infer(opts, opts.batch, config))
+    if opts.mode == "flows_only":
+        emit(bench_flows_only(opts, config))
+    if opts.mode == "release":
+        emit(bench_release_train(opts, release) if opts.release_train else bench_release(opts, config, release))
+    if opts.mode == "all":
+        emit(bench_infer(opts, 1, config))
+        emit(bench_infer(opts, opts.batch, config))
+    if opts.mode in ("train", "all"):
+        for r in bench_train(opts, train_config(opts, config)):
+            emit(r)
+    machine.update(loadavg_before=load_start, loadavg_after=loadavg())
+    out = {"machine": machine, "args": dataclasses.asdict(opts), "results": results}
+    if opts.out:
+        path = Path(opts.out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(out, indent=2) + "\n")
+    return out

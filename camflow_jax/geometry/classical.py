@@ -1,0 +1,176 @@
+"""Low-level classical camera-motion estimation with OpenCV (CPU): the building blocks of the
+named estimators in :mod:`camflow_jax.estimators.registry` (which is where names live; use
+``estimators.get(name)`` to run one).
+
+All take two images ``[H, W, 3]`` or ``[H, W]`` (uint8 or float in [0, 255]) and return either a
+homography mapping image-1 pixels to image-2 pixels, or a dense forward flow ``[H, W, 2]`` on
+image 1's grid (``warp(img2, flow) ≈ img1``), following docs/design.md, "Conventions".
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import cv2
+import numpy as np
+
+__all__ = ["to_gray_u8", "FeatureCache", "detect_features", "feature_homography", "dis_flow", "ecc_homography"]
+
+#: Smallest image side :func:`dis_flow` accepts (OpenCV's DIS fails or crashes below it).
+DIS_MIN_SIDE = 32
+
+
+def to_gray_u8(img: np.ndarray) -> np.ndarray:
+    img = np.asarray(img)
+    if img.ndim == 3 and img.shape[-1] == 3:
+        img = cv2.cvtColor(np.clip(img, 0, 255).astype(np.uint8), cv2.COLOR_RGB2GRAY)
+    elif img.ndim == 3 and img.shape[-1] == 1:
+        img = img[..., 0]
+    if img.ndim != 2:
+        raise ValueError(f"expected an image [H, W], [H, W, 1] or [H, W, 3], got shape {img.shape}")
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+class FeatureCache:
+    """The keypoints and descriptors of the last few images, keyed by the image's content.
+
+    A video's frame t+1 is image 2 of pair (t, t+1) and image 1 of pair (t+1, t+2); with a
+    cache :func:`feature_homography` detects it once. The key is a digest of the grey image's
+    bytes with the detector settings, so a hit returns exactly what detection would (a cache
+    never changes a result, only its cost). ``size``: how many images are kept (oldest first
+    out); ``hits`` / ``misses`` count lookups.
+    """
+
+    def __init__(self, size: int = 2):
+        if size < 1:
+            raise ValueError(f"cache size must be >= 1, got {size}")
+        self.size = int(size)
+        self._items: dict = {}
+        self.hits = self.misses = 0
+
+    def features(self, gray: np.ndarray, detector: str, max_features: int):
+        key = (detector, int(max_features), gray.shape,
+               hashlib.blake2b(np.ascontiguousarray(gray).tobytes(), digest_size=16).digest())
+        found = self._items.pop(key, None)
+        if found is None:
+            self.misses += 1
+            found = detect_features(gray, detector, max_features)
+        else:
+            self.hits += 1
+        self._items[key] = found  # most recent last
+        while len(self._items) > self.size:
+            self._items.pop(next(iter(self._items)))
+        return found
+
+
+def _detector(detector: str, max_features: int):
+    if detector == "sift":
+        return cv2.SIFT_create(nfeatures=max_features)
+    if detector == "orb":
+        return cv2.ORB_create(nfeatures=max_features)
+    raise ValueError(f"detector must be 'sift' or 'orb', got {detector!r}")
+
+
+def detect_features(gray: np.ndarray, detector: str = "sift",
+                    max_features: int = 4000) -> tuple[np.ndarray, np.ndarray | None]:
+    """Keypoint positions ``[N, 2]`` float32 (x, y) and descriptors (None when there are none)
+    of a grey uint8 image (:func:`to_gray_u8`)."""
+    k, d = _detector(detector, max_features).detectAndCompute(gray, None)
+    pts = np.float32([p.pt for p in k]).reshape(-1, 2)
+    return pts, d
+
+
+def feature_homography(img1, img2, detector: str = "sift", method: str = "magsac", *,
+                       ratio: float = 0.7, min_matches: int = 10, threshold: float = 3.0,
+                       max_features: int = 4000,
+                       cache: FeatureCache | None = None) -> np.ndarray | None:
+    """Keypoint matching (Lowe ratio test) + robust homography fit.
+
+    Returns the ``[3, 3]`` homography image 1 -> image 2, or ``None`` when fewer than
+    ``min_matches`` matches survive or the fit fails (callers decide the fallback; a stale
+    homography is never reused silently). ``cache``: a :class:`FeatureCache` that keeps the
+    features of images seen before (consecutive video pairs share a frame).
+    """
+    g1, g2 = to_gray_u8(img1), to_gray_u8(img2)
+    _detector(detector, 1)  # validates the name before any work
+    norm = cv2.NORM_L2 if detector == "sift" else cv2.NORM_HAMMING
+    flags = {"ransac": cv2.RANSAC, "magsac": cv2.USAC_MAGSAC}
+    if method not in flags:
+        raise ValueError(f"method must be 'ransac' or 'magsac', got {method!r}")
+    if cache is not None:
+        (p1, d1), (p2, d2) = (cache.features(g, detector, max_features) for g in (g1, g2))
+    else:
+        (p1, d1), (p2, d2) = (detect_features(g, detector, max_features) for g in (g1, g2))
+    if d1 is None or d2 is None or len(p1) < 4 or len(p2) < 4:
+        return None
+    pairs = cv2.BFMatcher(norm).knnMatch(d1, d2, k=2)
+    good = [m[0] for m in pairs if len(m) == 2 and m[0].distance < ratio * m[1].distance]
+    if len(good) < max(min_matches, 4):
+        return None
+    src = p1[[m.queryIdx for m in good]].reshape(-1, 1, 2)
+    dst = p2[[m.trainIdx for m in good]].reshape(-1, 1, 2)
+    H, _ = cv2.findHomography(src, dst, flags[method], threshold, maxIters=5000, confidence=0.999)
+    if H is None or not np.all(np.isfinite(H)):
+        return None
+    return (H / H[2, 2]).astype(np.float64)
+
+
+def dis_flow(img1, img2, preset: str = "medium") -> np.ndarray:
+    """OpenCV DIS dense optical flow, forward (image-1 grid), float32 ``[H, W, 2]``."""
+    presets = {"ultrafast": cv2.DISOPTICAL_FLOW_PRESET_ULTRAFAST,
+               "fast": cv2.DISOPTICAL_FLOW_PRESET_FAST,
+               "medium": cv2.DISOPTICAL_FLOW_PRESET_MEDIUM}
+    if preset not in presets:
+        raise ValueError(f"preset must be one of {sorted(presets)}, got {preset!r}")
+    h, w = np.asarray(img1).shape[:2]
+    if min(h, w) < DIS_MIN_SIDE:
+        # OpenCV's DIS raises below 12 px and crashes the process (segfault) on some short, wide
+        # images under 32 rows: refuse them before calling it.
+        raise ValueError(f"DIS optical flow needs images of at least {DIS_MIN_SIDE}x{DIS_MIN_SIDE} "
+                         f"pixels, got {w}x{h}")
+    dis = cv2.DISOpticalFlow_create(presets[preset])
+    return dis.calc(to_gray_u8(img1), to_gray_u8(img2), None).astype(np.float32)
+
+
+def ecc_homography(img1, img2, *, min_side: int = 64, gauss_size: int = 5, iterations: int = 100,
+                   eps: float = 1e-6) -> tuple[np.ndarray | None, str]:
+    """Homography image 1 -> image 2 maximising OpenCV's enhanced correlation coefficient
+    (``cv2.findTransformECC``, ``MOTION_HOMOGRAPHY``) on gray images, coarse to fine.
+
+    ``findTransformECC(template, input, W)`` finds W mapping template pixels to input pixels
+    (``input(W p) ≈ template(p)``), so with template = image 1 and input = image 2, W is the
+    homography of the repo's convention. The pyramid halves the images (``cv2.pyrDown``: coarse
+    pixel i sits on fine pixel 2i) while the short side stays >= ``min_side``; the coarsest level
+    starts from the identity and each finer level from ``S H S^-1``, S = diag(2, 2, 1).
+    ``gauss_size``: ECC's Gaussian pre-filter; ``iterations`` / ``eps``: per-level termination.
+
+    Returns ``(H, note)``. ECC raises when it does not converge: at the coarsest level the
+    result is ``(None, reason)``; at a finer level the coarser estimate is kept and ``note``
+    says so.
+    """
+    if min_side < 8:
+        raise ValueError(f"min_side must be >= 8, got {min_side}")
+    pyramid = [(to_gray_u8(img1).astype(np.float32), to_gray_u8(img2).astype(np.float32))]
+    while min(pyramid[-1][0].shape) // 2 >= min_side:
+        pyramid.append(tuple(cv2.pyrDown(g) for g in pyramid[-1]))
+    criteria = (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, int(iterations), float(eps))
+    up = np.diag([2.0, 2.0, 1.0])
+    H, note = np.eye(3), ""
+    for level in range(len(pyramid) - 1, -1, -1):
+        g1, g2 = pyramid[level]
+        if level < len(pyramid) - 1:
+            H = up @ H @ np.linalg.inv(up)
+        if note:  # a coarser level failed: only rescale its estimate
+            continue
+        try:
+            _, W = cv2.findTransformECC(g1, g2, H.astype(np.float32), cv2.MOTION_HOMOGRAPHY, criteria,
+                                        None, int(gauss_size))
+        except cv2.error:
+            W = None
+        if W is None or not np.all(np.isfinite(W)) or abs(W[2, 2]) < 1e-12:
+            if level == len(pyramid) - 1:
+                return None, "ECC did not converge"
+            note = f"ECC did not converge at 1/{2 ** level} scale; the coarser estimate was used"
+            continue
+        H = W.astype(np.float64) / W[2, 2]
+    return H / H[2, 2], note

@@ -1,0 +1,6 @@
+"""Files in and out: atomic writing (:mod:`.atomic`), one-line descriptions of expected failures
+(:mod:`.errors`), ``.flo`` flow files (:mod:`.flo`), video and frame-folder streams
+(:mod:`.video`) and pictures for people (:mod:`.viz`: flow colours, basis tiles).
+
+Nothing is imported eagerly: ``from camflow_jax.io import atomic``.
+"""

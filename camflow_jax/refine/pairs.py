@@ -1,0 +1,311 @@
+"""The refinement of one pair as the Predictor runs it: :class:`PairRefiner`.
+
+Given the network's estimate of a landscape pair at the input's resolution, it works at the
+refinement's working size (the input, or shrunk so its longer side is ``RefineConfig.max_size``;
+a detail level up to ``RefineConfig.detail_size``), in three jitted calls per pair:
+
+1. the pair's image pyramids and detail stacks (:func:`camflow_jax.refine.pyramid.pair_pyramids`,
+   :func:`~camflow_jax.refine.pyramid.detail_stacks`: each image once);
+2. per direction, its basis set (the network's static bases resized to the working size, as a
+   :class:`~camflow_jax.refine.pyramid.BasisPyramid` cached per size; depth bases built from
+   that direction's depth), its start coefficients (``RefineConfig.starts``) and the solver
+   (:func:`camflow_jax.refine.solver.refine_with_pyramids`): one compilation for both
+   directions, run in two threads on a multi-core CPU;
+3. the forward flow's homography.
+
+Host work around them (cv2, cheap): grey images and depth resized to the working size, the
+SIFT start, and the refined flows and weights resized back.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+
+import cv2
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from camflow_jax import bases as bases_mod
+from camflow_jax.geometry import classical
+from camflow_jax.geometry import device as geometry
+from camflow_jax.geometry import host as geometry_np
+from camflow_jax.refine import pyramid as refine_pyramid
+from camflow_jax.refine import solver as refine_solver
+from camflow_jax.refine.config import RefineConfig
+
+__all__ = ["PairRefiner", "PERCENTILE_STRIDE"]
+
+#: The refinement's depth bases take the percentiles that scale them from every k-th pixel in x
+#: and y (:func:`camflow_jax.bases.depth_translational_components`).
+PERCENTILE_STRIDE = 4
+
+
+def _cpu_cores() -> int:
+    """The CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def flow_homography(flow):
+    """The homography of a flow ``[h, w, 2]``, fitted at every other pixel (a quarter of the
+    DLT's work; exact for a homography flow): pixel (2i, 2j) is (i, j) of the subgrid, where the
+    flow is half as long, so H = S H_sub S^-1 with S = diag(2, 2, 1)."""
+    S = jnp.diag(jnp.array([2.0, 2.0, 1.0], jnp.float32))
+    Hs = geometry.fit_homography(flow[::2, ::2] * 0.5)
+    return S @ Hs @ jnp.diag(jnp.array([0.5, 0.5, 1.0], jnp.float32))
+
+
+class PairRefiner:
+    """Refines a network's estimate of a pair in the span of its bases (see the module's doc).
+
+    Args:
+      static_bases: ``[N_static, h, w, 2]`` the network's homography + stochastic bases at its
+        own size ``h x w``.
+      num_depth: the number of depth bases (0: CamFlow, no depth group).
+      depth_sigmas: the depth pyramid's blurs at the network's width.
+      basis_groups: ``((name, count), ...)``, the basis layout ``RefineConfig.active`` refers to.
+    """
+
+    def __init__(self, static_bases, num_depth: int = 0, depth_sigmas=None, basis_groups=None):
+        self.static_bases = static_bases
+        self.height, self.width = (int(s) for s in static_bases.shape[1:3])
+        self.num_depth = int(num_depth)
+        self.depth_sigmas = depth_sigmas
+        self.basis_groups = basis_groups
+        # Three jitted pieces (bases, images, one direction), each compiled once per working
+        # size: one jit around all of them ran 1.2-1.4x slower on a 2-core CPU (XLA fused the
+        # depth-basis construction into the solver's consumers; docs/refinement.md, "Cost").
+        self._basis_pyramid = jax.jit(self._basis_pyramid_impl, static_argnames=("cfg", "detail_hw"))
+        self._refine_images = jax.jit(self._refine_images_impl, static_argnames=("cfg",))
+        self._refine_direction = jax.jit(self._refine_direction_impl, static_argnames=("input_hw", "cfg"))
+        self._flow_homography = jax.jit(flow_homography)
+        self._static_cache = {}
+        self._pool = None  # two threads for the pair's directions on a multi-core CPU (_in_parallel)
+
+    @staticmethod
+    def _shrunk(h: int, w: int, longest: int) -> tuple[int, int]:
+        """``h x w`` itself, or shrunk (aspect kept, at least 8 px a side) so its longer side is
+        ``longest``."""
+        s = min(1.0, longest / max(h, w))
+        return max(8, round(h * s)), max(8, round(w * s))
+
+    def working_size(self, h: int, w: int, cfg: "RefineConfig") -> tuple[int, int]:
+        """The refinement's resolution for an ``h x w`` (landscape) input: the input itself, or
+        shrunk so its longer side is ``cfg.max_size``."""
+        return self._shrunk(h, w, cfg.max_size)
+
+    def detail_size(self, h: int, w: int, cfg: "RefineConfig") -> tuple[int, int] | None:
+        """The refinement's detail level's resolution for an ``h x w`` (landscape) input, or
+        None when it has none: the input itself, or shrunk so its longer side is
+        ``cfg.detail_size``, when that is larger than the working size
+        (:meth:`working_size`)."""
+        if cfg.detail_size is None:
+            return None
+        hd, wd = self._shrunk(h, w, cfg.detail_size)
+        hw, ww = self.working_size(h, w, cfg)
+        return (hd, wd) if hd >= hw and wd >= ww and (hd, wd) != (hw, ww) else None
+
+    def _static_refine_bases(self, size, cfg, detail_hw=None):
+        """The network's static bases at the refinement's working ``size``, resized as its
+        output flow is (align-corners, values scaled) so their coefficients mean what the
+        network's do, as a :class:`camflow_jax.refine.BasisPyramid` for ``cfg``, with their
+        samples at the detail level's pixels when ``detail_hw`` (its size) is given. Cached per
+        size and config (a video or a benchmark of equal frames builds it once; both directions
+        of a pair share it)."""
+        key = (size, cfg.levels, cfg.strides, detail_hw, cfg.detail_stride if detail_hw else None)
+        if key not in self._static_cache:
+            h, w = size
+            sh, sw = self.static_bases.shape[1:3]
+            sb = self.static_bases
+            u = geometry.resize_bilinear_align_corners(sb[..., :1], h, w)[..., 0] * (w / sw)
+            v = geometry.resize_bilinear_align_corners(sb[..., 1:], h, w)[..., 0] * (h / sh)
+            self._static_cache.clear()  # one size at a time: bounded memory
+            self._static_cache[key] = self._basis_pyramid((u, v), cfg=cfg, detail_hw=detail_hw)
+        return self._static_cache[key]
+
+    @staticmethod
+    def _basis_pyramid_impl(bases, *, cfg, detail_hw):
+        bp = refine_pyramid.basis_pyramid(bases, cfg)
+        return bp if detail_hw is None else refine_pyramid.with_detail(bp, detail_hw, cfg.detail_stride)
+
+    def _depth_bases(self, depth, K, cfg):
+        """Depth bases built at the working size from the depth map (sharper than resized
+        network-size ones), scaled to the network grid's pixel units so their coefficients
+        compare with the network's (a :class:`camflow_jax.refine.BasisPyramid`)."""
+        h, w = depth.shape
+        sigmas = tuple(float(s) * w / self.width for s in self.depth_sigmas)
+        # the percentiles that scale each basis from every 4th pixel in x and y: 16x fewer values
+        # (~1 ms a direction at 288 px), scales within ~1 % of the exact ones
+        du, dv = bases_mod.depth_translational_components(depth, K, sigmas, percentile_stride=PERCENTILE_STRIDE)
+        return refine_pyramid.basis_pyramid((du * (w / self.width), dv * (h / self.height)), cfg)
+
+    def _refine_pair(self, static_bp, g1, g2, d1, d2, K, coeffs, hflows, detail, *, input_hw, cfg):
+        """Both directions of a pair at the working size: the images' pyramids (each image once:
+        it is image 2 of one direction and image 1 of the other) and detail stacks in one jitted
+        call, then each direction (its basis set: the shared static part, depth bases from its
+        own depth; its start coefficients; its refinement) in another, compiled once for both.
+        ``K`` is the input's intrinsics, resized here; ``coeffs`` ``[2, N]`` and ``hflows``
+        ``[2, h, w, 2]`` (forward, backward); ``detail``: None or the grey images at the detail
+        size (:meth:`detail_size`). Returns :func:`camflow_jax.refine.refine_with_pyramids`'s
+        dict (numpy) with a leading axis of 2, plus ``noisy`` and the forward flow's homography.
+
+        Three calls rather than one: the pair as one computation needs more scratch memory than
+        glibc's malloc keeps for reuse (32 MiB), so every call mapped it afresh and the kernel
+        faulted and zeroed it in (docs/refinement.md, "Cost (eighth round)")."""
+        p1, p2, noisy, stacks = self._refine_images(g1, g2, detail, cfg=cfg)
+        dets = (None, None) if stacks is None else ((stacks[0], stacks[1]), (stacks[1], stacks[0]))
+        runs = self._in_parallel(
+            [lambda i=i, pa=pa, pb=pb, d=d, det=det: self._refine_direction(
+                static_bp, pa, pb, d, K, coeffs[i], hflows[i], det, input_hw=input_hw, cfg=cfg)
+             for i, (pa, pb, d, det) in enumerate(((p1, p2, d1, dets[0]), (p2, p1, d2, dets[1])))],
+            on_cpu=isinstance(p1[-1], jax.Array) and all(dev.platform == "cpu" for dev in p1[-1].devices()))
+        hom = self._flow_homography(runs[0]["flow"])
+        runs, noisy, hom = jax.device_get((runs, noisy, hom))  # stacked on the host: no eager ops
+        out = {k: np.stack([runs[0][k], runs[1][k]]) for k in runs[0]}
+        out["noisy"] = noisy
+        out["homography"] = hom
+        return out
+
+    def _in_parallel(self, calls, *, on_cpu: bool) -> list:
+        """The results of independent jitted ``calls`` (zero-argument callables; the pair's two
+        directions), each ready. On a CPU with several cores they run in threads of their own:
+        XLA:CPU runs a computation this small inline on the calling thread, its ops one after
+        the other on about one core, so two calls from one thread do not overlap even when
+        dispatched without waiting, while from two threads they do (a pair's refinement at
+        320x576 on 2 cores: ~31 -> ~21 ms, results bit-identical; docs/refinement.md, "Cost").
+        Elsewhere (an accelerator, where dispatch is asynchronous; one core) they run in turn."""
+        if not on_cpu or len(calls) < 2 or _cpu_cores() < 2:
+            return [jax.block_until_ready(c()) for c in calls]
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="camflow-refine")
+        device = jax.config.jax_default_device  # the caller's (a thread-local setting) holds in the threads
+
+        def run(call):
+            with jax.default_device(device):  # None: JAX's own default
+                return jax.block_until_ready(call())
+
+        futures = [self._pool.submit(run, c) for c in calls]
+        return [f.result() for f in futures]
+
+    @staticmethod
+    def _refine_images_impl(g1, g2, detail, *, cfg):
+        """(pyramid 1, pyramid 2, noisy, detail stacks or None) of a pair (jitted)."""
+        p1, p2, noisy = refine_pyramid.pair_pyramids(g1, g2, cfg)
+        stacks = None if detail is None else refine_pyramid.detail_stacks(detail[0], detail[1], cfg, noisy)
+        return p1, p2, noisy, stacks
+
+    def _refine_direction_impl(self, static_bp, pa, pb, d, K, coeffs, hflow, detail, *, input_hw, cfg):
+        """One direction's refinement (jitted; the backward is the same call with the images,
+        depth and starts swapped)."""
+        if self.num_depth:
+            Kw = geometry.resize_intrinsics(K, input_hw, pa[-1].shape[:2])
+            depth_bp = self._depth_bases(d, Kw, cfg)
+            if detail is not None:  # the static part's detail samples are cached with it
+                depth_bp = refine_pyramid.with_detail(depth_bp, detail[0].shape[:2], cfg.detail_stride)
+            bp = refine_pyramid.join_basis_pyramids(static_bp, depth_bp)
+        else:
+            bp = static_bp
+        starts = self._starts_impl(bp, coeffs, hflow, cfg=cfg)
+        return refine_solver.refine_with_pyramids(pa, pb, bp, starts, cfg, self.basis_groups, detail)
+
+    def _starts_impl(self, bases, coeffs, hflow, *, cfg):
+        """``[S, N]`` start coefficients, in ``cfg.starts`` order, for one direction (``bases``:
+        a :class:`camflow_jax.refine.BasisPyramid`)."""
+        h, w = bases.full[0][0].shape[1:]
+        coarse = refine_pyramid.pyramid_sizes(h, w, cfg.levels)[-1]
+        starts = []
+        for name in cfg.starts:
+            if name == "network":
+                starts.append(coeffs)
+            elif name == "zero":
+                starts.append(jnp.zeros_like(coeffs))
+            else:  # "homography": a feature homography's flow, projected on the bases
+                full = jnp.stack([jnp.concatenate([u for u, _ in bases.full]),
+                                  jnp.concatenate([v for _, v in bases.full])], axis=-1)
+                starts.append(refine_solver.project_flow(hflow, full, coarse))
+        return jnp.stack(starts)
+
+    def _feature_start(self, img1, img2):
+        """Flows of a SIFT + MAGSAC homography (forward, backward), or zeros when it fails."""
+        H0, W0 = img1.shape[:2]
+        Hm = classical.feature_homography(img1, img2, "sift", "magsac")
+        if Hm is None:
+            z = np.zeros((H0, W0, 2), np.float32)
+            return z, z
+        return geometry_np.homography_flow(Hm, H0, W0), geometry_np.homography_flow(np.linalg.inv(Hm), H0, W0)
+
+    def __call__(self, img1, img2, depth1, depth2, K, out, cfg) -> dict:
+        """The refined results for a landscape pair (numpy), the network's (``out``: the network's
+        outputs at the input size, numpy) kept as ``net_*``.
+
+        Host work around the jitted refinement (cv2, cheap): grey images and depth resized to
+        the working size (area / bilinear, half-pixel centres), intrinsics likewise, and the
+        refined flows and weights resized back."""
+        H0, W0 = img1.shape[:2]
+        h, w = size = self.working_size(H0, W0, cfg)
+
+        def down(x, interp=cv2.INTER_AREA):
+            x = np.asarray(x, np.float32)
+            return x if (h, w) == (H0, W0) else cv2.resize(x, (w, h), interpolation=interp)
+
+        grey = [np.asarray(geometry_np.gray(x), np.float32) for x in (img1, img2)]  # refine.gray's channel mean
+        g1, g2 = down(grey[0]), down(grey[1])
+        if self.num_depth:
+            d1, d2 = down(depth1, cv2.INTER_LINEAR), down(depth2, cv2.INTER_LINEAR)
+            K = np.asarray(K, np.float32)
+        else:
+            d1 = d2 = np.zeros((1, 1), np.float32)
+            K = np.zeros(4, np.float32)
+        detail = None
+        dsize = self.detail_size(H0, W0, cfg)
+        if dsize is not None:
+            hd, wd = dsize
+            detail = tuple(x if (hd, wd) == (H0, W0) else cv2.resize(x, (wd, hd), interpolation=cv2.INTER_AREA)
+                           for x in grey)
+        if "homography" in cfg.starts:
+            hflows = np.stack([geometry_np.resize_flow(f, h, w) for f in self._feature_start(img1, img2)])
+        else:
+            hflows = np.zeros((2, 1, 1, 2), np.float32)
+        coeffs = np.stack([out["coeffs_f"], out["coeffs_b"]]).astype(np.float32)
+        res = self._refine_pair(self._static_refine_bases(size, cfg, dsize), g1, g2, d1, d2, K, coeffs, hflows,
+                                detail, input_hw=(H0, W0), cfg=cfg)  # numpy already
+        new = {"net_" + k: out[k] for k in ("flow_f", "flow_b", "homography", "coeffs_f", "coeffs_b")}
+        flows, wts = res["flow"], res["weights"]
+        Hw = np.asarray(res["homography"], np.float64)
+        if (h, w) != (H0, W0):
+            flows = [geometry_np.resize_flow(f, H0, W0) for f in flows]
+            wts = [cv2.resize(m, (W0, H0), interpolation=cv2.INTER_LINEAR) for m in wts]
+            # working pixel x_w sits at x = (x_w + 0.5) s - 0.5 on the input grid (half-pixel)
+            sx, sy = W0 / w, H0 / h
+            A = np.array([[sx, 0, 0.5 * sx - 0.5], [0, sy, 0.5 * sy - 0.5], [0, 0, 1.0]])
+            Hw = A @ Hw @ np.linalg.inv(A)
+        new["flow_f"], new["flow_b"] = np.asarray(flows[0], np.float32), np.asarray(flows[1], np.float32)
+        new["weights_f"], new["weights_b"] = np.asarray(wts[0], np.float32), np.asarray(wts[1], np.float32)
+        new["coeffs_f"], new["coeffs_b"] = res["coeffs"][0], res["coeffs"][1]
+        new["homography"] = Hw / Hw[2, 2]
+        improved = [bool(v) for v in res["improved"]]
+        first = "the network's estimate" if cfg.starts[0] == "network" else f"the {cfg.starts[0]} start"
+        note = ("" if all(improved) else f"refinement could not lower the photometric cost of {first} ("
+                + ", ".join(d for d, ok in zip(("forward", "backward"), improved) if not ok)
+                + f"); {first} is kept there")
+        if bool(res["noisy"]):
+            note = "; ".join(x for x in (note, f"noisy images: refined with a {cfg.noise_presmooth:g}-px pre-blur "
+                                                "(RefineConfig.noise_presmooth)") if x)
+        new["refine_info"] = {
+            "cost_before": [float(v) for v in res["cost_before"]],
+            "cost_after": [float(v) for v in res["cost_after"]],
+            "improved": improved,
+            "iterations": [[int(i) for i in it] for it in res["iterations"]],
+            "start": [cfg.starts[int(i)] for i in res["start"]],
+            "start_costs": [[float(c) for c in cs] for cs in res["start_costs"]],
+            "working_size_hw": [h, w],
+            "detail_size_hw": None if dsize is None else list(dsize),
+            "noisy": bool(res["noisy"]),
+            "note": note,
+        }
+        return new
+

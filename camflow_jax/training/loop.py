@@ -1,0 +1,264 @@
+"""Training loop: ``train_and_evaluate(config, workdir)`` (flag-free; notebooks and tests call it).
+
+One code path for 1 CPU, N GPUs and multi-host TPU (docs/training.md, "What a step does"). The
+pieces live in their own modules: the jitted steps, optimizer and mesh in
+:mod:`camflow_jax.training.steps`; the train state, ``init_from``, restore and save in
+:mod:`camflow_jax.training.state`; the workdir's lock, metadata and metric files in
+:mod:`camflow_jax.training.workdir`. This module turns a config into a model and data, runs the loop,
+shows progress and evaluates on the held-out pairs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import grain
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from camflow_jax import configs, models
+from camflow_jax.data import datasets, pipeline
+from camflow_jax.estimators import registry as estimators
+from camflow_jax.models import basis_set
+from camflow_jax.training import state as train_state
+from camflow_jax.training import workdir as workdir_lib
+from camflow_jax.training.heldout import HeldoutEvaluator
+from camflow_jax.training.signals import GracefulStop, StopRequested, TrainingInterrupted
+from camflow_jax.training.state import init_train_state
+from camflow_jax.training.steps import host_to_global, jit_steps, lr_schedule, make_mesh, make_optimizer
+
+# ----------------------------------------------------------------------------------------------
+# Config -> model, data
+# ----------------------------------------------------------------------------------------------
+
+def model_config_from(config) -> dict:
+    """The ``model.json`` model config a training config describes: the
+    :class:`~camflow_jax.models.ModelConfig` fields, the input size and the bases
+    (:func:`camflow_jax.models.basis_set.spec_from_training_config`)."""
+    spec = basis_set.spec_from_training_config(config)
+    sizes, names = models.group_layout(spec["num_homography"], spec["num_stochastic"],
+                                       basis_set.num_depth_bases(spec["depth_sigmas"]) if spec["use_depth"] else 0)
+    arch = models.ModelConfig(group_sizes=sizes, group_names=names,
+                              **{k: config.model[k] for k in models.NETWORK_FIELDS})
+    return {**arch.to_dict(), "height": int(config.model.height), "width": int(config.model.width), "bases": spec}
+
+
+def validate_config(config) -> None:
+    configs.check(config)  # every key known (configs/default.py), of the default's type
+    h, w = config.model.height, config.model.width
+    if h % 64 or w % 64 or h <= 0 or w <= 0:
+        raise ValueError(f"model.height/width must be positive multiples of 64, got {h}x{w}")
+    if config.batch_size <= 0 or config.num_steps < 0 or config.get("num_epochs", 0) < 0:
+        raise ValueError("batch_size must be > 0, num_steps and num_epochs >= 0")
+    lr = config.optim.learning_rate
+    if not (isinstance(lr, (int, float)) and np.isfinite(lr) and lr > 0):
+        raise ValueError(f"optim.learning_rate must be a finite number > 0, got {lr!r}")
+    for key in ("motion", "feature", "smooth", "alpha"):
+        v = config.loss[key]
+        if not (isinstance(v, (int, float)) and np.isfinite(v) and v >= 0):
+            raise ValueError(f"loss.{key} must be a finite number >= 0, got {v!r}")
+    if not 0 <= config.data.read_nice <= 19:
+        raise ValueError(f"data.read_nice must be in 0..19 (0 = the trainer's priority), got {config.data.read_nice}")
+    if config.get("stop_after_seconds", 0) < 0:
+        raise ValueError("stop_after_seconds must be >= 0 (0 = no limit)")
+    for name in config.eval_baselines:
+        estimators.resolve(name)  # an unknown name is a one-line error before anything is built
+    n_dev = jax.device_count()
+    if config.batch_size % n_dev:
+        raise ValueError(f"batch_size {config.batch_size} is not divisible by the {n_dev} devices")
+
+
+def with_step_count(config, num_train: int) -> tuple[ml_collections.ConfigDict, int]:
+    """``(config, steps_per_epoch)``; with ``num_epochs`` set, a copy whose ``num_steps`` follows
+    from the data size (the paper states its recipe in epochs)."""
+    steps_per_epoch = config.optim.steps_per_epoch or max(num_train // config.batch_size, 1)
+    if config.get("num_epochs", 0):
+        config = config.copy_and_resolve_references()
+        config.num_steps = int(config.num_epochs) * steps_per_epoch
+    return config, steps_per_epoch
+
+
+def make_train_dataset(config, source, **read_overrides) -> grain.IterDataset:
+    """This process's training batches; ``read_overrides`` (``read_threads``, ``prefetch``)
+    replace the config's read options (the benchmark varies them)."""
+    read = dict(read_threads=config.data.read_threads, prefetch=config.data.prefetch)
+    read.update({k: v for k, v in read_overrides.items() if v is not None})
+    return pipeline.train_dataset(
+        source, seed=config.seed, global_batch=config.batch_size, process_index=jax.process_index(),
+        process_count=jax.process_count(), prepare_kwargs=pipeline.prepare_kwargs(config),
+        num_workers=config.data.num_workers, read_nice=config.data.read_nice, **read)
+
+
+# ----------------------------------------------------------------------------------------------
+# The loop
+# ----------------------------------------------------------------------------------------------
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir, stop: GracefulStop | None = None) -> dict:
+    """Trains (resuming from ``workdir`` if it holds checkpoints) and evaluates on the held-out
+    pairs. Returns the final summary (also written to ``workdir/summary.json``).
+
+    ``stop``: a :class:`~camflow_jax.training.signals.GracefulStop` the loop reports to (the CLI
+    passes one): once it has received a signal, the loop saves what is unsaved and raises
+    :class:`~camflow_jax.training.signals.TrainingInterrupted`."""
+    t_start, is_main = time.time(), jax.process_index() == 0
+    validate_config(config)
+    workdir = Path(workdir).absolute()
+    workdir_lib.prepare(workdir)
+    stop = stop if stop is not None else GracefulStop()  # not entered: never requested
+    with workdir_lib.locked(workdir, enabled=is_main):
+        model_config = model_config_from(config)
+        workdir_lib.check_resumable(workdir, model_config)
+        model = models.build_model(model_config)
+        train_source = datasets.training_source(config.data, config.model.height, config.model.width, "train")
+        config, steps_per_epoch = with_step_count(config, len(train_source))
+        mesh = make_mesh()
+        repl, data_sharding = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+        tx = make_optimizer(config, steps_per_epoch)
+        state = init_train_state(config, model, tx, jax.random.key(config.seed), repl)
+        static = workdir_lib.saved_static_bases(workdir)
+        if static is None:
+            static = basis_set.static_bases(model_config)
+            if config.init_from:
+                state, static = train_state.start_from(config.init_from, state, tx, model_config["group_names"],
+                                                       static, repl, _log)
+        if is_main:
+            workdir_lib.write_metadata(workdir, config, model_config, static)
+        static = jax.device_put(jnp.asarray(static), repl)
+        mngr = train_state.checkpoint_manager(workdir, config.keep_checkpoints)
+        stop.manager = mngr
+        state, train_iter, start = train_state.restore_latest(
+            mngr, state, make_train_dataset(config, train_source), _log)
+        writer = workdir_lib.MetricWriter(workdir, start, enabled=is_main)
+        p_train, p_eval = jit_steps(model, tx, config, repl, data_sharding)
+        evaluator = HeldoutEvaluator(config, p_eval, static, data_sharding, writer, workdir if is_main else None,
+                                     stop=stop)
+        n_params = models.count_params(state["params"])
+        _log(f"CamFlow {model_config['group_sizes']} ({n_params:,} params) at {config.model.height}x"
+             f"{config.model.width}, batch {config.batch_size} on {jax.device_count()} "
+             f"{jax.devices()[0].platform} device(s), {jax.process_count()} process(es); "
+             f"steps {start + 1}..{config.num_steps}, {steps_per_epoch} steps/epoch")
+
+        progress, schedule = Progress(start, config.num_steps, config.batch_size), lr_schedule(config, steps_per_epoch)
+        stop_after, last_saved, stopped_early, done = float(config.stop_after_seconds or 0), start, False, start
+        try:
+            for step in range(start + 1, config.num_steps + 1):
+                state, terms = p_train(state, host_to_global(next(train_iter), data_sharding), static)
+                done = step
+                stop.ran_step()
+                time_up = bool(stop_after) and progress.elapsed() > stop_after and step < config.num_steps
+                save_now = ((config.checkpoint_every and step % config.checkpoint_every == 0)
+                            or step == config.num_steps or time_up)
+                log_now = step % config.log_every == 0 or step == config.num_steps or step == start + 1
+                if save_now or log_now:
+                    terms = check_finite(terms, step, last_saved)
+                if log_now:
+                    lr = float(schedule(step - 1))  # the rate this step used
+                    writer.write_scalars(step, {**terms, "lr": lr, **progress.update(step)})
+                    _log(progress.line(step, terms, lr))
+                if save_now:
+                    train_state.save(mngr, step, state, train_iter)
+                    last_saved = step
+                    stop.saved()
+                stop.check()
+                if time_up:
+                    stopped_early = True
+                    _log(f"stopping at step {step} after {_fmt_time(progress.elapsed())} (stop_after_seconds="
+                         f"{stop_after:g}); run the same command again to resume")
+                    break
+                if config.eval_every and step % config.eval_every == 0 and step != config.num_steps:
+                    evaluator(state, step)
+            train_state.wait(mngr)
+            train_time = progress.elapsed()
+            final_step = int(jax.device_get(state["step"]))
+            final_eval = None if stopped_early else evaluator(state, final_step)
+        except StopRequested:
+            if done != last_saved:
+                check_finite(terms, done, last_saved)  # a diverged state is never saved
+                train_state.save(mngr, done, state, train_iter)
+            train_state.wait(mngr)
+            stop.saved()
+            raise TrainingInterrupted(stop.signum, done) from None
+
+        summary = {"final_step": final_step, "steps_run": final_step - start, "train_seconds": train_time,
+                   "stopped_early": stopped_early, "eval": final_eval,
+                   "wall_seconds": time.time() - t_start, "params": n_params,
+                   "devices": jax.device_count(), "processes": jax.process_count(),
+                   "platform": jax.devices()[0].platform}
+        writer.close()
+        mngr.close()
+        if is_main:
+            workdir_lib.write_text(workdir / "summary.json", json.dumps(summary, indent=2))
+        _log(f"done: step {final_step}, {summary['steps_run']} steps in {_fmt_time(train_time)} "
+             f"(wall {_fmt_time(summary['wall_seconds'])}); workdir {workdir}")
+        return summary
+
+
+def _log(msg: str) -> None:
+    if jax.process_index() == 0:
+        print(msg, flush=True)
+
+
+def _fmt_time(s: float) -> str:
+    s = int(max(s, 0))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+class DivergedError(RuntimeError):
+    """Training produced non-finite values; nothing of the diverged state was saved."""
+
+
+def check_finite(terms, step: int, last_saved) -> dict[str, float]:
+    """The step's loss terms on the host; any non-finite one is a :class:`DivergedError`."""
+    terms = {k: float(v) for k, v in jax.device_get(terms).items()}
+    bad = sorted(k for k, v in terms.items() if not np.isfinite(v))
+    if bad:
+        raise DivergedError(
+            f"training diverged at step {step}: non-finite {', '.join(bad)}; nothing after step "
+            f"{last_saved or 0} was saved (lower optim.learning_rate, set optim.grad_clip, or check the data)")
+    return terms
+
+
+class Progress:
+    """Rates and ETA of the progress lines. The first step of a run (or of a resumed run)
+    includes compiling the step, so the ETA's rate is measured from the end of that step on
+    (:meth:`update` is called after the host has fetched the step's loss, i.e. after the step
+    finished)."""
+
+    def __init__(self, start: int, total: int, batch_size: int):
+        self.start, self.total, self.batch_size = start, total, batch_size
+        self.t_start = self.t_last = time.time()
+        self.step_last, self.t_first = start, None
+
+    def elapsed(self) -> float:
+        return time.time() - self.t_start
+
+    def update(self, step: int) -> dict[str, float]:
+        """Scalars of the interval since the last update (``steps_per_sec`` of the first
+        interval includes the compilation)."""
+        now = time.time()
+        sps = (step - self.step_last) / max(now - self.t_last, 1e-9)
+        self.t_last, self.step_last = now, step
+        if self.t_first is None:
+            self.t_first, self.first_seconds = now, now - self.t_start
+        return {"steps_per_sec": sps, "pairs_per_sec": sps * self.batch_size, "time": now - self.t_start}
+
+    def eta(self) -> float | None:
+        """Seconds left at the rate since the first step; None until a step after it finished."""
+        done = self.step_last - self.start - 1
+        if self.t_first is None or done <= 0:
+            return None
+        return (self.total - self.step_last) * (self.t_last - self.t_first) / done
+
+    def line(self, step: int, terms: dict, lr: float) -> str:
+        eta = self.eta()
+        speed = (f"first step {self.first_seconds:.1f}s (includes compilation)" if eta is None else
+                 f"{(self.step_last - self.start - 1) / max(self.t_last - self.t_first, 1e-9):.2f} steps/s | "
+                 f"ETA {_fmt_time(eta)}")
+        return (f"step {step}/{self.total} | loss {terms['total']:.4f} (motion {terms['motion']:.4f}, "
+                f"feature {terms['feature']:.4f}, smooth {terms['smooth']:.4f}) | lr {lr:.2e} | {speed}")

@@ -1,0 +1,78 @@
+"""The package's layout holds to the limits docs/architecture.md states (issue: "a layout that
+shows the architecture"). The oracle is the source itself, read with :mod:`ast`, and, for the
+config's walk, a trace of a real (one-step) training run."""
+
+from pathlib import Path
+
+import pytest
+
+from camflow_jax.experiments import architecture as arch
+
+ROOT = Path(__file__).resolve().parents[1]
+CLIS = {"camflow_jax.train", "camflow_jax.estimate", "camflow_jax.evaluate", "camflow_jax.stabilize"}
+
+
+@pytest.fixture(scope="module")
+def edges():
+    return arch.import_edges()
+
+
+def test_the_graph_reader_sees_relative_and_function_imports(tmp_path):
+    pkg = tmp_path / "camflow_jax"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from . import a\n")
+    (pkg / "sub" / "a.py").write_text("def f():\n    from camflow_jax.sub import b\n")
+    (pkg / "sub" / "b.py").write_text("from .a import f\nimport os\n")
+    edges = arch.import_edges(pkg)
+    got = sorted((e.source, e.target, e.inside_function) for e in edges)
+    assert got == [("camflow_jax.sub", "camflow_jax.sub.a", False),
+                   ("camflow_jax.sub.a", "camflow_jax.sub.b", True),
+                   ("camflow_jax.sub.b", "camflow_jax.sub.a", False)]
+    assert arch.import_cycles(edges) == [["camflow_jax.sub.a", "camflow_jax.sub.b"]]
+
+
+def test_no_import_cycle_counting_imports_inside_functions(edges):
+    assert arch.import_cycles(edges) == []
+
+
+def test_at_most_eight_files_directly_in_the_package():
+    files = arch.top_level_files()
+    assert len(files) <= 8, files
+
+
+def test_no_library_file_over_700_lines():
+    big = {f: n for f, n in arch.line_counts().items() if n > 700}
+    assert not big, big
+
+
+def test_fewer_than_a_fifth_of_internal_imports_sit_inside_functions(edges):
+    inside = [e for e in edges if e.inside_function]
+    assert len(inside) < 0.2 * len(edges), (len(inside), len(edges))
+
+
+def test_imports_point_down_the_layers(edges):
+    """Nothing imports a command line; only the command lines import the harness; the library
+    never imports the experiments."""
+    for e in edges:
+        assert e.target not in CLIS, e
+        if e.target.startswith("camflow_jax.cli."):
+            assert e.source in CLIS or e.source.startswith("camflow_jax.cli"), e
+        if e.target.startswith("camflow_jax.experiments"):
+            assert e.source.startswith("camflow_jax.experiments"), e
+
+
+def test_a_config_walks_through_at_most_eight_modules(tmp_path, cache):
+    """The modules whose functions receive the config (or a part of it) during a one-step
+    training run with a held-out evaluation (the training tests' tiny net: one compilation
+    shared through the session's cache)."""
+    from camflow_jax.configs import smoke
+    from camflow_jax.training import loop
+
+    config = smoke.get_config()
+    config.update_from_flattened_dict({"batch_size": 4, "num_steps": 1, "data.num_train": 8, "data.num_eval": 2,
+                                       "model.depths": (1,), "model.layer_depth": (1,), "model.num_heads": (2,),
+                                       "model.width": 64})
+    walk = arch.config_walk(lambda c: loop.train_and_evaluate(c, tmp_path / "wd"), config)
+    assert "camflow_jax.training.loop" in walk and "camflow_jax.data.pipeline" in walk, walk
+    assert len(walk) <= 8, walk
