@@ -19,7 +19,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from camflow_jax import geometry_np
+from camflow_jax import baselines, geometry_np
 from camflow_jax.data.benchmarks import GHOF_INTRINSICS, bandwise_homography_flow
 from camflow_jax.data.depth import check_depth_aspect, resize_depth
 from camflow_jax.data.images import read_rgb
