@@ -10,6 +10,12 @@ image-1 pixels to image-2 pixels and its flow is ``H(p) - p``; ``warp(img2, flow
 ``0 <= x < W-1`` and ``0 <= y < H-1`` and is exactly 0 elsewhere — so the last row and column
 are 0 even at integer coordinates. The rule lives in :func:`camflow_jax.geometry.in_frame`
 alone (elementwise comparisons: it takes numpy arrays as well as jax ones).
+
+:func:`resize_intrinsics` and :func:`crop_intrinsics` are the host-side updates of K that the
+input pipeline's worker processes and read threads apply (they must never start a JAX
+backend): the rules of :func:`camflow_jax.geometry.resize_intrinsics` and
+:func:`camflow_jax.geometry.crop_intrinsics` (used inside jitted inference), both held to the
+same closed forms by tests/test_geometry.py and to OpenCV's resize by tests/test_geometry_np.py.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-__all__ = ["gray", "warp", "warp_validity", "homography_flow", "resize_flow"]
+__all__ = ["gray", "warp", "warp_validity", "homography_flow", "resize_flow", "resize_intrinsics",
+           "crop_intrinsics"]
 
 
 def gray(img) -> np.ndarray:
@@ -112,3 +119,19 @@ def resize_flow(flow: np.ndarray, h: int, w: int) -> np.ndarray:
         out[..., c] = cv2.resize(np.ascontiguousarray(flow[..., c]), (w, h), interpolation=interp)
         out[..., c] *= np.float32(scale)
     return out
+
+
+def resize_intrinsics(K, old_hw: tuple[int, int], new_hw: tuple[int, int]) -> np.ndarray:
+    """float32 intrinsics (fx, fy, cx, cy) ``[..., 4]`` of an image resized from ``old_hw`` to
+    ``new_hw`` with half-pixel centres (``cv2.resize``): x_new = (x_old + 0.5) s - 0.5, so
+    fx' = s_x fx and cx' = (cx + 0.5) s_x - 0.5 (likewise for y)."""
+    K = np.asarray(K, np.float32)
+    sy, sx = new_hw[0] / old_hw[0], new_hw[1] / old_hw[1]
+    fx, fy, cx, cy = K[..., 0], K[..., 1], K[..., 2], K[..., 3]
+    return np.stack([fx * sx, fy * sy, (cx + 0.5) * sx - 0.5, (cy + 0.5) * sy - 0.5], axis=-1).astype(np.float32)
+
+
+def crop_intrinsics(K, top: int, left: int) -> np.ndarray:
+    """float32 intrinsics ``[..., 4]`` after cropping an image at offset (top, left): the
+    principal point shifts by (-left, -top)."""
+    return np.asarray(K, np.float32) - np.array([0, 0, left, top], np.float32)
