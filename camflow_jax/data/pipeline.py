@@ -3,6 +3,12 @@
 The global batch of step k is the same whatever the number of processes: each process reads
 the rows ``[p * b, (p + 1) * b)`` of it (``b`` = global batch / process count), so a run on
 several hosts sees exactly the data of a single-host run.
+
+Everything the pipeline runs per pair (the sources' reads and labels, resize, crop, depth and
+intrinsics updates) is numpy/OpenCV, never JAX: it runs in grain's read threads and worker
+processes, and a worker process that touched ``jax.numpy`` would initialise a JAX backend of
+its own (on a GPU machine that fails: "Unable to initialize backend 'cuda'").
+tests/test_train_workers.py trains with workers whose JAX cannot start.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import cv2
 import grain
 import numpy as np
 
-from camflow_jax import geometry
+from camflow_jax import geometry_np
 from camflow_jax.data import depth as depth_lib, train_sources
 
 _ALWAYS = ("img1", "img2", "flow_f", "flow_b", "label_mask_f", "label_mask_b", "category_id")
@@ -40,7 +46,7 @@ def _resize_pair(s: dict, h: int, w: int) -> dict:
         if k in s:  # the image's geometry (evaluation and inference resize depth the same way)
             out[k] = depth_lib.resize_depth(s[k], h, w)
     if "K" in s:
-        out["K"] = np.asarray(geometry.resize_intrinsics(s["K"], (h0, w0), (h, w)), np.float32)
+        out["K"] = geometry_np.resize_intrinsics(s["K"], (h0, w0), (h, w))
     return out
 
 
@@ -53,7 +59,7 @@ def _crop_pair(s: dict, top: int, left: int, h: int, w: int) -> dict:
         else:
             out[k] = v
     if "K" in s:
-        out["K"] = np.asarray(geometry.crop_intrinsics(s["K"], top, left), np.float32)
+        out["K"] = geometry_np.crop_intrinsics(s["K"], top, left)
     return out
 
 
