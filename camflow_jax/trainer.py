@@ -67,6 +67,7 @@ def validate_config(config) -> None:
             raise ValueError(f"loss.{key} must be a finite number >= 0, got {v!r}")
     if not 0 <= config.data.read_nice <= 19:
         raise ValueError(f"data.read_nice must be in 0..19 (0 = the trainer's priority), got {config.data.read_nice}")
+    pipeline.resolve_num_workers(config.data.num_workers)  # >= 0, or -1 (auto): else a ValueError
     if config.get("stop_after_seconds", 0) < 0:
         raise ValueError("stop_after_seconds must be >= 0 (0 = no limit)")
     for name in config.eval_baselines:
@@ -152,6 +153,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir, stop: Gracefu
              f"{config.model.width}, batch {config.batch_size} on {jax.device_count()} "
              f"{jax.devices()[0].platform} device(s), {jax.process_count()} process(es); "
              f"steps {start + 1}..{config.num_steps}, {steps_per_epoch} steps/epoch")
+        workers, auto = pipeline.resolve_num_workers(config.data.num_workers), config.data.num_workers < 0
+        if workers or auto:
+            _log(f"data: {workers} worker process(es)"
+                 + (f" (data.num_workers=-1: {pipeline.usable_cpus()} usable cores)" if auto else ""))
 
         progress, schedule = Progress(start, config.num_steps, config.batch_size), lr_schedule(config, steps_per_epoch)
         stop_after, last_saved, stopped_early, done = float(config.stop_after_seconds or 0), start, False, start

@@ -23,6 +23,7 @@ import sys
 
 import cv2
 import numpy as np
+import pytest
 
 from fixtures_benchmarks import random_homography, textured_image
 from test_train import COMMON, ROOT, _env, _losses
@@ -54,7 +55,7 @@ def test_training_with_worker_processes_that_cannot_use_jax(tmp_path, cache):
     wd = tmp_path / "workers"
     proc = _train_with_jaxless_workers(wd, "--config.num_steps=2", "--config.data.num_workers=2", cache=cache)
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    assert "on 1 cpu device(s)" in proc.stdout
+    assert "on 1 cpu device(s)" in proc.stdout and "data: 2 worker process(es)" in proc.stdout
     assert [r["step"] for r in _losses(wd)] == [1, 2]
     assert all(np.isfinite(r["total"]) for r in _losses(wd))
 
@@ -134,3 +135,15 @@ def test_every_source_reads_and_prepares_without_jax(tmp_path):
     assert proc.stdout.split() == ["ghof", "read", "cahomo", "read", "frames", "read", "synthetic", "read",
                                    "jax", "unusable"]
 
+
+def test_auto_worker_count_follows_the_machine_and_other_negatives_are_refused(monkeypatch):
+    from camflow_jax.data import pipeline
+
+    assert [pipeline.resolve_num_workers(-1, cpus=c) for c in (1, 2, 3, 16, 64)] == [0, 0, 1, 14, 16]
+    assert [pipeline.resolve_num_workers(n) for n in (0, 3, np.int64(5))] == [0, 3, 5]
+    assert 1 <= pipeline.usable_cpus() <= (os.cpu_count() or 1)
+    monkeypatch.setattr(pipeline, "usable_cpus", lambda: 8)
+    assert pipeline.resolve_num_workers(-1) == 6
+    for bad in (-2, -12, True, 1.5, "auto"):
+        with pytest.raises(ValueError, match="data.num_workers must be an integer >= 0, or -1"):
+            pipeline.resolve_num_workers(bad)
