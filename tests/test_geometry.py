@@ -132,16 +132,26 @@ def test_resize_image_matches_cv2_linear():
         np.testing.assert_allclose(out, ref, atol=1e-2)
 
 
-def test_intrinsics_follow_resize_and_crop():
+@pytest.mark.parametrize("lib", ["geometry", "geometry_np"])
+def test_intrinsics_follow_resize_and_crop(lib):
+    # The JAX updates (jitted inference) and their numpy twins (the input pipeline's workers,
+    # which must not use JAX) against the same closed forms.
+    from camflow_jax.geometry import host as geometry_np
+
+    geo = G if lib == "geometry" else geometry_np
     K = np.array([500.0, 480.0, 300.0, 200.0])
     X = np.array([0.3, -0.2, 2.0])
     u, v = K[0] * X[0] / X[2] + K[2], K[1] * X[1] / X[2] + K[3]
-    K2 = np.asarray(G.resize_intrinsics(K, (400, 600), (200, 300)))
+    K2 = np.asarray(geo.resize_intrinsics(K, (400, 600), (200, 300)))
     # same 3D point, half-pixel-centre resize: x' = (x + 0.5) s - 0.5
     np.testing.assert_allclose([K2[0] * X[0] / X[2] + K2[2], K2[1] * X[1] / X[2] + K2[3]],
                                [(u + 0.5) * 0.5 - 0.5, (v + 0.5) * 0.5 - 0.5], atol=1e-4)
-    K3 = np.asarray(G.crop_intrinsics(K, 10, 20))
+    K3 = np.asarray(geo.crop_intrinsics(K, 10, 20))
     np.testing.assert_allclose([K3[0] * X[0] / X[2] + K3[2], K3[1] * X[1] / X[2] + K3[3]], [u - 20, v - 10], atol=1e-4)
+    assert K2.dtype == K3.dtype == np.float32
+    batch = np.stack([K, K * 2])  # [..., 4]: row by row
+    np.testing.assert_allclose(np.asarray(geo.resize_intrinsics(batch, (400, 600), (200, 300)))[0], K2)
+    np.testing.assert_allclose(np.asarray(geo.crop_intrinsics(batch, 10, 20))[0], K3)
 
 
 @pytest.mark.parametrize("hw", [(40, 300), (200, 72), (7, 9)])

@@ -86,6 +86,45 @@ def test_resize_flow_against_opencv_and_translation():
     assert same is not f
 
 
+def test_intrinsics_updates_follow_opencv_resize_and_crop():
+    # Oracle: an image whose pixel (x, y) holds (x, y). Resized with cv2.resize (as the pipeline
+    # resizes the images) or cropped, it must hold at a 3D point's projection under the updated
+    # K the point's projection under the original K (bilinear samples of a linear image are
+    # exact away from the clamped borders).
+    K = np.array([90.0, 70.0, 41.3, 29.6], np.float32)
+    h0, w0 = 60, 80
+    ys, xs = np.mgrid[0:h0, 0:w0].astype(np.float32)
+    coords = np.stack([xs, ys], -1)
+    rng = np.random.default_rng(4)
+    X = np.stack([rng.uniform(-0.25, 0.25, 50), rng.uniform(-0.25, 0.25, 50), np.ones(50)], -1)
+
+    def project(k):
+        return np.stack([k[0] * X[:, 0] / X[:, 2] + k[2], k[1] * X[:, 1] / X[:, 2] + k[3]], -1)
+
+    def sample(img, p):  # bilinear, p inside [1, W-2] x [1, H-2]
+        x0, y0 = np.floor(p[:, 0]).astype(int), np.floor(p[:, 1]).astype(int)
+        fx, fy = (p[:, 0] - x0)[:, None], (p[:, 1] - y0)[:, None]
+        return ((img[y0, x0] * (1 - fx) + img[y0, x0 + 1] * fx) * (1 - fy)
+                + (img[y0 + 1, x0] * (1 - fx) + img[y0 + 1, x0 + 1] * fx) * fy)
+
+    def check(img, k):
+        p = project(k)
+        h, w = img.shape[:2]
+        inside = (p[:, 0] >= 1) & (p[:, 0] <= w - 3) & (p[:, 1] >= 1) & (p[:, 1] <= h - 3)
+        assert inside.sum() >= 20
+        np.testing.assert_allclose(sample(img, p[inside]), project(K)[inside], atol=1e-3)
+
+    for h, w in [(150, 200), (30, 40), (45, 120)]:
+        k2 = geometry_np.resize_intrinsics(K, (h0, w0), (h, w))
+        check(cv2.resize(coords, (w, h), interpolation=cv2.INTER_LINEAR), k2)
+        np.testing.assert_allclose(  # the JAX update (inference) gives the same K
+            k2, np.asarray(geometry.resize_intrinsics(jnp.asarray(K), (h0, w0), (h, w))), rtol=1e-6)
+    top, left = 7, 11
+    k3 = geometry_np.crop_intrinsics(K, top, left)
+    check(coords[top:, left:], k3)
+    np.testing.assert_allclose(k3, np.asarray(geometry.crop_intrinsics(jnp.asarray(K), top, left)), rtol=1e-6)
+
+
 def test_gray_is_the_channel_mean():
     rng = np.random.default_rng(3)
     img = rng.integers(0, 256, (7, 9, 3), dtype=np.uint8)

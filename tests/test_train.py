@@ -245,7 +245,8 @@ def test_unknown_config_key_is_rejected(tmp_path, cache):
                                           ("--config.loss.feature=-1", "loss.feature"),
                                           ("--config.optim.freeze=('shallow',)", "shallow"),
                                           ("--config.eval_baselines=('nope',)", "unknown estimator 'nope'"),
-                                          ("--config.data.read_nice=25", "data.read_nice")])
+                                          ("--config.data.read_nice=25", "data.read_nice"),
+                                          ("--config.data.num_workers=-2", "data.num_workers")])
 def test_bad_hyperparameters_are_one_line_errors(tmp_path, cache, flag, needle):
     proc = _train(tmp_path / "w", "--config.num_steps=1", flag, cache=cache, check=False)
     _one_line_error(proc, needle)

@@ -6,12 +6,14 @@ a config in place (and returns it); the configs call them after ``default.get_co
 def paper_setting(c):
     """The paper's optimization setting (§ Implementation Details) for CAHomo and GHOF: 5 epochs
     of batch 16, 600x800 frames resized to 360x640 (as the release does) and cropped to 320x576,
-    Adam lr 1e-5 (the betas and x0.8 per epoch are ``default``'s)."""
+    Adam lr 1e-5 (the betas and x0.8 per epoch are ``default``'s). Reading and labelling the
+    frames is CPU work for worker processes, as many as the machine has cores to spare
+    (``data.num_workers = -1``: one per usable core less 2, at most 16)."""
     c.model.height, c.model.width = 320, 576
     c.batch_size = 16
     c.num_epochs = 5
     c.data.resize_height, c.data.resize_width = 360, 640
-    c.data.num_workers = 4
+    c.data.num_workers = -1
     c.optim.learning_rate = 1e-5
     c.eval_baselines = ("identity",)
     return c

@@ -49,7 +49,8 @@ def get_config() -> ml_collections.ConfigDict:
         label="flow",           # synthetic: 'flow' (geometric truth on valid pixels) | 'homography'
         frame_gap=1,            # frames: pairs (t, t + gap)
         depth_pattern="",       # ghof: per-sample depth files, "{}" = 1 or 2 (e.g. "depth{}.npy"); "" = none
-        num_workers=0,          # grain worker processes (0 = in the main process)
+        num_workers=0,          # grain worker processes (0 = in the main process; -1 = auto: one
+                                # per usable core less 2, at most 16; other negatives are an error)
         prefetch=2,             # batches prepared ahead (per worker, and by the read threads)
         read_threads=1,         # threads preparing batches in each process (grain's default 16
                                 # competes with the step for the cores)

@@ -3,6 +3,12 @@
 The global batch of step k is the same whatever the number of processes: each process reads
 the rows ``[p * b, (p + 1) * b)`` of it (``b`` = global batch / process count), so a run on
 several hosts sees exactly the data of a single-host run.
+
+Everything the pipeline runs per pair (the sources' reads and labels, resize, crop, depth and
+intrinsics updates) is numpy/OpenCV, never JAX: it runs in grain's read threads and worker
+processes, and a worker process that touched ``jax.numpy`` would initialise a JAX backend of
+its own (on a GPU machine that fails: "Unable to initialize backend 'cuda'").
+tests/test_train_workers.py trains with workers whose JAX cannot start.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import grain
 import numpy as np
 
 from camflow_jax.data import depth as depth_lib
-from camflow_jax.geometry import device as geometry
+from camflow_jax.geometry import host as geometry_np
 
 _ALWAYS = ("img1", "img2", "flow_f", "flow_b", "label_mask_f", "label_mask_b", "category_id")
 
@@ -40,7 +46,7 @@ def _resize_pair(s: dict, h: int, w: int) -> dict:
         if k in s:  # the image's geometry (evaluation and inference resize depth the same way)
             out[k] = depth_lib.resize_depth(s[k], h, w)
     if "K" in s:
-        out["K"] = np.asarray(geometry.resize_intrinsics(s["K"], (h0, w0), (h, w)), np.float32)
+        out["K"] = geometry_np.resize_intrinsics(s["K"], (h0, w0), (h, w))
     return out
 
 
@@ -53,7 +59,7 @@ def _crop_pair(s: dict, top: int, left: int, h: int, w: int) -> dict:
         else:
             out[k] = v
     if "K" in s:
-        out["K"] = np.asarray(geometry.crop_intrinsics(s["K"], top, left), np.float32)
+        out["K"] = geometry_np.crop_intrinsics(s["K"], top, left)
     return out
 
 
@@ -95,11 +101,46 @@ def prepare_pair(sample: dict, height: int, width: int, resize=(0, 0),
     return out
 
 
-def prepare_kwargs(config) -> dict:
-    """The :func:`prepare_pair` arguments a training config asks for."""
-    return dict(height=config.model.height, width=config.model.width,
-                resize=(config.data.resize_height, config.data.resize_width),
-                need_depth=bool(config.bases.use_depth))
+#: ``data.num_workers`` value meaning "choose from the machine" (:func:`resolve_num_workers`).
+AUTO_WORKERS = -1
+#: Cores left to the trainer's own process (its train-step dispatch, host-to-device copies and
+#: the threads that collect the workers' batches) when the worker count is chosen automatically.
+RESERVED_CORES = 2
+#: At most this many automatic workers: each is a process with its own copy of the pipeline and
+#: its own prefetched batches, so memory grows with the count.
+MAX_AUTO_WORKERS = 16
+
+
+def usable_cpus() -> int:
+    """The CPU cores this process may run on: its CPU affinity, lowered to a cgroup (v2) CPU
+    quota where one is set (containers started with ``--cpus``)."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            n = min(n, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(n, 1)
+
+
+def resolve_num_workers(num_workers, cpus: int | None = None) -> int:
+    """The number of grain worker processes ``data.num_workers`` asks for: itself when >= 0
+    (0: read in the training process), and for :data:`AUTO_WORKERS` (-1) one per usable core
+    (``cpus``, default :func:`usable_cpus`) less :data:`RESERVED_CORES`, at most
+    :data:`MAX_AUTO_WORKERS` and at least 0 (so 0 on a 2-core machine, 14 on 16 cores). Any other
+    value is a ValueError."""
+    if isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) or num_workers < AUTO_WORKERS:
+        raise ValueError(f"data.num_workers must be an integer >= 0, or {AUTO_WORKERS} to choose from the "
+                         f"machine's cores, got {num_workers!r}")
+    if num_workers != AUTO_WORKERS:
+        return int(num_workers)
+    cpus = usable_cpus() if cpus is None else int(cpus)
+    return max(0, min(cpus - RESERVED_CORES, MAX_AUTO_WORKERS))
 
 
 def lower_thread_priority(nice: int) -> bool:
@@ -152,10 +193,12 @@ def train_dataset(source, *, seed: int, global_batch: int, process_index: int, p
     depth are tens of GiB). ``read_nice > 0``: those threads (and worker processes) run at that
     nice value (Linux), so they take the cores only when the train step leaves them idle; the
     README's 64x128 run is ~4% faster with 19 on 2 cores (docs/performance.md).
+    ``num_workers``: grain worker processes (0: none; -1: :func:`resolve_num_workers` chooses).
     """
     if global_batch % process_count:
         raise ValueError(f"batch_size {global_batch} must be divisible by the {process_count} processes")
     local = global_batch // process_count
+    num_workers = resolve_num_workers(num_workers)
     ds = grain.MapDataset.source(source).shuffle(seed=seed).repeat(None)
     ds = ds.random_map(_PrepareRandom(nice=read_nice, **prepare_kwargs), seed=seed)
     ds = ds.batch(local, drop_remainder=True)[process_index::process_count]

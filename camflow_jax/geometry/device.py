@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from camflow_jax.geometry.host import in_frame
+
 __all__ = [
     "pixel_grid",
     "normalized_grid",
@@ -144,14 +146,6 @@ def fit_homography(flow: jax.Array, mask: jax.Array | None = None, *,
     else:
         H, valid = _fit_homography_single(flow, mask)
     return (H, valid) if return_valid else H
-
-
-def in_frame(x: jax.Array, y: jax.Array, h: int, w: int) -> jax.Array:
-    """The library's one validity rule for a bilinear sample at (x, y) of an ``h x w`` image:
-    ``0 <= x < w-1`` and ``0 <= y < h-1`` (the reference semantics: the last row and column
-    count as outside, so all four neighbours exist). Elementwise comparisons only, so numpy
-    arrays work too (:mod:`camflow_jax.geometry.host` uses it on the host)."""
-    return (x >= 0) & (x < w - 1) & (y >= 0) & (y < h - 1)
 
 
 def sample_bilinear(image: jax.Array, x: jax.Array, y: jax.Array, mode: str = "zero") -> jax.Array:

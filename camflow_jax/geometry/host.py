@@ -8,8 +8,14 @@ image-1 pixels to image-2 pixels and its flow is ``H(p) - p``; ``warp(img2, flow
 :func:`warp` and :func:`warp_validity` follow the JAX warp's rule exactly
 (:func:`camflow_jax.geometry.device.sample_bilinear`, mode "zero"): a sample at (x, y) is defined iff
 ``0 <= x < W-1`` and ``0 <= y < H-1`` and is exactly 0 elsewhere — so the last row and column
-are 0 even at integer coordinates. The rule lives in :func:`camflow_jax.geometry.device.in_frame`
+are 0 even at integer coordinates. The rule lives in :func:`in_frame` (here; the JAX warp imports it)
 alone (elementwise comparisons: it takes numpy arrays as well as jax ones).
+
+:func:`resize_intrinsics` and :func:`crop_intrinsics` are the host-side updates of K that the
+input pipeline's worker processes and read threads apply (they must never start a JAX
+backend): the rules of :func:`camflow_jax.geometry.resize_intrinsics` and
+:func:`camflow_jax.geometry.crop_intrinsics` (used inside jitted inference), both held to the
+same closed forms by tests/test_geometry.py and to OpenCV's resize by tests/test_geometry_np.py.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-__all__ = ["gray", "warp", "warp_validity", "homography_flow", "resize_flow"]
+__all__ = ["in_frame", "gray", "warp", "warp_validity", "homography_flow", "resize_flow", "resize_intrinsics",
+           "crop_intrinsics"]
 
 
 def gray(img) -> np.ndarray:
@@ -32,10 +39,17 @@ def gray(img) -> np.ndarray:
     return x.mean(axis=-1)
 
 
+def in_frame(x, y, h: int, w: int):
+    """The library's one validity rule for a bilinear sample at (x, y) of an ``h x w`` image:
+    ``0 <= x < w-1`` and ``0 <= y < h-1`` (the reference semantics: the last row and column
+    count as outside, so all four neighbours exist). Elementwise comparisons only, so it serves
+    numpy arrays on the host and ``jax.Array``s in the JAX warp (:mod:`.device` imports it
+    from here: host code never imports JAX)."""
+    return (x >= 0) & (x < w - 1) & (y >= 0) & (y < h - 1)
+
+
 def _inside(x: np.ndarray, y: np.ndarray, h: int, w: int) -> np.ndarray:
     """Where bilinear samples at (x, y) are defined: the library's one rule, on numpy arrays."""
-    from camflow_jax.geometry.device import in_frame
-
     return np.asarray(in_frame(np.asarray(x), np.asarray(y), h, w))
 
 
@@ -112,3 +126,19 @@ def resize_flow(flow: np.ndarray, h: int, w: int) -> np.ndarray:
         out[..., c] = cv2.resize(np.ascontiguousarray(flow[..., c]), (w, h), interpolation=interp)
         out[..., c] *= np.float32(scale)
     return out
+
+
+def resize_intrinsics(K, old_hw: tuple[int, int], new_hw: tuple[int, int]) -> np.ndarray:
+    """float32 intrinsics (fx, fy, cx, cy) ``[..., 4]`` of an image resized from ``old_hw`` to
+    ``new_hw`` with half-pixel centres (``cv2.resize``): x_new = (x_old + 0.5) s - 0.5, so
+    fx' = s_x fx and cx' = (cx + 0.5) s_x - 0.5 (likewise for y)."""
+    K = np.asarray(K, np.float32)
+    sy, sx = new_hw[0] / old_hw[0], new_hw[1] / old_hw[1]
+    fx, fy, cx, cy = K[..., 0], K[..., 1], K[..., 2], K[..., 3]
+    return np.stack([fx * sx, fy * sy, (cx + 0.5) * sx - 0.5, (cy + 0.5) * sy - 0.5], axis=-1).astype(np.float32)
+
+
+def crop_intrinsics(K, top: int, left: int) -> np.ndarray:
+    """float32 intrinsics ``[..., 4]`` after cropping an image at offset (top, left): the
+    principal point shifts by (-left, -top)."""
+    return np.asarray(K, np.float32) - np.array([0, 0, left, top], np.float32)

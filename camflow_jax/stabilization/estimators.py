@@ -38,6 +38,7 @@ import time
 
 import numpy as np
 
+from camflow_jax.data import depth as depth_lib
 from camflow_jax.estimators import registry
 from camflow_jax.geometry import host as geometry_np
 
@@ -218,9 +219,6 @@ class CamFlowEstimator(Estimator):
         """(depth_t, depth_t+1, K) at the estimation size h x w, or Nones without depth."""
         if self.depth_files is None:
             return None, None, None
-        from camflow_jax.data import depth as depth_lib
-        from camflow_jax.geometry import device as geometry
-
         if t + 1 >= len(self.depth_files):
             raise ValueError(f"the depth folder has {len(self.depth_files)} files, but the video has "
                              f"at least {t + 2} frames")
@@ -230,7 +228,7 @@ class CamFlowEstimator(Estimator):
             depth_lib.check_depth_aspect(d.shape, (h, w), f)
             maps.append(depth_lib.resize_depth(d, h, w))  # the predictor checks and fills it
         if self.intrinsics is not None:
-            K = np.asarray(geometry.resize_intrinsics(self.intrinsics, self.frame_size, (h, w)), np.float32)
+            K = geometry_np.resize_intrinsics(self.intrinsics, self.frame_size, (h, w))
         else:
             fov = 60.0 if self.fov_deg is None else self.fov_deg
             fx = 0.5 * w / np.tan(np.deg2rad(fov) / 2)

@@ -78,10 +78,10 @@ class HeldoutEvaluator:
     """``evaluator(state, step)`` -> the held-out table (None without held-out pairs: only the
     synthetic data has them), written to ``eval_<step>.json`` and TensorBoard and printed."""
 
-    def __init__(self, config, p_eval, static, data_sharding, writer, workdir: Path | None,
+    def __init__(self, config, prepare_kwargs: dict, p_eval, static, data_sharding, writer, workdir: Path | None,
                  stop: GracefulStop | None = None):
         h, w = config.model.height, config.model.width
-        self.stop = stop
+        self.stop, self.prepare_kwargs = stop, prepare_kwargs
         heldout = config.data.name == "synthetic" and config.data.num_eval > 0
         self.source = datasets.training_source(config.data, h, w, "eval") if heldout else None
         self.config, self.p_eval, self.static, self.sharding = config, p_eval, static, data_sharding
@@ -99,7 +99,7 @@ class HeldoutEvaluator:
     def __call__(self, state, step: int) -> dict | None:
         if self.source is None:
             return None
-        records = evaluate_heldout(lambda b: self._predict(state, b), self.source, pipeline.prepare_kwargs(self.config),
+        records = evaluate_heldout(lambda b: self._predict(state, b), self.source, self.prepare_kwargs,
                                    max(self.config.batch_size, jax.device_count()),
                                    tuple(self.config.eval_baselines), self.cache)
         table = summarize(records, self.categories)

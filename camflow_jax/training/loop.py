@@ -65,6 +65,7 @@ def validate_config(config) -> None:
             raise ValueError(f"loss.{key} must be a finite number >= 0, got {v!r}")
     if not 0 <= config.data.read_nice <= 19:
         raise ValueError(f"data.read_nice must be in 0..19 (0 = the trainer's priority), got {config.data.read_nice}")
+    pipeline.resolve_num_workers(config.data.num_workers)  # >= 0, or -1 (auto): else a ValueError
     if config.get("stop_after_seconds", 0) < 0:
         raise ValueError("stop_after_seconds must be >= 0 (0 = no limit)")
     for name in config.eval_baselines:
@@ -84,6 +85,13 @@ def with_step_count(config, num_train: int) -> tuple[ml_collections.ConfigDict, 
     return config, steps_per_epoch
 
 
+def prepare_kwargs(config) -> dict:
+    """The :func:`camflow_jax.data.pipeline.prepare_pair` arguments a training config asks for."""
+    return dict(height=config.model.height, width=config.model.width,
+                resize=(config.data.resize_height, config.data.resize_width),
+                need_depth=bool(config.bases.use_depth))
+
+
 def make_train_dataset(config, source, **read_overrides) -> grain.IterDataset:
     """This process's training batches; ``read_overrides`` (``read_threads``, ``prefetch``)
     replace the config's read options (the benchmark varies them)."""
@@ -91,7 +99,7 @@ def make_train_dataset(config, source, **read_overrides) -> grain.IterDataset:
     read.update({k: v for k, v in read_overrides.items() if v is not None})
     return pipeline.train_dataset(
         source, seed=config.seed, global_batch=config.batch_size, process_index=jax.process_index(),
-        process_count=jax.process_count(), prepare_kwargs=pipeline.prepare_kwargs(config),
+        process_count=jax.process_count(), prepare_kwargs=prepare_kwargs(config),
         num_workers=config.data.num_workers, read_nice=config.data.read_nice, **read)
 
 
@@ -128,7 +136,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir, stop: Gracefu
                 state, static = train_state.start_from(config.init_from, state, tx, model_config["group_names"],
                                                        static, repl, _log)
         if is_main:
-            workdir_lib.write_metadata(workdir, config, model_config, static)
+            workdir_lib.write_metadata(workdir, config.to_json_best_effort(indent=2), model_config, static)
         static = jax.device_put(jnp.asarray(static), repl)
         mngr = train_state.checkpoint_manager(workdir, config.keep_checkpoints)
         stop.manager = mngr
@@ -136,13 +144,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir, stop: Gracefu
             mngr, state, make_train_dataset(config, train_source), _log)
         writer = workdir_lib.MetricWriter(workdir, start, enabled=is_main)
         p_train, p_eval = jit_steps(model, tx, config, repl, data_sharding)
-        evaluator = HeldoutEvaluator(config, p_eval, static, data_sharding, writer, workdir if is_main else None,
+        evaluator = HeldoutEvaluator(config, prepare_kwargs(config), p_eval, static, data_sharding, writer, workdir if is_main else None,
                                      stop=stop)
         n_params = models.count_params(state["params"])
         _log(f"CamFlow {model_config['group_sizes']} ({n_params:,} params) at {config.model.height}x"
              f"{config.model.width}, batch {config.batch_size} on {jax.device_count()} "
              f"{jax.devices()[0].platform} device(s), {jax.process_count()} process(es); "
              f"steps {start + 1}..{config.num_steps}, {steps_per_epoch} steps/epoch")
+        workers, auto = pipeline.resolve_num_workers(config.data.num_workers), config.data.num_workers < 0
+        if workers or auto:
+            _log(f"data: {workers} worker process(es)"
+                 + (f" (data.num_workers=-1: {pipeline.usable_cpus()} usable cores)" if auto else ""))
 
         progress, schedule = Progress(start, config.num_steps, config.batch_size), lr_schedule(config, steps_per_epoch)
         stop_after, last_saved, stopped_early, done = float(config.stop_after_seconds or 0), start, False, start

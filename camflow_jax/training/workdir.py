@@ -102,9 +102,10 @@ def saved_static_bases(workdir: Path) -> np.ndarray | None:
     return None
 
 
-def write_metadata(workdir: Path, config, model_config: Mapping[str, Any], bases: np.ndarray) -> None:
-    """``config.json``, ``model.json`` and ``static_bases.npy`` (process 0 only)."""
-    write_text(workdir / "config.json", config.to_json_best_effort(indent=2))
+def write_metadata(workdir: Path, config_json: str, model_config: Mapping[str, Any], bases: np.ndarray) -> None:
+    """``config.json`` (the training config as JSON text), ``model.json`` and
+    ``static_bases.npy`` (process 0 only)."""
+    write_text(workdir / "config.json", config_json)
     with naming(workdir / "model.json"):
         checkpoint.write_model_json(workdir, model_config)
     with naming(workdir / "static_bases.npy"), atomic.atomic_file(workdir / "static_bases.npy") as tmp:

@@ -146,7 +146,7 @@ def bench_train(opts: BenchmarkOptions, config) -> list[dict]:
     jax.block_until_ready((state, terms))
     total, total_cpu = time.perf_counter() - t_start, time.process_time() - c_start
     per_step = total / opts.repeats
-    res_data = {"measurement": "train_data", **common, "data_workers": int(config.data.num_workers),
+    res_data = {"measurement": "train_data", **common, "data_workers": pipeline.resolve_num_workers(config.data.num_workers),
                 "prefetch_buffer": int(opts.prefetch_buffer if opts.prefetch_buffer is not None
                                        else config.data.prefetch),
                 "prefetch_threads": int(opts.prefetch_threads if opts.prefetch_threads is not None
