@@ -16,7 +16,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from camflow_jax import models
-from camflow_jax.data import datasets
+from camflow_jax.data import datasets, pipeline
 from camflow_jax.experiments.benchmarking.common import (
     BenchmarkOptions,
     arch_summary,
