@@ -13,16 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from camflow_jax.data.synthetic.scenes import SyntheticScenes
-from camflow_jax.experiments.benchmarking.common import (
-    BenchmarkOptions,
-    arch_summary,
-    compile_fn,
-    flops_of,
-    loadavg,
-    memory_of,
-    parse_groups,
-    timing_summary,
-)
+from camflow_jax.experiments.benchmarking.common import BenchmarkOptions, arch_summary, compile_fn, flops_of
+from camflow_jax.experiments.benchmarking.common import loadavg, memory_of, parse_groups, timing_summary
 from camflow_jax.models import build_model, init_variables
 from camflow_jax.predictor import Predictor
 
