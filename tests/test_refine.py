@@ -405,7 +405,7 @@ def test_predictor_detail_level_runs_above_the_working_size(shipped):
     assert [len(i) for i in out["refine_info"]["iterations"]] == [4, 4]  # three levels + detail
     assert out["flow_f"].shape == (H, W, 2) and out["weights_f"].shape == (H, W)
     # the static bases' detail samples are built once with their pyramid and cached
-    (static,) = shipped._static_cache.values()
+    (static,) = shipped.refiner._static_cache.values()
     k = cfg.detail_stride
     assert static.detail[0].shape == (shipped.static_bases.shape[0], -(-H // k), -(-W // k))
     valid = np.asarray(p["valid_f"]).reshape(H, W) > 0
@@ -419,18 +419,18 @@ def test_predictor_refines_the_directions_in_two_threads_as_in_one(shipped, monk
     the caller as itself."""
     import threading
 
-    from camflow_jax import predictor as P
+    from camflow_jax.refine import pairs as P
     from camflow_jax.data.synthetic.scenes import SyntheticScenes
 
     p = SyntheticScenes(seed=5, num_samples=1, height=H, width=W, categories=("RE",))[0]
     cam = dict(depth1=p["depth1"], depth2=p["depth2"], intrinsics=p["K"])
-    seen, direction = [], shipped._refine_direction
+    seen, direction = [], shipped.refiner._refine_direction
 
     def spy(*a, **k):
         seen.append(threading.current_thread().name)
         return direction(*a, **k)
 
-    monkeypatch.setattr(shipped, "_refine_direction", spy)
+    monkeypatch.setattr(shipped.refiner, "_refine_direction", spy)
     monkeypatch.setattr(P, "_cpu_cores", lambda: 2)
     par = shipped(p["img1"], p["img2"], **cam)
     assert len(seen) == 2 and all(n.startswith("camflow-refine") for n in seen), seen
@@ -446,12 +446,12 @@ def test_predictor_refines_the_directions_in_two_threads_as_in_one(shipped, monk
     monkeypatch.setattr(P, "_cpu_cores", lambda: 2)
     where = lambda: (threading.current_thread().name[:14], jax.config.jax_default_device)  # noqa: E731
     with jax.default_device(jax.devices()[-1]):
-        assert shipped._in_parallel([where] * 2, on_cpu=True) == [("camflow-refine", jax.devices()[-1])] * 2
+        assert shipped.refiner._in_parallel([where] * 2, on_cpu=True) == [("camflow-refine", jax.devices()[-1])] * 2
 
     def broken(*a, **k):
         raise FloatingPointError("direction failed")
 
-    monkeypatch.setattr(shipped, "_refine_direction", broken)
+    monkeypatch.setattr(shipped.refiner, "_refine_direction", broken)
     monkeypatch.setattr(P, "_cpu_cores", lambda: 2)
     with pytest.raises(FloatingPointError, match="direction failed"):
         shipped(p["img1"], p["img2"], **cam)

@@ -1,4 +1,4 @@
-"""Splits the refined call's added time into the jitted refinement (``Predictor._refine_pair``:
+"""Splits the refined call's added time into the jitted refinement (``PairRefiner._refine_pair``:
 its three jitted functions for both directions, timed by a wrapper on the instance) and the
 host-side rest (grey images and depth at the working and detail sizes, transfers, resizing the
 results back).
@@ -16,7 +16,7 @@ from camflow_jax.predictor import Predictor
 s = SyntheticScenes(seed=1000, num_samples=2, height=320, width=576)[0]
 cam = dict(depth1=s["depth1"], depth2=s["depth2"], intrinsics=s["K"])
 pred = Predictor.from_pretrained()
-orig = pred._refine_pair
+orig = pred.refiner._refine_pair
 T = []
 
 
@@ -27,7 +27,7 @@ def timed(*a, **k):
     return r
 
 
-pred._refine_pair = timed
+pred.refiner._refine_pair = timed
 for _ in range(3):
     pred(s["img1"], s["img2"], **cam)
 T.clear()
