@@ -1,0 +1,392 @@
+"""Sampling of the synthetic parallax scenes from a ``jax.random`` key (device renderer).
+
+The same distributions as the host sampler (``camflow_jax.data.synthetic.sample_intrinsics``,
+``sample_scene``, ``sample_camera_motion`` and ``synthetic_appearance.sample_appearance``; their
+docstrings give the numbers), drawn with ``jax.random`` instead of numpy: the draws differ, the
+distributions are the same. Everything has a fixed shape so that it jits and vmaps: a scene is
+``MAX_PLANES`` plane slots with an ``active`` mask, in the host's plane order
+
+    slot 0: far background (always), slot 1: ground (probability 0.85),
+    slots 2-7: occluding layers (3-6 active), slot 8: side wall (probability 0.35),
+    slots 9-10: moving objects (1-2 active).
+
+Texture ids index the device texture bank (``synthetic_device.TextureBank``), i.e. the host's
+texture list it was built from. :func:`scene_to_host` and :func:`appearance_to_host` turn a
+sampled scene / appearance into the host's objects, so that both renderers can render the same
+scene (the tests use this).
+
+All values are float32 (the host samples in float64; the geometry is the same up to that
+rounding). Pure functions of their key: nothing happens at import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from camflow_jax.data.synthetic_appearance import CATEGORIES
+
+__all__ = [
+    "MAX_PLANES",
+    "SHAPE_INFINITE",
+    "SHAPE_RECT",
+    "SHAPE_ELLIPSE",
+    "DeviceScene",
+    "rotation_matrix",
+    "euler",
+    "sample_intrinsics",
+    "sample_scene",
+    "sample_camera_motion",
+    "sample_appearance",
+    "particle_limits",
+    "UniformStream",
+    "scene_to_host",
+    "appearance_to_host",
+]
+
+MAX_PLANES = 11
+_SLOT_BG, _SLOT_GROUND, _SLOT_LAYERS, _SLOT_WALL, _SLOT_MOVERS = 0, 1, 2, 8, 9
+_MAX_LAYERS, _MAX_MOVERS = 6, 2
+SHAPE_INFINITE, SHAPE_RECT, SHAPE_ELLIPSE = 0, 1, 2
+_SHAPE_NAMES = ("infinite", "rect", "ellipse")
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceScene:
+    """A padded scene (arrays with a leading ``[MAX_PLANES]`` axis unless noted; float32).
+
+    Fields mirror ``synthetic_render.Plane``: origin, axis_u, axis_v ``[P, 3]``; extent ``[P, 2]``
+    (unused for infinite planes); shape ``[P]`` int32 (``SHAPE_*``); texture ``[P]`` int32 (bank
+    index); texel, tex_angle ``[P]``; tex_offset ``[P, 2]``; colour, velocity, spin ``[P, 3]``;
+    active ``[P]`` bool; far ``[]`` (depth of rays that hit nothing); sky ``[3]``.
+    """
+
+    origin: jax.Array
+    axis_u: jax.Array
+    axis_v: jax.Array
+    extent: jax.Array
+    shape: jax.Array
+    texture: jax.Array
+    texel: jax.Array
+    tex_angle: jax.Array
+    tex_offset: jax.Array
+    colour: jax.Array
+    velocity: jax.Array
+    spin: jax.Array
+    active: jax.Array
+    far: jax.Array
+    sky: jax.Array
+
+    def moving(self) -> jax.Array:
+        """``[P]`` bool: the plane has a rigid motion (the host's ``Plane.moving``)."""
+        return jnp.any(self.velocity != 0, -1) | jnp.any(self.spin != 0, -1)
+
+
+jax.tree_util.register_dataclass(DeviceScene, data_fields=[f.name for f in dataclasses.fields(DeviceScene)],
+                                 meta_fields=[])
+
+
+# ----------------------------------------------------------------------------------------------
+# Rotations (batched over leading axes)
+# ----------------------------------------------------------------------------------------------
+
+def _matrix(rows) -> jax.Array:
+    return jnp.stack([jnp.stack(r, -1) for r in rows], -2)
+
+
+def _rx(a):
+    c, s, o, z = jnp.cos(a), jnp.sin(a), jnp.ones_like(a), jnp.zeros_like(a)
+    return _matrix([[o, z, z], [z, c, -s], [z, s, c]])
+
+
+def _ry(a):
+    c, s, o, z = jnp.cos(a), jnp.sin(a), jnp.ones_like(a), jnp.zeros_like(a)
+    return _matrix([[c, z, s], [z, o, z], [-s, z, c]])
+
+
+def _rz(a):
+    c, s, o, z = jnp.cos(a), jnp.sin(a), jnp.ones_like(a), jnp.zeros_like(a)
+    return _matrix([[c, -s, z], [s, c, z], [z, z, o]])
+
+
+def euler(yaw, pitch, roll) -> jax.Array:
+    """``Ry(yaw) Rx(pitch) Rz(roll)`` (radians; broadcast over leading axes) -> ``[..., 3, 3]``."""
+    yaw, pitch, roll = jnp.broadcast_arrays(*(jnp.asarray(a, jnp.float32) for a in (yaw, pitch, roll)))
+    return _ry(yaw) @ _rx(pitch) @ _rz(roll)
+
+
+def rotation_matrix(rotvec) -> jax.Array:
+    """Rodrigues, batched: ``[..., 3]`` rotation vectors (radians) -> ``[..., 3, 3]``; the zero
+    vector gives the identity exactly."""
+    r = jnp.asarray(rotvec, jnp.float32)
+    theta = jnp.sqrt(jnp.sum(r * r, -1))
+    k = r / jnp.where(theta > 0, theta, 1.0)[..., None]
+    z = jnp.zeros_like(theta)
+    kx = _matrix([[z, -k[..., 2], k[..., 1]], [k[..., 2], z, -k[..., 0]], [-k[..., 1], k[..., 0], z]])
+    eye = jnp.eye(3, dtype=jnp.float32)
+    return eye + jnp.sin(theta)[..., None, None] * kx + (1 - jnp.cos(theta))[..., None, None] * (kx @ kx)
+
+
+def _deg(x):
+    return x * jnp.float32(math.pi / 180)
+
+
+# ----------------------------------------------------------------------------------------------
+# Intrinsics, scene, camera motion
+# ----------------------------------------------------------------------------------------------
+
+class UniformStream:
+    """Uniform draws sliced off one ``jax.random.uniform`` call (one call instead of dozens keeps
+    the compiled program small: each call is a full threefry computation)."""
+
+    def __init__(self, key, n: int):
+        self.u, self.n, self.i = jax.random.uniform(key, (n,), jnp.float32), n, 0
+
+    def __call__(self, lo, hi, shape=()):
+        size = math.prod(shape)
+        if self.i + size > self.n:
+            raise AssertionError("UniformStream: too few draws reserved")
+        v = self.u[self.i:self.i + size].reshape(shape)
+        self.i += size
+        return lo + (hi - lo) * v
+
+    def integers(self, lo: int, hi: int, shape=()):
+        """Uniform integers in ``[lo, hi)``."""
+        return jnp.clip(jnp.floor(self(float(lo), float(hi), shape)), lo, hi - 1).astype(jnp.int32)
+
+    def normal(self, shape=()):
+        """Standard normal (Box-Muller on two uniforms)."""
+        u1 = self(0.0, 1.0, shape)
+        u2 = self(0.0, 1.0, shape)
+        return jnp.sqrt(-2 * jnp.log1p(-u1)) * jnp.cos(2 * math.pi * u2)
+
+
+def sample_intrinsics(key, height: int, width: int) -> jax.Array:
+    """``K = (fx, fy, cx, cy)`` float32 ``[4]`` (the host's distribution)."""
+    a, b, c, d = jax.random.uniform(key, (4,), jnp.float32)
+    fx = (0.9 + 0.2 * a) * width
+    fy = fx * (1 + (-0.02 + 0.04 * b))
+    cx = (width - 1) / 2 + (-0.02 + 0.04 * c) * width
+    cy = (height - 1) / 2 + (-0.02 + 0.04 * d) * height
+    return jnp.stack([fx, fy, cx, cy]).astype(jnp.float32)
+
+
+def _facing(centre, su, sv, rot):
+    """Origin of a finite plane of size (su, sv) centred at ``centre`` with axes rot[:, 0:2]."""
+    eu, ev = rot[..., :, 0], rot[..., :, 1]
+    return centre - 0.5 * su[..., None] * eu - 0.5 * sv[..., None] * ev, eu, ev
+
+
+def sample_scene(key, K, height: int, width: int, num_textures: int) -> DeviceScene:
+    """A random scene for the camera at the identity pose (``synthetic.sample_scene``'s
+    distribution; see its docstring), padded to ``MAX_PLANES`` slots (module docstring)."""
+    fx, fy, cx, cy = (K[i] for i in range(4))
+    px = 1.0 / fx
+    u = UniformStream(key, 200)
+    z_near = u(2.5, 5.0)
+    z_far = u(30.0, 120.0)
+    pitch = _deg(u(-4.0, 12.0))
+    roll = _deg(u(-3.0, 3.0))
+    cam = _rz(roll) @ _rx(pitch)  # level -> camera
+
+    # Background: infinite, tilted up to +-10 degrees.
+    bg_rot = cam @ euler(_deg(u(-10.0, 10.0)), _deg(u(-10.0, 10.0)), 0.0)
+    bg_origin = cam @ jnp.array([0.0, 0.0, 1.0]) * z_far
+    bg_texel = z_far * px * u(0.8, 1.4)
+
+    # Ground: infinite, hc below the camera.
+    ground_on = u(0.0, 1.0) < 0.85
+    hc = u(1.0, 2.5)
+    z_bottom = hc * fy / jnp.maximum(height - cy, 1.0)
+    g_origin = cam @ jnp.stack([0.0, hc, 0.0])
+    g_texel = z_bottom * px * u(0.9, 1.6)
+
+    # Occluding layers: the first at z_near, the others log-uniform in [z_near, z_far / 2].
+    nl = _MAX_LAYERS
+    n_layers = u.integers(3, 7, ())
+    lz = jnp.exp(u(0.0, 1.0, (nl,)) * (jnp.log(0.5 * z_far) - jnp.log(z_near)) + jnp.log(z_near))
+    lz = lz.at[0].set(z_near)
+    lu = u(0.05, 0.95, (nl,)) * width
+    lv = u(0.05, 0.85, (nl,)) * height
+    lc = lz[:, None] * jnp.stack([(lu - cx) / fx, (lv - cy) / fy, jnp.ones(nl)], -1)
+    lpw = u(0.12, 0.45, (nl,)) * width
+    lph = lpw * jnp.exp(u(math.log(0.5), math.log(2.0), (nl,)))
+    lrot = euler(_deg(u(-35.0, 35.0, (nl,))), _deg(u(-20.0, 20.0, (nl,))),
+                 _deg(u(-15.0, 15.0, (nl,))))
+    l_ellipse = u(0.0, 1.0, (nl,)) < 0.25
+    l_su, l_sv = lpw * lz * px, lph * lz * px
+    l_origin, l_eu, l_ev = _facing(lc, l_su, l_sv, lrot)
+    l_texel = lz * px * u(0.9, 1.6, (nl,))
+
+    # Side wall: a long rectangle turned 55-75 degrees, receding from 1.2 z_near.
+    wall_on = u(0.0, 1.0) < 0.35
+    side = jnp.where(u(0.0, 1.0) < 0.5, 1.0, -1.0)
+    z0 = 1.2 * z_near
+    length = u(0.3, 0.8) * z_far
+    half_width = z0 * (width / 2) / fx * u(0.7, 1.0)
+    angle = _deg(u(55.0, 75.0)) * side
+    w_eu = cam @ jnp.stack([jnp.sin(angle), 0.0, jnp.cos(angle)])
+    w_ev = cam[:, 1]
+    top = -u(1.0, 3.0) * z0 * height / (2 * fy)
+    w_origin = cam @ jnp.stack([side * half_width, top, z0])
+    w_extent = jnp.stack([length, u(1.5, 3.0) * jnp.abs(top)])
+    w_texel = z0 * px * u(0.8, 1.4)
+
+    # Moving objects.
+    nm = _MAX_MOVERS
+    n_movers = u.integers(1, 3, ())
+    mz = z_near * u(1.1, 4.0, (nm,))
+    mu = u(0.15, 0.85, (nm,)) * width
+    mv = u(0.2, 0.8, (nm,)) * height
+    mc = mz[:, None] * jnp.stack([(mu - cx) / fx, (mv - cy) / fy, jnp.ones(nm)], -1)
+    mpw = u(0.1, 0.25, (nm,)) * width
+    mph = mpw * jnp.exp(u(math.log(0.6), math.log(1.6), (nm,)))
+    mrot = euler(_deg(u(-20.0, 20.0, (nm,))), _deg(u(-10.0, 10.0, (nm,))), 0.0)
+    shift = u(8.0, 40.0, (nm,)) * (width / 576) * mz * px
+    phi = u(0.0, 2 * math.pi, (nm,))
+    velocity = jnp.stack([shift * jnp.cos(phi), shift * jnp.sin(phi), u(-0.05, 0.05, (nm,)) * mz], -1)
+    spin = _deg(u(-8.0, 8.0, (nm,)))[:, None] * jnp.cross(mrot[:, :, 0], mrot[:, :, 1])
+    m_ellipse = u(0.0, 1.0, (nm,)) < 0.5
+    m_su, m_sv = mpw * mz * px, mph * mz * px
+    m_origin, m_eu, m_ev = _facing(mc, m_su, m_sv, mrot)
+    m_texel = mz * px * u(0.9, 1.6, (nm,))
+
+    one = lambda v: jnp.asarray(v, jnp.float32)[None]  # noqa: E731
+    origin = jnp.concatenate([bg_origin[None], g_origin[None], l_origin, w_origin[None], m_origin])
+    axis_u = jnp.concatenate([bg_rot[None, :, 0], cam[None, :, 0], l_eu, w_eu[None], m_eu])
+    axis_v = jnp.concatenate([bg_rot[None, :, 1], cam[None, :, 2], l_ev, w_ev[None], m_ev])
+    zeros2 = jnp.zeros((2, 2), jnp.float32)
+    extent = jnp.concatenate([zeros2, jnp.stack([l_su, l_sv], -1), w_extent[None], jnp.stack([m_su, m_sv], -1)])
+    shape = jnp.concatenate([jnp.full(2, SHAPE_INFINITE), jnp.where(l_ellipse, SHAPE_ELLIPSE, SHAPE_RECT),
+                             jnp.full(1, SHAPE_RECT), jnp.where(m_ellipse, SHAPE_ELLIPSE, SHAPE_RECT)]).astype(jnp.int32)
+    texel = jnp.concatenate([one(bg_texel), one(g_texel), l_texel, one(w_texel), m_texel])
+    active = jnp.concatenate([jnp.ones(1, bool), ground_on[None], jnp.arange(nl) < n_layers, wall_on[None],
+                              jnp.arange(nm) < n_movers])
+    zeros3 = jnp.zeros((MAX_PLANES - nm, 3), jnp.float32)
+    # Per-plane texture parameters (synthetic._texture_kw), drawn for every slot.
+    lo = jnp.full(MAX_PLANES, 0.6).at[0].set(0.8)
+    hi = jnp.full(MAX_PLANES, 1.15).at[0].set(1.2)
+    colour = (lo + (hi - lo) * u(0.0, 1.0, (MAX_PLANES,)))[:, None] * (
+        1 + u(-0.15, 0.15, (MAX_PLANES, 3)))
+    sky = u(170.0, 230.0) * jnp.array([0.92, 0.97, 1.05], jnp.float32)
+    return DeviceScene(
+        origin=origin.astype(jnp.float32), axis_u=axis_u.astype(jnp.float32), axis_v=axis_v.astype(jnp.float32),
+        extent=extent.astype(jnp.float32), shape=shape,
+        texture=u.integers(0, num_textures, (MAX_PLANES,)).astype(jnp.int32),
+        texel=texel.astype(jnp.float32),
+        tex_angle=u(0.0, 2 * math.pi, (MAX_PLANES,)),
+        tex_offset=u(0.0, 512.0, (MAX_PLANES, 2)),
+        colour=colour.astype(jnp.float32),
+        velocity=jnp.concatenate([zeros3, velocity]).astype(jnp.float32),
+        spin=jnp.concatenate([zeros3, spin]).astype(jnp.float32),
+        active=active, far=(10 * z_far).astype(jnp.float32), sky=sky)
+
+
+def sample_camera_motion(key, z_near, K, width: int, scale=1.0):
+    """Relative pose ``(R [3, 3], t [3])`` float32, ``X2 = R X1 + t``
+    (``synthetic.sample_camera_motion``'s distribution)."""
+    u = UniformStream(key, 9)
+    scale = jnp.asarray(scale, jnp.float32)
+    yp = jnp.clip(1.2 * u.normal((2,)), -3.5, 3.5) * scale
+    roll = jnp.clip(0.8 * u.normal(), -2.5, 2.5) * scale
+    R = euler(_deg(yp[0]), _deg(yp[1]), _deg(roll))
+    parallax = u(4.0, 36.0) * (width / 576) * scale
+    phi = u(0.0, 2 * math.pi)
+    lateral = parallax * z_near / K[0]
+    t = jnp.stack([lateral * jnp.cos(phi), lateral * jnp.sin(phi), u(-0.08, 0.08) * z_near * scale])
+    return R, t.astype(jnp.float32)
+
+
+# ----------------------------------------------------------------------------------------------
+# Appearance
+# ----------------------------------------------------------------------------------------------
+
+def particle_limits(height: int, width: int) -> tuple[int, int, int, int]:
+    """Static sizes of the weather layers at ``height x width``: (most rain streaks, samples per
+    streak, most snow flakes, largest flake radius) — the host's counts are
+    ``int(U{300..1200} * area)`` and ``int(U{150..700} * area)`` with ``area`` relative to 576x320."""
+    area = width * height / (576.0 * 320.0)
+    scale = width / 576.0
+    rain = max(int(1200 * area), 1)
+    steps = int(math.ceil(35 * scale * 1.4 + 1.5)) + 1  # points on the longest streak (rounded ends)
+    snow = max(int(700 * area), 1)
+    return rain, steps, snow, max(1, int(round(4 * scale)))
+
+
+def sample_appearance(key, depth_scale, height: int, width: int) -> dict:
+    """Pair-level appearance parameters of every category (``sample_appearance`` of the host,
+    whose docstring gives the distributions): a dict of float32/int32 scalars and ``[3]``
+    vectors; the category picks which ones apply."""
+    area = width * height / (576.0 * 320.0)
+    scale = width / 576.0
+    u = UniformStream(key, 24)
+    t_far = u(0.05, 0.35)
+    airlight = u(170.0, 235.0) * (1 + u(-0.04, 0.04, (3,))) + jnp.array([0.0, 2.0, 8.0])
+    return {
+        "noise": u(0.5, 1.5),
+        "beta": -jnp.log(t_far) / jnp.maximum(depth_scale, 1e-6),
+        "airlight": airlight.astype(jnp.float32),
+        "dark": u(0.1, 0.3),
+        "cast": 1 + u(-0.15, 0.15, (3,)),
+        "shot": u(0.3, 1.5),
+        "read": u(1.0, 3.0),
+        "rain_count": jnp.floor(u.integers(300, 1201, ()) * area).astype(jnp.int32),
+        "rain_angle": _deg(u(-25.0, 25.0)),
+        "rain_length": u(10.0, 35.0) * scale,
+        "rain_brightness": u(25.0, 70.0),
+        "snow_count": jnp.floor(u.integers(150, 701, ()) * area).astype(jnp.int32),
+        "snow_haze": u(0.03, 0.12),
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Conversion to the host renderer's objects
+# ----------------------------------------------------------------------------------------------
+
+def scene_to_host(scene: DeviceScene, textures):
+    """The host ``synthetic_render.Scene`` of one sampled scene (numpy or device arrays without a
+    batch axis). ``textures``: the host mip pyramids the device bank was built from (texture
+    ids are bank indices; the host scene keeps the ones in use, renumbered, like
+    ``synthetic.sample_scene``)."""
+    from camflow_jax.data.synthetic_render import Plane, Scene
+
+    s = jax.tree.map(lambda a: np.asarray(a, np.float64) if np.asarray(a).dtype.kind == "f" else np.asarray(a),
+                     scene)
+    slots = [k for k in range(MAX_PLANES) if bool(s.active[k])]
+    used = sorted({int(s.texture[k]) for k in slots})
+    remap = {old: new for new, old in enumerate(used)}
+    planes = []
+    for k in slots:
+        shape = _SHAPE_NAMES[int(s.shape[k])]
+        planes.append(Plane(origin=s.origin[k], axis_u=s.axis_u[k], axis_v=s.axis_v[k],
+                            extent=None if shape == "infinite" else (float(s.extent[k, 0]), float(s.extent[k, 1])),
+                            shape=shape, texture=remap[int(s.texture[k])], texel=float(s.texel[k]),
+                            tex_angle=float(s.tex_angle[k]),
+                            tex_offset=(float(s.tex_offset[k, 0]), float(s.tex_offset[k, 1])),
+                            colour=s.colour[k], velocity=s.velocity[k], spin=s.spin[k]))
+    return Scene(planes=tuple(planes), textures=tuple(textures[i] for i in used), far=float(s.far), sky=s.sky)
+
+
+def appearance_to_host(look: dict, category: str, height: int, width: int) -> dict:
+    """The host's ``sample_appearance`` dict for ``category`` with the device's values (to run
+    ``synthetic_appearance.apply_appearance`` on the same parameters)."""
+    if category not in CATEGORIES:
+        raise ValueError(f"unknown category {category!r}; expected one of {CATEGORIES}")
+    f = {k: np.asarray(v) for k, v in look.items()}
+    p = {"category": category, "gain_jitter": 0.03, "bias_jitter": 3.0, "noise": float(f["noise"])}
+    if category == "FOG":
+        p.update(beta=float(f["beta"]), airlight=f["airlight"].astype(np.float64).tolist())
+    elif category == "LL":
+        p.update(dark=float(f["dark"]), cast=f["cast"].astype(np.float64).tolist(), shot=float(f["shot"]),
+                 read=float(f["read"]))
+    elif category == "RAIN":
+        p.update(count=int(f["rain_count"]), angle=float(f["rain_angle"]), length=float(f["rain_length"]),
+                 brightness=float(f["rain_brightness"]))
+    elif category == "SNOW":
+        p.update(count=int(f["snow_count"]), max_radius=particle_limits(height, width)[3],
+                 haze=float(f["snow_haze"]))
+    return p
