@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from typing import Sequence
 
 import jax
@@ -62,7 +61,6 @@ __all__ = [
     "shade",
     "reprojection_flow",
     "flow_validity",
-    "apply_appearance",
     "render_pair",
     "row_key",
     "render_batch",
@@ -70,7 +68,7 @@ __all__ = [
 ]
 
 _Z_MIN = 1e-3  # as synthetic_render
-_LOD_COS_POWER = 1.0
+_LOD_COS_POWER = 1.0  # shade's formula is written for this value (the host's default)
 _LOD_BIAS = 0.3
 _MIN_LEVEL_SIZE = 8  # as synthetic_textures.mip_pyramid
 _MIN_VALID_FRACTION = 0.3  # as synthetic.render_pair
@@ -174,13 +172,13 @@ def _planes_in_camera(scene: DeviceScene, R, t, tau):
     finite = (scene.shape != smp.SHAPE_INFINITE)[:, None]
     centre = jnp.where(finite, origin + 0.5 * (scene.extent[:, :1] * au + scene.extent[:, 1:] * av), origin)
     rot = smp.rotation_matrix(tau * scene.spin)
-    moved = centre + tau * scene.velocity + jnp.einsum("pij,pj->pi", rot, origin - centre)
+    moved = centre + tau * scene.velocity + smp.matvec(rot, origin - centre)
     mv = (scene.moving() & (tau != 0))[:, None]  # exactly the frame-1 pose at tau = 0
     origin = jnp.where(mv, moved, origin)
-    au = jnp.where(mv, jnp.einsum("pij,pj->pi", rot, au), au)
-    av = jnp.where(mv, jnp.einsum("pij,pj->pi", rot, av), av)
-    Pc = origin @ R.T + t
-    eu, ev = au @ R.T, av @ R.T
+    au = jnp.where(mv, smp.matvec(rot, au), au)
+    av = jnp.where(mv, smp.matvec(rot, av), av)
+    Pc = smp.matvec(R, origin) + t
+    eu, ev = smp.matvec(R, au), smp.matvec(R, av)
     return Pc, eu, ev, jnp.cross(eu, ev)
 
 
@@ -263,6 +261,21 @@ def _materialize(x):
     return jnp.max(jnp.stack([x, jnp.zeros_like(x)]), 0)
 
 
+def _log2(x):
+    """``log2(x)`` for ``x > 0`` (float32, error ~1e-7), from the exponent bits and a short
+    series in multiplications and additions only: the same bits in every compiled program
+    (XLA:CPU's own ``log``/``exp`` may round the last bit differently in its scalar and vector
+    code)."""
+    m, e = jnp.frexp(x)  # x = m 2^e, m in [0.5, 1)
+    small = m < np.float32(np.sqrt(0.5))
+    m = jnp.where(small, 2 * m, m)
+    e = jnp.where(small, e - 1, e).astype(jnp.float32)
+    s = (m - 1) / (m + 1)  # |s| < 0.172
+    s2 = s * s
+    ln = 2 * s * (1 + s2 * (1 / 3 + s2 * (1 / 5 + s2 * (1 / 7 + s2 * (1 / 9)))))
+    return e + ln * np.float32(1 / np.log(2))
+
+
 def _unpack(words):
     return jnp.stack([(words >> s) & 0xFF for s in (0, 8, 16)], -1).astype(jnp.float32)
 
@@ -274,7 +287,7 @@ def _texel_words(bank: TextureBank, tex, level, x, y):
     size = jnp.right_shift(jnp.int32(bank.size), level)
     # Level l starts after levels 0..l-1: sum of (S / 2^m)^2 = 4 (S^2 - size^2) / 3.
     base = tex * bank.texels.shape[1] + (4 * (bank.size * bank.size) - 4 * size * size) // 3
-    scale = jnp.exp2(-level.astype(jnp.float32))
+    scale = jax.lax.bitcast_convert_type((127 - level) << 23, jnp.float32)  # 2^-level, exactly
     x, y = x * scale, y * scale
     x0, y0 = jnp.floor(x), jnp.floor(y)
     ax, ay = x - x0, y - y0
@@ -287,26 +300,39 @@ def _texel_words(bank: TextureBank, tex, level, x, y):
     return words, ax, ay
 
 
+_WEIGHT_BITS = 8  # bilinear and mip-blend weights in 1/256 steps
+
+
+def _fixed(w):
+    """Weight in [0, 1] -> integer in [0, 2^_WEIGHT_BITS] (nearest)."""
+    return jnp.floor(w * (1 << _WEIGHT_BITS) + 0.5).astype(jnp.int32)
+
+
 def _bilinear_packed(words, ax, ay):
-    """Bilinear blend of the 4 packed texels of :func:`_texel_words`, per channel rounded to an
-    integer and packed again (one word per pixel, like the host's uint8 reads; a packed result
-    also keeps XLA from recomputing the gathers per channel)."""
-    out = jnp.zeros(ax.shape, jnp.int32)
+    """Bilinear blend of the 4 packed texels of :func:`_texel_words` in integer fixed point
+    (weights in 1/256 steps, the result rounded to an integer per channel like the host's uint8
+    reads) and packed again: one word per pixel. Integer arithmetic makes the result exactly
+    reproducible whatever the compiled program (floating-point rounding could flip a channel
+    by one level), and a packed result keeps XLA from recomputing the gathers per channel."""
+    one = 1 << _WEIGHT_BITS
+    wx, wy = _fixed(ax), _fixed(ay)
     words = [jax.lax.bitcast_convert_type(w, jnp.int32) for w in words]
+    out = jnp.zeros(ax.shape, jnp.int32)
     for c in range(3):
-        t = [((w >> (8 * c)) & 0xFF).astype(jnp.float32) for w in words]
-        v = (1 - ay) * ((1 - ax) * t[0] + ax * t[1]) + ay * ((1 - ax) * t[2] + ax * t[3])
-        out = out | (jnp.floor(v + 0.5).astype(jnp.int32) << (8 * c))
+        t = [(w >> (8 * c)) & 0xFF for w in words]
+        v = ((one - wx) * t[0] + wx * t[1]) * (one - wy) + ((one - wx) * t[2] + wx * t[3]) * wy
+        out = out | (((v + (1 << (2 * _WEIGHT_BITS - 1))) >> (2 * _WEIGHT_BITS)) << (8 * c))
     return out
 
 
 def _blend_packed(a, b, fr):
-    """``round((1 - fr) a + fr b)`` per channel of two packed texels."""
+    """``round((1 - fr) a + fr b)`` per channel of two packed texels (fixed point, as above)."""
+    one = 1 << _WEIGHT_BITS
+    wf = _fixed(fr)
     out = jnp.zeros(a.shape, jnp.int32)
     for c in range(3):
-        va = ((a >> (8 * c)) & 0xFF).astype(jnp.float32)
-        vb = ((b >> (8 * c)) & 0xFF).astype(jnp.float32)
-        out = out | (jnp.floor((1 - fr) * va + fr * vb + 0.5).astype(jnp.int32) << (8 * c))
+        va, vb = (a >> (8 * c)) & 0xFF, (b >> (8 * c)) & 0xFF
+        out = out | ((((one - wf) * va + wf * vb + (one >> 1)) >> _WEIGHT_BITS) << (8 * c))
     return out
 
 
@@ -327,8 +353,10 @@ def shade(bank: TextureBank, scene: DeviceScene, depth, ids, R, t, K, tau=0.0):
     av = (sa * eu + ca * ev) / scene.texel[:, None]
     bu = scene.tex_offset[:, 0] - jnp.sum(au * Pc, -1)
     bv = scene.tex_offset[:, 1] - jnp.sum(av * Pc, -1)
-    lod_offset = jnp.log2(jnp.sqrt(K[0] * K[1]) * scene.texel) + _LOD_BIAS
-    table = jnp.concatenate([au, av, bu[:, None], bv[:, None], n, lod_offset[:, None], scene.colour,
+    # The host's level of detail, log2(z) + log2(|d|^2) - log2(|n . d|) - log2(f texel) - 0.3
+    # (c = 1), taken as the log2 of one product (see _log2).
+    lod_scale = 1.0 / (jnp.sqrt(K[0] * K[1]) * scene.texel * np.float32(2 ** _LOD_BIAS))
+    table = jnp.concatenate([au, av, bu[:, None], bv[:, None], n, lod_scale[:, None], scene.colour,
                              scene.texture[:, None].astype(jnp.float32)], -1)  # [P, 16]
     sky = jnp.zeros(16, jnp.float32).at[12:15].set(scene.sky / 255.0)  # row 0: no hit
     table = jnp.concatenate([sky[None], table]).T  # [16, P + 1]
@@ -344,8 +372,7 @@ def shade(bank: TextureBank, scene: DeviceScene, depth, ids, R, t, K, tau=0.0):
         level, fr = jnp.zeros_like(ids), jnp.zeros_like(depth)
     else:
         ndot = jnp.abs(q[8] * px + q[9] * py + q[10])
-        ld = (1 + _LOD_COS_POWER) / 2 * jnp.log2(px * px + py * py + 1.0)
-        lod = jnp.log2(depth) + ld - _LOD_COS_POWER * jnp.log2(jnp.maximum(ndot, 0.05)) - q[11]
+        lod = _log2(depth * (px * px + py * py + 1.0) / jnp.maximum(ndot, 0.05) * q[11])
         lod = jnp.clip(lod, 0.0, top)
         level = jnp.minimum(lod.astype(jnp.int32), top - 1)
         fr = lod - level
@@ -354,122 +381,6 @@ def shade(bank: TextureBank, scene: DeviceScene, depth, ids, R, t, K, tau=0.0):
         packed = _blend_packed(packed, _bilinear_packed(*_texel_words(bank, tex, level + 1, tu, tv)), fr)
     packed = _materialize(packed)
     return colour * jnp.where((ids == 0)[..., None], 255.0, _unpack(packed))
-
-
-# ----------------------------------------------------------------------------------------------
-# Appearance
-# ----------------------------------------------------------------------------------------------
-
-def _blur(img, sigma: float):
-    """``cv2.GaussianBlur(img, (0, 0), sigma)`` of a float32 ``[H, W]`` image (7 taps for the
-    sigmas used here, reflect-101 borders)."""
-    r = int(round(sigma * 8 + 1)) | 1
-    r //= 2
-    k = np.exp(-((np.arange(-r, r + 1)) ** 2) / (2 * sigma * sigma))
-    k = (k / k.sum()).astype(np.float32)
-    h, w = img.shape
-    p = jnp.pad(img, ((0, 0), (r, r)), mode="reflect")
-    img = sum(float(k[i]) * p[:, i:i + w] for i in range(2 * r + 1))
-    p = jnp.pad(img, ((r, r), (0, 0)), mode="reflect")
-    return sum(float(k[i]) * p[i:i + h] for i in range(2 * r + 1))
-
-
-def _splat(shape, x, y, value, op: str):
-    """Scatter ``value`` at integer pixels ``(x, y)`` of a zero ``[H, W]`` image (``op``: "add" or
-    "max"); pixels outside the image are dropped."""
-    h, w = shape
-    ok = (x >= 0) & (x < w) & (y >= 0) & (y < h)
-    idx = jnp.where(ok, y * w + x, h * w).reshape(-1)
-    ref = jnp.zeros(h * w, jnp.float32).at[idx]
-    out = ref.add(value.reshape(-1), mode="drop") if op == "add" else ref.max(value.reshape(-1), mode="drop")
-    return out.reshape(h, w)
-
-
-def _rain_layer(u, look, height: int, width: int):
-    """Streaks of ``look["rain_count"]`` (host ``_rain_layer``): rounded end points as on the
-    host, each streak splatted as points at most 1 px apart (bilinear weights, coverage 1 per
-    pixel along the streak), clipped to 1, blurred (sigma 0.7), times the brightness."""
-    n, m_max, _, _ = smp.particle_limits(height, width)
-    lo = jnp.array([-0.1 * width, -0.1 * height], jnp.float32)
-    start = lo + u(0.0, 1.0, (n, 2)) * jnp.array([1.2 * width, 1.2 * height], jnp.float32)
-    ang = look["rain_angle"] + 0.03 * u.normal((n,))
-    length = look["rain_length"] * u(0.6, 1.4, (n,))
-    end = start + jnp.stack([jnp.sin(ang), jnp.cos(ang)], -1) * length[:, None]
-    start, end = jnp.round(start), jnp.round(end)
-    seg_len = jnp.sqrt(jnp.sum((end - start) ** 2, -1))
-    m = jnp.maximum(jnp.ceil(seg_len), 1.0)
-    k = jnp.arange(m_max, dtype=jnp.float32)
-    pts = start[:, None] + (end - start)[:, None] * (k[None, :] / m[:, None])[..., None]  # [n, m_max, 2]
-    weight = jnp.where((k[None, :] <= m[:, None]) & (jnp.arange(n) < look["rain_count"])[:, None],
-                       ((seg_len + 1) / (m + 1))[:, None], 0.0)
-    x0, y0 = jnp.floor(pts[..., 0]), jnp.floor(pts[..., 1])
-    ax, ay = pts[..., 0] - x0, pts[..., 1] - y0
-    x0, y0 = x0.astype(jnp.int32), y0.astype(jnp.int32)
-    xs = jnp.stack([x0, x0 + 1, x0, x0 + 1])
-    ys = jnp.stack([y0, y0, y0 + 1, y0 + 1])
-    ws = jnp.stack([(1 - ax) * (1 - ay), ax * (1 - ay), (1 - ax) * ay, ax * ay]) * weight
-    layer = jnp.minimum(_splat((height, width), xs, ys, ws, "add"), 1.0)
-    return _blur(layer, 0.7) * look["rain_brightness"]
-
-
-def _snow_layer(u, look, height: int, width: int):
-    """Flakes of ``look["snow_count"]`` (host ``_snow_layer``): integer centres, radius
-    ``min(Geometric(0.55), max_radius)``, opacity ``U(0.5, 1)``, coverage ``clip(r + 0.5 - d, 0, 1)``,
-    overlaps combined by maximum, blurred (sigma 0.8), clipped to 1."""
-    _, _, n, rmax = smp.particle_limits(height, width)
-    xs = u.integers(0, width, (n,))
-    ys = u.integers(0, height, (n,))
-    radius = jnp.minimum(jnp.floor(jnp.log1p(-u(0.0, 1.0, (n,))) / math.log(1 - 0.55)) + 1, rmax)
-    alpha = u(0.5, 1.0, (n,)) * (jnp.arange(n) < look["snow_count"])
-    o = jnp.arange(-rmax, rmax + 1)  # coverage vanishes beyond r + 0.5
-    oy, ox = jnp.meshgrid(o, o, indexing="ij")
-    d = jnp.sqrt((ox * ox + oy * oy).astype(jnp.float32))
-    cover = jnp.clip(radius[:, None, None] + 0.5 - d, 0.0, 1.0) * alpha[:, None, None]
-    layer = _splat((height, width), xs[:, None, None] + ox, ys[:, None, None] + oy, cover, "max")
-    return jnp.minimum(_blur(layer, 0.8), 1.0)
-
-
-def _standard_normal(key, shape):
-    """Standard-normal samples from 16 random bits each, by inverse-CDF lookup at
-    ``(k + 1/2) / 65536`` (the host's ``synthetic_appearance.standard_normal``: tails cut at
-    ±4.3 sigma, immaterial for sensor noise; half the random bits of ``jax.random.normal`` and
-    a table read instead of ``erf_inv``)."""
-    table = jax.scipy.special.ndtri((jnp.arange(65536, dtype=jnp.float32) + 0.5) / 65536)
-    n = math.prod(shape)
-    bits = jax.random.bits(key, ((n + 1) // 2,), jnp.uint32)
-    idx = jnp.concatenate([bits & 0xFFFF, bits >> 16])[:n].astype(jnp.int32)
-    return table.at[idx].get(mode="promise_in_bounds").reshape(shape)
-
-
-def apply_appearance(clean, depth, look: dict, category_id, key):
-    """One frame (``synthetic_appearance.apply_appearance``): clean float RGB ``[H, W, 3]`` and its
-    depth -> uint8 RGB. ``category_id`` (index into ``CATEGORIES``) may be traced: every
-    category's effect is computed and the right one selected."""
-    height, width = depth.shape
-    cat = jnp.asarray(category_id)
-    n_rain, _, n_snow, _ = smp.particle_limits(height, width)
-    k_uniform, k_noise = jax.random.split(key)
-    u = smp.UniformStream(k_uniform, 3 + 5 * n_rain + 4 * n_snow)
-    gain = 1 + u(-0.03, 0.03)
-    bias = u(-3.0, 3.0)
-    img = clean.astype(jnp.float32)
-    air = look["airlight"]
-    beta = look["beta"] * u(0.97, 1.03)
-    fog = air + (img - air) * jnp.exp(depth * -beta)[..., None]
-    rain = img * 0.9 + 0.1 * 128 + _rain_layer(u, look, height, width)[..., None]
-    haze = look["snow_haze"]
-    keep = 1 - _snow_layer(u, look, height, width)
-    snow = ((img * (1 - haze) + (haze * 255 - 245)) * keep[..., None]) + 245.0
-    idx = CATEGORIES.index
-    img = jnp.where(cat == idx("FOG"), fog,
-                    jnp.where(cat == idx("RAIN"), rain, jnp.where(cat == idx("SNOW"), snow, img)))
-    dark = look["dark"]
-    low = jnp.maximum(img * (look["cast"] * gain * dark) + bias * dark, 0.0)
-    is_ll = cat == idx("LL")
-    img = jnp.where(is_ll, low, img * gain + bias)
-    sigma = jnp.where(is_ll, jnp.sqrt(low * look["shot"] + look["read"] ** 2), look["noise"])
-    img = img + _standard_normal(k_noise, img.shape) * sigma + 0.5
-    return jnp.clip(img, 0, 255).astype(jnp.uint8)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -509,7 +420,7 @@ def render_pair(bank: TextureBank, key, category_id, height: int, width: int, mo
     _, _, best = jax.lax.while_loop(lambda s: (s[0] < _MOTION_ATTEMPTS) & (s[1] < _MIN_VALID_FRACTION),
                                     retry, (jnp.int32(0), jnp.float32(-1.0), zero_best))
     R, t, depth2, ids2, flow_f, valid_f = best
-    R_b, t_b = R.T, -(R.T @ t)
+    R_b, t_b = R.T, -smp.matvec(R.T, t)
     flow_b, z1 = reprojection_flow(depth2, K, R_b, t_b)
     valid_b = flow_validity(flow_b, z1, depth1, static[ids2])
     # Both views in one vmapped program (half the code to compile).
@@ -517,7 +428,7 @@ def render_pair(bank: TextureBank, key, category_id, height: int, width: int, mo
     clean1, clean2 = jax.vmap(shade, (None, None, 0, 0, 0, 0, None, 0))(
         bank, scene, depths, ids, jnp.stack([eye, R]), jnp.stack([zero, t]), K, jnp.array([0.0, 1.0]))
     look = smp.sample_appearance(k_look, depth_scale, height, width)
-    img1, img2 = jax.vmap(apply_appearance, (0, 0, None, None, 0))(
+    img1, img2 = jax.vmap(smp.apply_appearance, (0, 0, None, None, 0))(
         jnp.stack([clean1, clean2]), depths, look, category_id, jnp.stack([k_fx1, k_fx2]))
     return {
         "img1": img1, "img2": img2,
@@ -551,7 +462,7 @@ def _crop(s: dict, key, height: int, width: int) -> dict:
 
 
 def _rows(bank, seed, step, rows, *, batch_size, height, width, categories, motion_scale, render_size,
-          need_depth, extras):
+          need_depth, extras, rows_per_chunk):
     cat_ids = jnp.asarray([CATEGORIES.index(c) for c in categories], jnp.int32)
     rh, rw = render_size or (height, width)
     step = jnp.asarray(step, jnp.int32)
@@ -572,10 +483,15 @@ def _rows(bank, seed, step, rows, *, batch_size, height, width, categories, moti
                                           "ids1", "ids2")})
         return out
 
-    return jax.vmap(one)(rows)
+    # Rows are rendered in a loop over chunks of `rows_per_chunk` (vmapped inside a chunk): the
+    # same compiled chunk whatever the number of rows, so a row's result does not depend on how
+    # many rows a device renders (bit for bit), and with chunks of 1 the motion retries and the
+    # weather branch run only for the rows that need them.
+    chunks = jax.lax.map(jax.vmap(one), rows.reshape(-1, rows_per_chunk))
+    return jax.tree.map(lambda a: a.reshape((-1,) + a.shape[2:]), chunks)
 
 
-def _check(batch_size, height, width, categories, render_size):
+def _check(batch_size, height, width, categories, render_size, rows_per_chunk, local=None):
     categories = (categories,) if isinstance(categories, str) else tuple(categories)
     bad = [c for c in categories if c not in CATEGORIES]
     if not categories or bad:
@@ -586,22 +502,24 @@ def _check(batch_size, height, width, categories, render_size):
         render_size = (int(render_size[0]), int(render_size[1]))
         if render_size[0] < height or render_size[1] < width:
             raise ValueError(f"render_size {render_size} must be at least the output size {(height, width)}")
+    rows = batch_size if local is None else local
+    if rows_per_chunk < 1 or rows % rows_per_chunk:
+        raise ValueError(f"rows_per_chunk {rows_per_chunk} must divide the {rows} rows rendered per device")
     return categories, render_size
 
 
-@functools.partial(jax.jit, static_argnames=("batch_size", "height", "width", "categories", "render_size",
-                                             "need_depth", "extras"))
-def _render_batch_jit(bank, seed, step, motion_scale, *, batch_size, height, width, categories, render_size,
-                      need_depth, extras):
-    return _rows(bank, seed, step, jnp.arange(batch_size, dtype=jnp.int32), batch_size=batch_size,
-                 height=height, width=width, categories=categories, motion_scale=motion_scale,
-                 render_size=render_size, need_depth=need_depth, extras=extras)
+_STATIC = ("batch_size", "height", "width", "categories", "render_size", "need_depth", "extras", "rows_per_chunk")
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def _render_batch_jit(bank, seed, step, motion_scale, **kw):
+    return _rows(bank, seed, step, jnp.arange(kw["batch_size"], dtype=jnp.int32), motion_scale=motion_scale, **kw)
 
 
 def render_batch(bank: TextureBank, seed, step, *, batch_size: int, height: int, width: int,
                  categories: Sequence[str] = CATEGORIES, motion_scale=1.0,
                  render_size: tuple[int, int] | None = None, need_depth: bool = True,
-                 extras: bool = False) -> dict:
+                 extras: bool = False, rows_per_chunk: int = 1) -> dict:
     """The global training batch of step ``step`` (jitted; ``seed``, ``step`` and
     ``motion_scale`` are traced, so every step reuses one compiled program).
 
@@ -610,7 +528,11 @@ def render_batch(bank: TextureBank, seed, step, *, batch_size: int, height: int,
     ``len(categories)`` consecutive samples cover every category). ``render_size=(rh, rw)``
     renders at that size and takes a random ``height x width`` crop (K shifted), as the host
     pipeline does with ``data.render_height/width`` (its default is ``(h + h // 8, w + w // 8)``);
-    None renders at the output size.
+    None renders at the output size. Rows are rendered ``rows_per_chunk`` at a time (vmapped),
+    chunk after chunk: 1 suits CPUs (a row skips the weather of other categories); an
+    accelerator may want whole batches. Rows are the same bit for bit for a given
+    ``rows_per_chunk`` (floating-point details of a different chunk size can differ in the last
+    bits).
 
     Returns (leading batch axis ``B``): img1, img2 uint8 ``[B, H, W, 3]``; flow_f, flow_b,
     gt_flow_f float32 ``[B, H, W, 2]``; label_mask_f, label_mask_b, gt_valid_f float32 ``[B, H, W]``;
@@ -618,33 +540,37 @@ def render_batch(bank: TextureBank, seed, step, *, batch_size: int, height: int,
     float32. ``extras=True`` adds R, t, scene, look, clean1, clean2, ids1, ids2 (see
     :func:`render_pair`).
     """
-    categories, render_size = _check(batch_size, height, width, categories, render_size)
+    categories, render_size = _check(batch_size, height, width, categories, render_size, rows_per_chunk)
     return _render_batch_jit(bank, seed, step, motion_scale, batch_size=batch_size, height=height, width=width,
-                             categories=categories, render_size=render_size, need_depth=need_depth, extras=extras)
+                             categories=categories, render_size=render_size, need_depth=need_depth, extras=extras,
+                             rows_per_chunk=rows_per_chunk)
 
 
 def make_sharded_renderer(mesh: jax.sharding.Mesh, *, batch_size: int, height: int, width: int,
                           axis: str = "data", categories: Sequence[str] = CATEGORIES,
                           render_size: tuple[int, int] | None = None, need_depth: bool = True,
-                          extras: bool = False):
+                          extras: bool = False, rows_per_chunk: int = 1):
     """``fn(bank, seed, step, motion_scale=1.0) -> batch``: :func:`render_batch`'s global batch as
     arrays sharded ``P(axis)`` over ``mesh``, each device rendering only its own rows
     (``shard_map``; rows ``[i * b, (i + 1) * b)`` on the ``i``-th device of ``axis``,
-    ``b = batch_size / mesh.shape[axis]``). The result equals :func:`render_batch`'s whatever the
-    device count. Pass the bank through :func:`replicate_bank` once."""
-    categories, render_size = _check(batch_size, height, width, categories, render_size)
+    ``b = batch_size / mesh.shape[axis]``, which ``rows_per_chunk`` must divide). The result
+    equals :func:`render_batch`'s with the same ``rows_per_chunk``, whatever the device count.
+    Pass the bank through :func:`replicate_bank` once."""
     n = mesh.shape[axis]
     if batch_size % n:
         raise ValueError(f"batch_size {batch_size} must be divisible by the {n} devices of mesh axis {axis!r}")
     local = batch_size // n
+    categories, render_size = _check(batch_size, height, width, categories, render_size, rows_per_chunk, local)
+    kw = dict(batch_size=batch_size, height=height, width=width, categories=categories, render_size=render_size,
+              need_depth=need_depth, extras=extras, rows_per_chunk=rows_per_chunk)
 
     def body(bank, seed, step, motion_scale):
         rows = jax.lax.axis_index(axis) * local + jnp.arange(local, dtype=jnp.int32)
-        return _rows(bank, seed, step, rows, batch_size=batch_size, height=height, width=width,
-                     categories=categories, motion_scale=motion_scale, render_size=render_size,
-                     need_depth=need_depth, extras=extras)
+        return _rows(bank, seed, step, rows, motion_scale=motion_scale, **kw)
 
-    mapped = jax.shard_map(body, mesh=mesh, in_specs=(P(), P(), P(), P()), out_specs=P(axis))
+    # No collectives inside: every device renders its rows independently (check_vma=False spares
+    # the scan and while-loop carries the varying-axis annotations).
+    mapped = jax.shard_map(body, mesh=mesh, in_specs=(P(), P(), P(), P()), out_specs=P(axis), check_vma=False)
     fn = jax.jit(mapped, out_shardings=NamedSharding(mesh, P(axis)))
     return lambda bank, seed, step, motion_scale=1.0: fn(bank, jnp.int32(seed), jnp.int32(step),
                                                          jnp.float32(motion_scale))

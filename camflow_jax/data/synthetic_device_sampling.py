@@ -1,4 +1,5 @@
-"""Sampling of the synthetic parallax scenes from a ``jax.random`` key (device renderer).
+"""Random parts of the device renderer (``synthetic_device``): scenes, camera motions and the
+appearance of the frames, from ``jax.random`` keys.
 
 The same distributions as the host sampler (``camflow_jax.data.synthetic.sample_intrinsics``,
 ``sample_scene``, ``sample_camera_motion`` and ``synthetic_appearance.sample_appearance``; their
@@ -13,7 +14,8 @@ distributions are the same. Everything has a fixed shape so that it jits and vma
 Texture ids index the device texture bank (``synthetic_device.TextureBank``), i.e. the host's
 texture list it was built from. :func:`scene_to_host` and :func:`appearance_to_host` turn a
 sampled scene / appearance into the host's objects, so that both renderers can render the same
-scene (the tests use this).
+scene (the tests use this). :func:`apply_appearance` turns a clean rendering into a uint8
+frame (weather, exposure jitter, sensor noise) like ``synthetic_appearance.apply_appearance``.
 
 All values are float32 (the host samples in float64; the geometry is the same up to that
 rounding). Pure functions of their key: nothing happens at import.
@@ -28,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from camflow_jax.data.synthetic_appearance import CATEGORIES
+from camflow_jax.data.synthetic_appearance import CATEGORIES, _normal_quantiles
 
 __all__ = [
     "MAX_PLANES",
@@ -37,6 +39,8 @@ __all__ = [
     "SHAPE_ELLIPSE",
     "DeviceScene",
     "rotation_matrix",
+    "matmul",
+    "matvec",
     "euler",
     "sample_intrinsics",
     "sample_scene",
@@ -46,6 +50,7 @@ __all__ = [
     "UniformStream",
     "scene_to_host",
     "appearance_to_host",
+    "apply_appearance",
 ]
 
 MAX_PLANES = 11
@@ -94,6 +99,17 @@ jax.tree_util.register_dataclass(DeviceScene, data_fields=[f.name for f in datac
 # Rotations (batched over leading axes)
 # ----------------------------------------------------------------------------------------------
 
+def matmul(a, b) -> jax.Array:
+    """``a @ b`` for small ``[..., 3, 3]`` matrices, as elementwise products and sums (XLA's dot
+    emitters can round differently from one compiled program to another; this cannot)."""
+    return jnp.sum(a[..., :, :, None] * b[..., None, :, :], -2)
+
+
+def matvec(m, v) -> jax.Array:
+    """``m @ v`` for ``[..., 3, 3]`` and ``[..., 3]``, elementwise (see :func:`matmul`)."""
+    return jnp.sum(m * v[..., None, :], -1)
+
+
 def _matrix(rows) -> jax.Array:
     return jnp.stack([jnp.stack(r, -1) for r in rows], -2)
 
@@ -116,7 +132,7 @@ def _rz(a):
 def euler(yaw, pitch, roll) -> jax.Array:
     """``Ry(yaw) Rx(pitch) Rz(roll)`` (radians; broadcast over leading axes) -> ``[..., 3, 3]``."""
     yaw, pitch, roll = jnp.broadcast_arrays(*(jnp.asarray(a, jnp.float32) for a in (yaw, pitch, roll)))
-    return _ry(yaw) @ _rx(pitch) @ _rz(roll)
+    return matmul(matmul(_ry(yaw), _rx(pitch)), _rz(roll))
 
 
 def rotation_matrix(rotvec) -> jax.Array:
@@ -128,7 +144,7 @@ def rotation_matrix(rotvec) -> jax.Array:
     z = jnp.zeros_like(theta)
     kx = _matrix([[z, -k[..., 2], k[..., 1]], [k[..., 2], z, -k[..., 0]], [-k[..., 1], k[..., 0], z]])
     eye = jnp.eye(3, dtype=jnp.float32)
-    return eye + jnp.sin(theta)[..., None, None] * kx + (1 - jnp.cos(theta))[..., None, None] * (kx @ kx)
+    return eye + jnp.sin(theta)[..., None, None] * kx + (1 - jnp.cos(theta))[..., None, None] * matmul(kx, kx)
 
 
 def _deg(x):
@@ -191,18 +207,18 @@ def sample_scene(key, K, height: int, width: int, num_textures: int) -> DeviceSc
     z_far = u(30.0, 120.0)
     pitch = _deg(u(-4.0, 12.0))
     roll = _deg(u(-3.0, 3.0))
-    cam = _rz(roll) @ _rx(pitch)  # level -> camera
+    cam = matmul(_rz(roll), _rx(pitch))  # level -> camera
 
     # Background: infinite, tilted up to +-10 degrees.
-    bg_rot = cam @ euler(_deg(u(-10.0, 10.0)), _deg(u(-10.0, 10.0)), 0.0)
-    bg_origin = cam @ jnp.array([0.0, 0.0, 1.0]) * z_far
+    bg_rot = matmul(cam, euler(_deg(u(-10.0, 10.0)), _deg(u(-10.0, 10.0)), 0.0))
+    bg_origin = cam[:, 2] * z_far
     bg_texel = z_far * px * u(0.8, 1.4)
 
     # Ground: infinite, hc below the camera.
     ground_on = u(0.0, 1.0) < 0.85
     hc = u(1.0, 2.5)
     z_bottom = hc * fy / jnp.maximum(height - cy, 1.0)
-    g_origin = cam @ jnp.stack([0.0, hc, 0.0])
+    g_origin = matvec(cam, jnp.stack([0.0, hc, 0.0]))
     g_texel = z_bottom * px * u(0.9, 1.6)
 
     # Occluding layers: the first at z_near, the others log-uniform in [z_near, z_far / 2].
@@ -229,10 +245,10 @@ def sample_scene(key, K, height: int, width: int, num_textures: int) -> DeviceSc
     length = u(0.3, 0.8) * z_far
     half_width = z0 * (width / 2) / fx * u(0.7, 1.0)
     angle = _deg(u(55.0, 75.0)) * side
-    w_eu = cam @ jnp.stack([jnp.sin(angle), 0.0, jnp.cos(angle)])
+    w_eu = matvec(cam, jnp.stack([jnp.sin(angle), 0.0, jnp.cos(angle)]))
     w_ev = cam[:, 1]
     top = -u(1.0, 3.0) * z0 * height / (2 * fy)
-    w_origin = cam @ jnp.stack([side * half_width, top, z0])
+    w_origin = matvec(cam, jnp.stack([side * half_width, top, z0]))
     w_extent = jnp.stack([length, u(1.5, 3.0) * jnp.abs(top)])
     w_texel = z0 * px * u(0.8, 1.4)
 
@@ -262,7 +278,8 @@ def sample_scene(key, K, height: int, width: int, num_textures: int) -> DeviceSc
     zeros2 = jnp.zeros((2, 2), jnp.float32)
     extent = jnp.concatenate([zeros2, jnp.stack([l_su, l_sv], -1), w_extent[None], jnp.stack([m_su, m_sv], -1)])
     shape = jnp.concatenate([jnp.full(2, SHAPE_INFINITE), jnp.where(l_ellipse, SHAPE_ELLIPSE, SHAPE_RECT),
-                             jnp.full(1, SHAPE_RECT), jnp.where(m_ellipse, SHAPE_ELLIPSE, SHAPE_RECT)]).astype(jnp.int32)
+                             jnp.full(1, SHAPE_RECT), jnp.where(m_ellipse, SHAPE_ELLIPSE, SHAPE_RECT)])
+    shape = shape.astype(jnp.int32)
     texel = jnp.concatenate([one(bg_texel), one(g_texel), l_texel, one(w_texel), m_texel])
     active = jnp.concatenate([jnp.ones(1, bool), ground_on[None], jnp.arange(nl) < n_layers, wall_on[None],
                               jnp.arange(nm) < n_movers])
@@ -390,3 +407,140 @@ def appearance_to_host(look: dict, category: str, height: int, width: int) -> di
         p.update(count=int(f["snow_count"]), max_radius=particle_limits(height, width)[3],
                  haze=float(f["snow_haze"]))
     return p
+
+
+# ----------------------------------------------------------------------------------------------
+# Appearance of the frames (synthetic_appearance.apply_appearance)
+# ----------------------------------------------------------------------------------------------
+
+def _exp(x):
+    """``exp(x)`` (float32, relative error a few 1e-7; 0 below ``2^-126``) from multiplications,
+    additions and the exponent bits only: the same bits in every compiled program (XLA:CPU's
+    own ``exp`` rounds the last bit differently in its scalar and vector code)."""
+    y = x * np.float32(1 / np.log(2))
+    k = jnp.floor(y + 0.5)
+    f = (y - k) * np.float32(np.log(2))  # |f| <= 0.347
+    p = 1 + f * (1 + f * (1 / 2 + f * (1 / 6 + f * (1 / 24 + f * (1 / 120 + f * (1 / 720 + f * (1 / 5040)))))))
+    k = jnp.clip(k, -127, 127).astype(jnp.int32)
+    scale = jax.lax.bitcast_convert_type((k + 127) << 23, jnp.float32)  # 2^k (0 for k = -127)
+    return p * scale
+
+
+def _blur(img, sigma: float):
+    """``cv2.GaussianBlur(img, (0, 0), sigma)`` of a float32 ``[H, W]`` image (7 taps for the
+    sigmas used here, reflect-101 borders)."""
+    r = int(round(sigma * 8 + 1)) | 1
+    r //= 2
+    k = np.exp(-((np.arange(-r, r + 1)) ** 2) / (2 * sigma * sigma))
+    k = (k / k.sum()).astype(np.float32)
+    h, w = img.shape
+    p = jnp.pad(img, ((0, 0), (r, r)), mode="reflect")
+    img = sum(float(k[i]) * p[:, i:i + w] for i in range(2 * r + 1))
+    p = jnp.pad(img, ((r, r), (0, 0)), mode="reflect")
+    return sum(float(k[i]) * p[i:i + h] for i in range(2 * r + 1))
+
+
+def _splat(shape, x, y, value, op: str):
+    """Scatter ``value`` at integer pixels ``(x, y)`` of a zero ``[H, W]`` image (``op``: "add" or
+    "max"); pixels outside the image are dropped."""
+    h, w = shape
+    ok = (x >= 0) & (x < w) & (y >= 0) & (y < h)
+    idx = jnp.where(ok, y * w + x, h * w).reshape(-1)
+    ref = jnp.zeros(h * w, jnp.float32).at[idx]
+    out = ref.add(value.reshape(-1), mode="drop") if op == "add" else ref.max(value.reshape(-1), mode="drop")
+    return out.reshape(h, w)
+
+
+def _rain_layer(u, look, height: int, width: int):
+    """Streaks of ``look["rain_count"]`` (host ``_rain_layer``): rounded end points as on the
+    host, each streak splatted as points at most 1 px apart (bilinear weights, coverage 1 per
+    pixel along the streak), clipped to 1, blurred (sigma 0.7), times the brightness."""
+    n, m_max, _, _ = particle_limits(height, width)
+    lo = jnp.array([-0.1 * width, -0.1 * height], jnp.float32)
+    start = lo + u(0.0, 1.0, (n, 2)) * jnp.array([1.2 * width, 1.2 * height], jnp.float32)
+    ang = look["rain_angle"] + 0.03 * u.normal((n,))
+    length = look["rain_length"] * u(0.6, 1.4, (n,))
+    end = start + jnp.stack([jnp.sin(ang), jnp.cos(ang)], -1) * length[:, None]
+    start, end = jnp.round(start), jnp.round(end)
+    seg_len = jnp.sqrt(jnp.sum((end - start) ** 2, -1))
+    m = jnp.maximum(jnp.ceil(seg_len), 1.0)
+    k = jnp.arange(m_max, dtype=jnp.float32)
+    pts = start[:, None] + (end - start)[:, None] * (k[None, :] / m[:, None])[..., None]  # [n, m_max, 2]
+    weight = jnp.where((k[None, :] <= m[:, None]) & (jnp.arange(n) < look["rain_count"])[:, None],
+                       ((seg_len + 1) / (m + 1))[:, None], 0.0)
+    x0, y0 = jnp.floor(pts[..., 0]), jnp.floor(pts[..., 1])
+    ax, ay = pts[..., 0] - x0, pts[..., 1] - y0
+    x0, y0 = x0.astype(jnp.int32), y0.astype(jnp.int32)
+    xs = jnp.stack([x0, x0 + 1, x0, x0 + 1])
+    ys = jnp.stack([y0, y0, y0 + 1, y0 + 1])
+    ws = jnp.stack([(1 - ax) * (1 - ay), ax * (1 - ay), (1 - ax) * ay, ax * ay]) * weight
+    layer = jnp.minimum(_splat((height, width), xs, ys, ws, "add"), 1.0)
+    return _blur(layer, 0.7) * look["rain_brightness"]
+
+
+def _snow_layer(u, look, height: int, width: int):
+    """Flakes of ``look["snow_count"]`` (host ``_snow_layer``): integer centres, radius
+    ``min(Geometric(0.55), max_radius)``, opacity ``U(0.5, 1)``, coverage ``clip(r + 0.5 - d, 0, 1)``,
+    overlaps combined by maximum, blurred (sigma 0.8), clipped to 1."""
+    _, _, n, rmax = particle_limits(height, width)
+    xs = u.integers(0, width, (n,))
+    ys = u.integers(0, height, (n,))
+    radius = jnp.minimum(jnp.floor(jnp.log1p(-u(0.0, 1.0, (n,))) / math.log(1 - 0.55)) + 1, rmax)
+    alpha = u(0.5, 1.0, (n,)) * (jnp.arange(n) < look["snow_count"])
+    o = jnp.arange(-rmax, rmax + 1)  # coverage vanishes beyond r + 0.5
+    oy, ox = jnp.meshgrid(o, o, indexing="ij")
+    d = jnp.sqrt((ox * ox + oy * oy).astype(jnp.float32))
+    cover = jnp.clip(radius[:, None, None] + 0.5 - d, 0.0, 1.0) * alpha[:, None, None]
+    layer = _splat((height, width), xs[:, None, None] + ox, ys[:, None, None] + oy, cover, "max")
+    return jnp.minimum(_blur(layer, 0.8), 1.0)
+
+
+def _standard_normal(key, shape):
+    """Standard-normal samples from 16 random bits each, by inverse-CDF lookup at
+    ``(k + 1/2) / 65536`` (the host's ``synthetic_appearance.standard_normal``: tails cut at
+    ±4.3 sigma, immaterial for sensor noise; half the random bits of ``jax.random.normal`` and
+    a read of the host's own quantile table instead of ``erf_inv``)."""
+    table = jnp.asarray(_normal_quantiles())
+    n = math.prod(shape)
+    bits = jax.random.bits(key, ((n + 1) // 2,), jnp.uint32)
+    idx = jnp.concatenate([bits & 0xFFFF, bits >> 16])[:n].astype(jnp.int32)
+    return table.at[idx].get(mode="promise_in_bounds").reshape(shape)
+
+
+def apply_appearance(clean, depth, look: dict, category_id, key):
+    """One frame (``synthetic_appearance.apply_appearance``): clean float RGB ``[H, W, 3]`` and its
+    depth -> uint8 RGB. ``category_id`` (index into ``CATEGORIES``, may be traced) picks the
+    weather with ``lax.switch``: only that category's layer is drawn (under a vmap over the
+    category, every branch runs and the right one is selected)."""
+    height, width = depth.shape
+    cat = jnp.asarray(category_id, jnp.int32)
+    k_frame, k_weather, k_noise = jax.random.split(key, 3)
+    u = UniformStream(k_frame, 3)
+    gain = 1 + u(-0.03, 0.03)
+    bias = u(-3.0, 3.0)
+    beta = look["beta"] * u(0.97, 1.03)
+    img = clean.astype(jnp.float32)
+    n_rain, _, n_snow, _ = particle_limits(height, width)
+
+    def fog(img):
+        air = look["airlight"]
+        return air + (img - air) * _exp(depth * -beta)[..., None]
+
+    def rain(img):
+        layer = _rain_layer(UniformStream(k_weather, 5 * n_rain), look, height, width)
+        return img * 0.9 + 0.1 * 128 + layer[..., None]
+
+    def snow(img):
+        keep = 1 - _snow_layer(UniformStream(k_weather, 4 * n_snow), look, height, width)
+        haze = look["snow_haze"]
+        return ((img * (1 - haze) + (haze * 255 - 245)) * keep[..., None]) + 245.0
+
+    branches = {"FOG": fog, "RAIN": rain, "SNOW": snow}
+    img = jax.lax.switch(cat, [branches.get(c, lambda img: img) for c in CATEGORIES], img)
+    dark = look["dark"]
+    low = jnp.maximum(img * (look["cast"] * gain * dark) + bias * dark, 0.0)
+    is_ll = cat == CATEGORIES.index("LL")
+    img = jnp.where(is_ll, low, img * gain + bias)
+    sigma = jnp.where(is_ll, jnp.sqrt(low * look["shot"] + look["read"] ** 2), look["noise"])
+    img = img + _standard_normal(k_noise, img.shape) * sigma + 0.5
+    return jnp.clip(img, 0, 255).astype(jnp.uint8)
