@@ -62,7 +62,7 @@ __all__ = [
     "reprojection_flow",
     "flow_validity",
     "render_pair",
-    "row_key",
+    "sample_key",
     "render_batch",
     "make_sharded_renderer",
 ]
@@ -393,18 +393,25 @@ def render_pair(bank: TextureBank, key, category_id, height: int, width: int, mo
     R ``[3, 3]``, t ``[3]``; uint8 img1, img2 ``[H, W, 3]``; int32 category_id; and, to check or
     re-render it, scene (:class:`DeviceScene`), look (appearance parameters), clean1, clean2
     (float32 ``[H, W, 3]`` before appearance) and ids1, ids2 (int32 slot + 1)."""
-    k_intr, k_scene, k_motion, k_look, k_fx1, k_fx2 = jax.random.split(key, 6)
-    K = smp.sample_intrinsics(k_intr, height, width)
-    scene = smp.sample_scene(k_scene, K, height, width, bank.num_textures)
+    # Every random number of the pair from one threefry call (see smp.UniformStream).
+    n_frame, n_words = smp.frame_uniforms(height, width), smp.noise_words(height, width)
+    n_u = (smp.N_INTRINSICS + smp.N_SCENE + smp.N_LOOK + _MOTION_ATTEMPTS * smp.N_MOTION + 2 * n_frame)
+    bits = jax.random.bits(key, (n_u + 2 * n_words,), jnp.uint32)
+    u = smp.UniformStream(smp.uniforms_from_bits(bits[:n_u]))
+    K = smp.sample_intrinsics(smp.UniformStream(u.take(smp.N_INTRINSICS)), height, width)
+    scene = smp.sample_scene(smp.UniformStream(u.take(smp.N_SCENE)), K, height, width, bank.num_textures)
+    look_u = smp.UniformStream(u.take(smp.N_LOOK))
+    motion_u = u.take(_MOTION_ATTEMPTS * smp.N_MOTION).reshape(_MOTION_ATTEMPTS, smp.N_MOTION)
+    frame_u = u.take(2 * n_frame).reshape(2, n_frame)
+    words = bits[n_u:].reshape(2, n_words)
     eye, zero = jnp.eye(3, dtype=jnp.float32), jnp.zeros(3, jnp.float32)
     depth1, ids1 = cast_rays(scene, eye, zero, K, height, width, 0.0)
     static = jnp.concatenate([jnp.ones(1, bool), ~scene.moving()])
     sub = depth1[::4, ::4].reshape(-1)
     z_near, depth_scale = jnp.percentile(sub, 2), jnp.percentile(sub, 90)
-    motion_keys = jax.random.split(k_motion, _MOTION_ATTEMPTS)
 
     def attempt(i):
-        R, t = smp.sample_camera_motion(motion_keys[i], z_near, K, width, motion_scale)
+        R, t = smp.sample_camera_motion(smp.UniformStream(motion_u[i]), z_near, K, width, motion_scale)
         depth2, ids2 = cast_rays(scene, R, t, K, height, width, 1.0)
         flow_f, z2 = reprojection_flow(depth1, K, R, t)
         valid_f = flow_validity(flow_f, z2, depth2, static[ids1])
@@ -427,9 +434,9 @@ def render_pair(bank: TextureBank, key, category_id, height: int, width: int, mo
     depths, ids = jnp.stack([depth1, depth2]), jnp.stack([ids1, ids2])
     clean1, clean2 = jax.vmap(shade, (None, None, 0, 0, 0, 0, None, 0))(
         bank, scene, depths, ids, jnp.stack([eye, R]), jnp.stack([zero, t]), K, jnp.array([0.0, 1.0]))
-    look = smp.sample_appearance(k_look, depth_scale, height, width)
-    img1, img2 = jax.vmap(smp.apply_appearance, (0, 0, None, None, 0))(
-        jnp.stack([clean1, clean2]), depths, look, category_id, jnp.stack([k_fx1, k_fx2]))
+    look = smp.sample_appearance(look_u, depth_scale, height, width)
+    img1, img2 = jax.vmap(lambda c, d, fu, w: smp.apply_appearance(c, d, look, category_id, uniforms=fu, words=w))(
+        jnp.stack([clean1, clean2]), depths, frame_u, words)
     return {
         "img1": img1, "img2": img2,
         "depth1": depth1, "depth2": depth2, "K": K, "flow_f": flow_f, "flow_b": flow_b,
@@ -439,18 +446,19 @@ def render_pair(bank: TextureBank, key, category_id, height: int, width: int, mo
     }
 
 
-def row_key(seed, step, row):
-    """Key of row ``row`` of the global batch of step ``step``:
-    ``fold_in(fold_in(key(seed), step), row)``."""
-    return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), step), row)
+def sample_key(seed, index):
+    """Key of sample ``index`` of ``seed``: ``fold_in(key(seed), index)``. Row ``r`` of the batch
+    of step ``s`` is sample ``s * batch_size + r`` (like ``SyntheticScenes``, sample ``i`` of a
+    seed is a pure function of ``(seed, i)`` and the sizes)."""
+    return jax.random.fold_in(jax.random.key(seed), index)
 
 
 def _crop(s: dict, key, height: int, width: int) -> dict:
     """Random same-offset crop of a rendered pair (``pipeline.prepare_pair``'s crop)."""
     h0, w0 = s["img1"].shape[:2]
-    kt, kl = jax.random.split(key)
-    top = jax.random.randint(kt, (), 0, h0 - height + 1)
-    left = jax.random.randint(kl, (), 0, w0 - width + 1)
+    u = jax.random.uniform(key, (2,))
+    top = jnp.minimum(jnp.floor(u[0] * (h0 - height + 1)), h0 - height).astype(jnp.int32)
+    left = jnp.minimum(jnp.floor(u[1] * (w0 - width + 1)), w0 - width).astype(jnp.int32)
     out = {}
     for k, v in s.items():
         if isinstance(v, jax.Array) and v.ndim >= 2 and v.shape[:2] == (h0, w0):
@@ -468,11 +476,11 @@ def _rows(bank, seed, step, rows, *, batch_size, height, width, categories, moti
     step = jnp.asarray(step, jnp.int32)
 
     def one(row):
-        k_pair, k_crop = jax.random.split(row_key(seed, step, row))
-        cat = cat_ids[(step * batch_size + row) % len(categories)]
-        s = render_pair(bank, k_pair, cat, rh, rw, motion_scale)
+        index = step * batch_size + row
+        key = sample_key(seed, index)
+        s = render_pair(bank, key, cat_ids[index % len(categories)], rh, rw, motion_scale)
         if (rh, rw) != (height, width):
-            s = _crop(s, k_crop, height, width)
+            s = _crop(s, jax.random.fold_in(key, 1), height, width)
         out = {"img1": s["img1"], "img2": s["img2"], "flow_f": s["flow_f"], "flow_b": s["flow_b"],
                "label_mask_f": s["valid_f"], "label_mask_b": s["valid_b"], "category_id": s["category_id"],
                "gt_flow_f": s["flow_f"], "gt_valid_f": s["valid_f"]}
@@ -523,9 +531,9 @@ def render_batch(bank: TextureBank, seed, step, *, batch_size: int, height: int,
     """The global training batch of step ``step`` (jitted; ``seed``, ``step`` and
     ``motion_scale`` are traced, so every step reuses one compiled program).
 
-    Row ``r`` is rendered from :func:`row_key` ``(seed, step, r)``; its category is
-    ``categories[(step * batch_size + r) % len(categories)]`` (like ``SyntheticScenes``, any
-    ``len(categories)`` consecutive samples cover every category). ``render_size=(rh, rw)``
+    Row ``r`` is sample ``i = step * batch_size + r``, rendered from :func:`sample_key`
+    ``(seed, i)`` with category ``categories[i % len(categories)]`` (like ``SyntheticScenes``:
+    any ``len(categories)`` consecutive samples cover every category). ``render_size=(rh, rw)``
     renders at that size and takes a random ``height x width`` crop (K shifted), as the host
     pipeline does with ``data.render_height/width`` (its default is ``(h + h // 8, w + w // 8)``);
     None renders at the output size. Rows are rendered ``rows_per_chunk`` at a time (vmapped),

@@ -48,6 +48,9 @@ __all__ = [
     "sample_appearance",
     "particle_limits",
     "UniformStream",
+    "uniforms_from_bits",
+    "frame_uniforms",
+    "noise_words",
     "scene_to_host",
     "appearance_to_host",
     "apply_appearance",
@@ -155,20 +158,41 @@ def _deg(x):
 # Intrinsics, scene, camera motion
 # ----------------------------------------------------------------------------------------------
 
-class UniformStream:
-    """Uniform draws sliced off one ``jax.random.uniform`` call (one call instead of dozens keeps
-    the compiled program small: each call is a full threefry computation)."""
+#: Uniform draws each sampler takes from its stream (upper bounds, checked as they are taken).
+N_INTRINSICS, N_SCENE, N_MOTION, N_LOOK, N_FRAME_SCALARS = 4, 200, 9, 24, 3
 
-    def __init__(self, key, n: int):
-        self.u, self.n, self.i = jax.random.uniform(key, (n,), jnp.float32), n, 0
+
+def uniforms_from_bits(bits) -> jax.Array:
+    """uint32 random words -> float32 uniforms in [0, 1) (23 random mantissa bits, as
+    ``jax.random.uniform``)."""
+    return jax.lax.bitcast_convert_type((bits >> 9) | np.uint32(0x3F800000), jnp.float32) - 1.0
+
+
+class UniformStream:
+    """Uniform draws taken in order from one array of uniforms: a pair draws all its random
+    numbers with one ``jax.random.bits`` call (each call is a whole threefry computation, about
+    half a second of XLA compile time on CPU; a pair used to need a dozen).
+
+    ``UniformStream(values)`` takes a 1-D float32 array in [0, 1);
+    ``UniformStream.from_key(key, n)`` draws ``n``."""
+
+    def __init__(self, values):
+        self.u, self.i = values, 0
+        self.n = values.shape[0]
+
+    @classmethod
+    def from_key(cls, key, n: int) -> "UniformStream":
+        return cls(jax.random.uniform(key, (n,), jnp.float32))
+
+    def take(self, n: int) -> jax.Array:
+        if self.i + n > self.n:
+            raise AssertionError("UniformStream: too few draws reserved")
+        v = self.u[self.i:self.i + n]
+        self.i += n
+        return v
 
     def __call__(self, lo, hi, shape=()):
-        size = math.prod(shape)
-        if self.i + size > self.n:
-            raise AssertionError("UniformStream: too few draws reserved")
-        v = self.u[self.i:self.i + size].reshape(shape)
-        self.i += size
-        return lo + (hi - lo) * v
+        return lo + (hi - lo) * self.take(math.prod(shape)).reshape(shape)
 
     def integers(self, lo: int, hi: int, shape=()):
         """Uniform integers in ``[lo, hi)``."""
@@ -181,9 +205,15 @@ class UniformStream:
         return jnp.sqrt(-2 * jnp.log1p(-u1)) * jnp.cos(2 * math.pi * u2)
 
 
-def sample_intrinsics(key, height: int, width: int) -> jax.Array:
-    """``K = (fx, fy, cx, cy)`` float32 ``[4]`` (the host's distribution)."""
-    a, b, c, d = jax.random.uniform(key, (4,), jnp.float32)
+def _stream(u, n: int) -> UniformStream:
+    """``u`` if it is a :class:`UniformStream`, else ``n`` uniforms drawn from the key ``u``."""
+    return u if isinstance(u, UniformStream) else UniformStream.from_key(u, n)
+
+
+def sample_intrinsics(u, height: int, width: int) -> jax.Array:
+    """``K = (fx, fy, cx, cy)`` float32 ``[4]`` (the host's distribution); ``u``: a key or a
+    :class:`UniformStream` (likewise below)."""
+    a, b, c, d = _stream(u, N_INTRINSICS).take(4)
     fx = (0.9 + 0.2 * a) * width
     fy = fx * (1 + (-0.02 + 0.04 * b))
     cx = (width - 1) / 2 + (-0.02 + 0.04 * c) * width
@@ -197,12 +227,12 @@ def _facing(centre, su, sv, rot):
     return centre - 0.5 * su[..., None] * eu - 0.5 * sv[..., None] * ev, eu, ev
 
 
-def sample_scene(key, K, height: int, width: int, num_textures: int) -> DeviceScene:
+def sample_scene(u, K, height: int, width: int, num_textures: int) -> DeviceScene:
     """A random scene for the camera at the identity pose (``synthetic.sample_scene``'s
     distribution; see its docstring), padded to ``MAX_PLANES`` slots (module docstring)."""
     fx, fy, cx, cy = (K[i] for i in range(4))
     px = 1.0 / fx
-    u = UniformStream(key, 200)
+    u = _stream(u, N_SCENE)
     z_near = u(2.5, 5.0)
     z_far = u(30.0, 120.0)
     pitch = _deg(u(-4.0, 12.0))
@@ -303,10 +333,10 @@ def sample_scene(key, K, height: int, width: int, num_textures: int) -> DeviceSc
         active=active, far=(10 * z_far).astype(jnp.float32), sky=sky)
 
 
-def sample_camera_motion(key, z_near, K, width: int, scale=1.0):
+def sample_camera_motion(u, z_near, K, width: int, scale=1.0):
     """Relative pose ``(R [3, 3], t [3])`` float32, ``X2 = R X1 + t``
     (``synthetic.sample_camera_motion``'s distribution)."""
-    u = UniformStream(key, 9)
+    u = _stream(u, N_MOTION)
     scale = jnp.asarray(scale, jnp.float32)
     yp = jnp.clip(1.2 * u.normal((2,)), -3.5, 3.5) * scale
     roll = jnp.clip(0.8 * u.normal(), -2.5, 2.5) * scale
@@ -334,13 +364,13 @@ def particle_limits(height: int, width: int) -> tuple[int, int, int, int]:
     return rain, steps, snow, max(1, int(round(4 * scale)))
 
 
-def sample_appearance(key, depth_scale, height: int, width: int) -> dict:
+def sample_appearance(u, depth_scale, height: int, width: int) -> dict:
     """Pair-level appearance parameters of every category (``sample_appearance`` of the host,
     whose docstring gives the distributions): a dict of float32/int32 scalars and ``[3]``
     vectors; the category picks which ones apply."""
     area = width * height / (576.0 * 320.0)
     scale = width / 576.0
-    u = UniformStream(key, 24)
+    u = _stream(u, N_LOOK)
     t_far = u(0.05, 0.35)
     airlight = u(170.0, 235.0) * (1 + u(-0.04, 0.04, (3,))) + jnp.array([0.0, 2.0, 8.0])
     return {
@@ -495,43 +525,58 @@ def _snow_layer(u, look, height: int, width: int):
     return jnp.minimum(_blur(layer, 0.8), 1.0)
 
 
-def _standard_normal(key, shape):
-    """Standard-normal samples from 16 random bits each, by inverse-CDF lookup at
-    ``(k + 1/2) / 65536`` (the host's ``synthetic_appearance.standard_normal``: tails cut at
-    ±4.3 sigma, immaterial for sensor noise; half the random bits of ``jax.random.normal`` and
-    a read of the host's own quantile table instead of ``erf_inv``)."""
-    table = jnp.asarray(_normal_quantiles())
+def noise_words(height: int, width: int) -> int:
+    """Random words the sensor noise of one ``height x width`` RGB frame takes (16 bits a value)."""
+    return (height * width * 3 + 1) // 2
+
+
+def frame_uniforms(height: int, width: int) -> int:
+    """Uniforms one frame's appearance takes: exposure, fog jitter, rain streaks, snow flakes."""
+    n_rain, _, n_snow, _ = particle_limits(height, width)
+    return N_FRAME_SCALARS + 5 * n_rain + 4 * n_snow
+
+
+def _standard_normal(words, shape):
+    """Standard-normal samples from 16 random bits each (``words``: uint32, two values a word),
+    by inverse-CDF lookup at ``(k + 1/2) / 65536``: the host's ``synthetic_appearance.standard_normal``
+    and its table (tails cut at ±4.3 sigma, immaterial for sensor noise; half the random bits of
+    ``jax.random.normal`` and a table read instead of ``erf_inv``)."""
     n = math.prod(shape)
-    bits = jax.random.bits(key, ((n + 1) // 2,), jnp.uint32)
-    idx = jnp.concatenate([bits & 0xFFFF, bits >> 16])[:n].astype(jnp.int32)
-    return table.at[idx].get(mode="promise_in_bounds").reshape(shape)
+    idx = jnp.concatenate([words & 0xFFFF, words >> 16])[:n].astype(jnp.int32)
+    return jnp.asarray(_normal_quantiles()).at[idx].get(mode="promise_in_bounds").reshape(shape)
 
 
-def apply_appearance(clean, depth, look: dict, category_id, key):
+def apply_appearance(clean, depth, look: dict, category_id, key=None, *, uniforms=None, words=None):
     """One frame (``synthetic_appearance.apply_appearance``): clean float RGB ``[H, W, 3]`` and its
     depth -> uint8 RGB. ``category_id`` (index into ``CATEGORIES``, may be traced) picks the
-    weather with ``lax.switch``: only that category's layer is drawn (under a vmap over the
-    category, every branch runs and the right one is selected)."""
+    weather with ``lax.switch``: only that category's layer is made (under a vmap over the
+    category, every branch runs and the right one is selected). Randomness: ``key``, or the
+    pre-drawn ``uniforms`` (:func:`frame_uniforms` of them) and noise ``words``
+    (:func:`noise_words` uint32)."""
     height, width = depth.shape
+    if key is not None:
+        k1, k2 = jax.random.split(key)
+        uniforms = jax.random.uniform(k1, (frame_uniforms(height, width),))
+        words = jax.random.bits(k2, (noise_words(height, width),), jnp.uint32)
     cat = jnp.asarray(category_id, jnp.int32)
-    k_frame, k_weather, k_noise = jax.random.split(key, 3)
-    u = UniformStream(k_frame, 3)
+    u = UniformStream(uniforms)
     gain = 1 + u(-0.03, 0.03)
     bias = u(-3.0, 3.0)
     beta = look["beta"] * u(0.97, 1.03)
-    img = clean.astype(jnp.float32)
     n_rain, _, n_snow, _ = particle_limits(height, width)
+    u_rain = UniformStream(u.take(5 * n_rain))
+    u_snow = UniformStream(u.take(4 * n_snow))
+    img = clean.astype(jnp.float32)
 
     def fog(img):
         air = look["airlight"]
         return air + (img - air) * _exp(depth * -beta)[..., None]
 
     def rain(img):
-        layer = _rain_layer(UniformStream(k_weather, 5 * n_rain), look, height, width)
-        return img * 0.9 + 0.1 * 128 + layer[..., None]
+        return img * 0.9 + 0.1 * 128 + _rain_layer(u_rain, look, height, width)[..., None]
 
     def snow(img):
-        keep = 1 - _snow_layer(UniformStream(k_weather, 4 * n_snow), look, height, width)
+        keep = 1 - _snow_layer(u_snow, look, height, width)
         haze = look["snow_haze"]
         return ((img * (1 - haze) + (haze * 255 - 245)) * keep[..., None]) + 245.0
 
@@ -542,5 +587,5 @@ def apply_appearance(clean, depth, look: dict, category_id, key):
     is_ll = cat == CATEGORIES.index("LL")
     img = jnp.where(is_ll, low, img * gain + bias)
     sigma = jnp.where(is_ll, jnp.sqrt(low * look["shot"] + look["read"] ** 2), look["noise"])
-    img = img + _standard_normal(k_noise, img.shape) * sigma + 0.5
+    img = img + _standard_normal(words, img.shape) * sigma + 0.5
     return jnp.clip(img, 0, 255).astype(jnp.uint8)
