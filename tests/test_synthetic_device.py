@@ -6,7 +6,8 @@ the host's ``Scene`` (``scene_to_host``) and the host ray-casts, shades and labe
 device's K, R and t. Tolerances (measured values in docs/synthetic.md):
 
 - depth: relative 1e-5 (float32 rounding: the host forms the plane products in float64);
-- flow: 0.01 px where both renderers call a pixel valid (measured ~2e-5 px);
+- flow: 0.01 px where both renderers call a pixel valid and see the same plane there (measured
+  ~2e-5 px);
 - validity: >= 99 % agreement (measured >= 99.97 %);
 - clean images (before weather and noise): mean |difference| <= 0.15 levels and 99.9th
   percentile <= 2 levels of 255. Both round every bilinear read and mip blend to integers; the
@@ -145,9 +146,12 @@ def test_same_scene_matches_the_host_renderer(batches, textures):
             worst["img_mean"] = max(worst["img_mean"], err.mean())
             worst["img_p999"] = max(worst["img_p999"], np.percentile(err, 99.9))
             moving_seen += int(np.any(h["moving"][h["ids" + v]]))
-        for d in "fb":
+        for d, v in (("f", "1"), ("b", "2")):
             dev_valid = row["label_mask_" + d] > 0
-            both = dev_valid & (h["valid_" + d] > 0)
+            # Where both call the pixel valid and see the same plane: on a plane's edge the two
+            # may pick different planes (float32 against partly float64 hit tests; about one
+            # pixel in a million at 320x576, none here), and then rightly disagree on the flow.
+            both = dev_valid & (h["valid_" + d] > 0) & (h["lut"][row["ids" + v]] == h["ids" + v])
             worst["valid"] = min(worst["valid"], (dev_valid == (h["valid_" + d] > 0)).mean())
             if both.any():
                 worst["flow"] = max(worst["flow"], np.abs(row["flow_" + d] - h["flow_" + d])[both].max())

@@ -2,7 +2,7 @@
 
 The host renderer (``camflow_jax.data.synthetic``, numpy and OpenCV, one pair at a time on a
 CPU core) is the reference; this module renders the same kind of pairs with ``jax.numpy``:
-pure, jitted, vmapped over the batch, deterministic in ``(seed, step)``. Per pair:
+pure, jitted, rows vmapped in chunks, deterministic in ``(seed, step)``. Per pair:
 
 - intrinsics, scene (padded to ``MAX_PLANES`` plane slots with a mask) and camera motion drawn
   from a ``jax.random`` key with the host's distributions (``synthetic_device_sampling``),
@@ -16,11 +16,12 @@ pure, jitted, vmapped over the batch, deterministic in ``(seed, step)``. Per pai
   snow flakes (drawn by splatting), exposure jitter and sensor noise;
 - flows in both directions, validity masks, depth and K from the geometry.
 
-Differences from the host, by design: bilinear texture reads use exact float weights (OpenCV's
-``remap`` quantises the sampling position to 1/32 texel and rounds every read and blend to
-uint8), rain streaks are splatted points rather than OpenCV's anti-aliased lines, and snow flakes
-combine by maximum rather than by drawing order. ``docs/synthetic.md`` gives the measured
-agreement.
+Differences from the host, by design: texture reads, like the host's, round every bilinear
+read and mip blend to integers, but weigh in 1/256 steps where OpenCV's ``remap`` quantises the
+sampling position to 1/32 texel (a read can differ by one level); rain streaks are splatted
+points rather than OpenCV's anti-aliased lines, and snow flakes combine by maximum rather than
+by drawing order; the random draws differ (same distributions). ``docs/synthetic.md`` gives
+the measured agreement.
 
 Usage::
 
@@ -32,6 +33,9 @@ Usage::
 ``prepare_pair(need_depth=True)`` does). On a mesh, :func:`make_sharded_renderer` renders each
 device's rows of the global batch on that device; row ``r`` of step ``s`` is the same pair
 whatever the device count.
+
+Speed on CPU (XLA:CPU) shaped some choices, noted where they are made: one threefry call per
+pair, scalar (not row) gathers, packed texels, an explicit materialisation point.
 """
 
 from __future__ import annotations
@@ -113,7 +117,12 @@ def texture_bank(pyramids: Sequence[Sequence[np.ndarray]]) -> TextureBank:
     if len(pyramids) == 0:
         raise ValueError("texture_bank needs at least one texture")
     size = int(pyramids[0][0].shape[0])
+    if size < _MIN_LEVEL_SIZE or size & (size - 1):
+        raise ValueError(f"texture side must be a power of two >= {_MIN_LEVEL_SIZE} (wrap-around by bit "
+                         f"mask), got {size}")
     sizes = _level_sizes(size)
+    if len(pyramids) * sum(s * s for s in sizes) >= 2 ** 31:
+        raise ValueError(f"{len(pyramids)} textures of {size} px exceed the bank's int32 texel indices")
     rows = []
     for j, pyr in enumerate(pyramids):
         if len(pyr) != len(sizes) or any(lv.shape[:2] != (s, s) for lv, s in zip(pyr, sizes)):
@@ -343,9 +352,9 @@ def shade(bank: TextureBank, scene: DeviceScene, depth, ids, R, t, K, tau=0.0):
     the plane colour; the sky colour where nothing is hit.
 
     Like the host, every bilinear read and the blend of two levels are rounded to integers
-    (uint8 texels); unlike the host (OpenCV ``remap``), the sampling position is not quantised
-    to 1/32 texel. Per-pixel plane parameters are scalar gathers from a transposed table (fast
-    on XLA:CPU, unlike row gathers)."""
+    (uint8 texels); the weights come in 1/256 steps where OpenCV's ``remap`` quantises the
+    sampling position to 1/32 texel. Per-pixel plane parameters are scalar gathers from a
+    transposed table (fast on XLA:CPU, unlike row gathers)."""
     height, width = depth.shape
     Pc, eu, ev, n = _planes_in_camera(scene, R, t, tau)
     ca, sa = jnp.cos(scene.tex_angle)[:, None], jnp.sin(scene.tex_angle)[:, None]
