@@ -5,7 +5,9 @@
   SyntheticScenes``);
 * :mod:`.render`: planes, ray casting, shading and reprojection flow (numpy);
 * :mod:`.appearance`: the five appearance categories; :mod:`.textures`: the texture bank;
-* :mod:`.files`: pairs written to disk with a contact sheet.
+* :mod:`.files`: pairs written to disk with a contact sheet;
+* :mod:`.device` and :mod:`.device_sampling`: the same scenes rendered by JAX on the device
+  (jitted, vmapped, sharded over a mesh's data axis), held to the numpy renderer by tests.
 """
 
 from camflow_jax.data.synthetic.scenes import *  # noqa: F401,F403

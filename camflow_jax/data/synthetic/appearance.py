@@ -70,7 +70,7 @@ def sample_appearance(rng: np.random.Generator, category: str, depth_scale: floa
 
 
 @functools.lru_cache(maxsize=1)
-def _normal_quantiles() -> np.ndarray:
+def normal_quantiles() -> np.ndarray:
     """Standard-normal quantiles at (k + 1/2) / 65536, k = 0..65535 (float32, built once)."""
     inv = NormalDist().inv_cdf
     return np.array([inv((k + 0.5) / 65536) for k in range(65536)], np.float32)
@@ -82,7 +82,7 @@ def standard_normal(rng: np.random.Generator, shape) -> np.ndarray:
     immaterial for sensor noise)."""
     n = int(np.prod(shape))
     bits = np.frombuffer(rng.bytes(2 * n), "<u2")
-    return _normal_quantiles().take(bits).reshape(shape)
+    return normal_quantiles().take(bits).reshape(shape)
 
 
 def _rain_layer(rng, p, h, w) -> np.ndarray:
