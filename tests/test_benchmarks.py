@@ -179,3 +179,23 @@ def test_depth_files(tmp_path):
     np.testing.assert_allclose(s1["K"], benchmarks.GHOF_INTRINSICS)
     with pytest.raises(FileNotFoundError, match="00002"):
         r[2]
+
+
+@pytest.mark.parametrize("arr", [np.arange(12, dtype=np.float32).reshape(3, 4),
+                                 np.array([{"flow": np.ones((2, 2), np.float32)}], dtype=object)])
+def test_version_3_npy_files_load_like_numpy_loads_them(tmp_path, arr):
+    """numpy 2.4 dropped the private header reader the loader used for format 3.0 (UTF-8
+    headers): such a file gave an uncaught AttributeError. numpy's own np.load is the oracle."""
+    path = tmp_path / "v3.npy"
+    with open(path, "wb") as f:
+        np.lib.format.write_array(f, arr, version=(3, 0), allow_pickle=True)
+    got = benchmarks.load_npy(path)
+    ref = np.load(path, allow_pickle=True)
+    assert got.shape == ref.shape and got.dtype == ref.dtype
+    if arr.dtype.hasobject:
+        np.testing.assert_array_equal(got[0]["flow"], ref[0]["flow"])
+    else:
+        np.testing.assert_array_equal(got, ref)
+    path.write_bytes(path.read_bytes()[:9])  # the magic and half the header length
+    with pytest.raises(ValueError, match="not a valid .npy file"):
+        benchmarks.load_npy(path)

@@ -38,6 +38,7 @@ resized (bilinear) to the image size; K always refers to the image as returned.
 
 from __future__ import annotations
 
+import ast
 import os
 import pickle
 import struct
@@ -140,6 +141,20 @@ class RestrictedUnpickler(pickle.Unpickler):
             "builtin containers may appear in benchmark files")
 
 
+def _read_header_3_0(fh):
+    """(shape, fortran_order, dtype) of a version-3.0 ``.npy`` header (the 2.0 layout, a 4-byte
+    little-endian length, with UTF-8 text), read with the format's own rules: a Python literal
+    dict of ``descr``, ``fortran_order`` and ``shape``."""
+    (length,) = struct.unpack("<I", fh.read(4))
+    header = ast.literal_eval(fh.read(length).decode("utf-8"))
+    if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
+        raise ValueError(f"the header is not a dict of descr, fortran_order and shape: {header!r}")
+    shape = header["shape"]
+    if not (isinstance(shape, tuple) and all(isinstance(n, int) and n >= 0 for n in shape)):
+        raise ValueError(f"bad shape in the header: {shape!r}")
+    return shape, bool(header["fortran_order"]), np.lib.format.descr_to_dtype(header["descr"])
+
+
 def load_npy(path: str | os.PathLike):
     """Loads a ``.npy`` file; object arrays are unpickled with :class:`RestrictedUnpickler`.
 
@@ -158,8 +173,8 @@ def load_npy(path: str | os.PathLike):
             elif version == (2, 0):
                 shape, fortran, dtype = fmt.read_array_header_2_0(fh)
             else:  # 3.0 (utf-8 header) has no public reader
-                shape, fortran, dtype = fmt._read_array_header(fh, version)  # noqa: SLF001
-        except (ValueError, OSError, SyntaxError, EOFError) as e:
+                shape, fortran, dtype = _read_header_3_0(fh)
+        except (ValueError, OSError, SyntaxError, EOFError, struct.error) as e:
             raise ValueError(f"{path}: not a valid .npy file ({e})") from None
         if not dtype.hasobject:
             try:
