@@ -28,6 +28,7 @@ seed regenerates the same set on any machine.
 from __future__ import annotations
 
 import functools
+import numbers
 from typing import Sequence
 
 import jax
@@ -49,6 +50,26 @@ __all__ = [
     "least_squares_coeffs",
     "quantile_nonneg",
 ]
+
+
+def _check_size(fn: str, h, w) -> tuple[int, int]:
+    """``(h, w)`` as ints: whole numbers >= 2 (a grid of one row or column has no extent to
+    normalise); anything else is a ValueError naming ``fn`` and the values."""
+    ok = all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 2 for v in (h, w))
+    if not ok:
+        raise ValueError(f"{fn}: h and w must be whole numbers >= 2, got h={h!r}, w={w!r}")
+    return int(h), int(w)
+
+
+def _check_intrinsics(fn: str, K) -> None:
+    """ValueError unless concrete intrinsics ``K`` are 4 finite numbers with fx, fy > 0 (traced
+    ones, under jit or vmap, are the caller's to check)."""
+    try:
+        k = np.asarray(K, np.float64).reshape(-1)
+    except jax.errors.TracerArrayConversionError:
+        return
+    if k.shape != (4,) or not np.all(np.isfinite(k)) or k[0] <= 0 or k[1] <= 0:
+        raise ValueError(f"{fn}: K must be 4 finite numbers (fx, fy, cx, cy) with fx, fy > 0, got {np.asarray(K)!r}")
 
 
 def _orthonormalize_and_scale(fields: jax.Array, reference: jax.Array) -> jax.Array:
@@ -85,6 +106,7 @@ def homography_bases(h: int, w: int) -> jax.Array:
 
     Order: (1,0) (x,0) (y,0) (xy,0) (x^2,0) (y^2,0) then the same six monomials in v.
     """
+    h, w = _check_size("homography_bases", h, w)
     mono = ["1", "x", "y", "xy", "xx", "yy"]
     fields = _monomial_fields(h, w, mono + [None] * 6, [None] * 6 + mono)
     return _orthonormalize_and_scale(fields, fields)
@@ -94,6 +116,7 @@ def homography_bases(h: int, w: int) -> jax.Array:
 def homography_bases_first_order(h: int, w: int) -> jax.Array:
     """The 8 BasesHomo-style bases ``[8, h, w, 2]``: translations, the 4 affine fields and the
     two projective fields (x^2, xy), (xy, y^2) (first-order perspective terms)."""
+    h, w = _check_size("homography_bases_first_order", h, w)
     g = geometry.normalized_grid(h, w)
     x, y = g[..., 0], g[..., 1]
     one, zero = jnp.ones_like(x), jnp.zeros_like(x)
@@ -165,8 +188,12 @@ def stochastic_bases(h: int, w: int, n: int = 12, seed: int = 0, *, draws_per_ba
         instead of re-spanning the physical ones. ``False`` (with ``min_denominator=0``)
         reproduces the raw paper recipe.
     """
-    if n < 1 or draws_per_basis < 1:
-        raise ValueError(f"stochastic_bases: need n >= 1 and draws_per_basis >= 1, got {n}, {draws_per_basis}")
+    h, w = _check_size("stochastic_bases", h, w)
+    counts = (n, draws_per_basis, seed)
+    if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in counts) or n < 1 \
+            or draws_per_basis < 1:
+        raise ValueError(f"stochastic_bases: need whole numbers n >= 1, draws_per_basis >= 1 and seed, got "
+                         f"n={n!r}, draws_per_basis={draws_per_basis!r}, seed={seed!r}")
     return _stochastic_bases_cached(int(h), int(w), int(n), int(seed), int(draws_per_basis),
                                     bool(orthogonal_to_homography), float(min_denominator)).copy()
 
@@ -286,6 +313,7 @@ def depth_translational_components(depth, K, sigmas: Sequence[float] | None = No
     K = jnp.asarray(K, jnp.float32)
     if K.shape != (4,):
         raise ValueError(f"depth_translational_bases: K must be (fx, fy, cx, cy), got shape {K.shape}")
+    _check_intrinsics("depth_translational_bases", K)
     h, w = depth.shape
     if sigmas is None:
         sigmas = default_depth_sigmas(w)

@@ -1,5 +1,7 @@
 """Motion bases against closed forms and least-squares oracles (numpy float64)."""
 
+import re
+
 import cv2
 import jax
 import jax.numpy as jnp
@@ -199,3 +201,27 @@ def test_combine_matches_numpy():
     np.testing.assert_allclose(np.asarray(B.combine(coeffs, per_sample)), ref2, atol=1e-4)
     with pytest.raises(ValueError):
         B.combine(coeffs, bases[0])
+
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda: B.homography_bases(0, 10), "homography_bases: h and w must be whole numbers >= 2, got h=0"),
+    (lambda: B.homography_bases_first_order(8, 1), "homography_bases_first_order: h and w"),
+    (lambda: B.stochastic_bases(2.5, 8, 4), "stochastic_bases: h and w must be whole numbers >= 2, got h=2.5"),
+    (lambda: B.stochastic_bases(8, 16, 2.5), "need whole numbers n >= 1"),
+    (lambda: B.static_bases(True, 16), "h and w must be whole numbers"),
+    (lambda: B.depth_translational_bases(np.ones((8, 16)), [np.nan, 10, 4, 4]), "K must be 4 finite numbers"),
+    (lambda: B.depth_translational_bases(np.ones((8, 16)), [10, np.inf, 4, 4]), "K must be 4 finite numbers"),
+    (lambda: B.depth_translational_bases(np.ones((8, 16)), [0, 10, 4, 4]), "with fx, fy > 0"),
+])
+def test_bad_basis_arguments_are_refused_in_our_words(call, needle):
+    """Sizes that are not whole numbers >= 2 and intrinsics that are not finite (fx, fy > 0)
+    were an internal broadcasting TypeError, a silent truncation or non-finite B."""
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        call()
+
+
+def test_traced_intrinsics_are_left_to_the_caller():
+    """Under vmap the intrinsics are traced: the check cannot read them, and must not fail."""
+    out = jax.vmap(B.depth_translational_bases)(np.ones((2, 8, 16), np.float32),
+                                                    np.array([[10.0, 10, 4, 4]] * 2, np.float32))
+    assert out.shape == (2, 12, 8, 16, 2) and bool(jnp.all(jnp.isfinite(out)))
