@@ -21,6 +21,7 @@ from camflow_jax.experiments.benchmarking.common import (
     BenchmarkOptions,
     arch_summary,
     compile_fn,
+    compute_fields,
     flops_of,
     loadavg,
     memory_of,
@@ -98,7 +99,7 @@ def bench_train(opts: BenchmarkOptions, config) -> list[dict]:
     common = {"device": str(jax.devices()[0]), "platform": jax.devices()[0].platform,
               "cpu_count": os.cpu_count(), "height": config.model.height, "width": config.model.width,
               "batch": b, "groups": list(t["model_config"]["group_sizes"]),
-              "dtype": str(config.model.dtype), "per_sample_depth_bases": bool(config.bases.use_depth),
+              **compute_fields(str(config.model.precision)), "per_sample_depth_bases": bool(config.bases.use_depth),
               "arch": opts.arch, **arch_summary(config), "params": t["params"], "config": str(opts.config), "repeats": opts.repeats, "warmup": opts.warmup,
               "lower_s": round(lower_s, 3), "compile_s": round(lower_s + compile_s, 3)}
 
