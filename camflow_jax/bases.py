@@ -390,9 +390,9 @@ def combine(coeffs: jax.Array, bases: jax.Array) -> jax.Array:
     """Motion ``sum_k coeffs[:, k] * bases[k]``: coeffs ``[B, N]``, bases ``[N, h, w, 2]`` or
     ``[B | 1, N, h, w, 2]`` -> ``[B, h, w, 2]``."""
     if bases.ndim == 4:
-        return jnp.einsum("bn,nhwc->bhwc", coeffs, bases.astype(coeffs.dtype))
+        return jnp.einsum("bn,nhwc->bhwc", coeffs, bases.astype(coeffs.dtype), precision=geometry.HIGHEST)
     if bases.ndim == 5:
-        return jnp.einsum("bn,bnhwc->bhwc", coeffs, bases.astype(coeffs.dtype))
+        return jnp.einsum("bn,bnhwc->bhwc", coeffs, bases.astype(coeffs.dtype), precision=geometry.HIGHEST)
     raise ValueError(f"combine: bases must be [N,h,w,2] or [B,N,h,w,2], got {bases.shape}")
 
 

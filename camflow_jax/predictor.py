@@ -33,6 +33,7 @@ or a benchmark of equal-size frames compiles once.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from typing import Any, Mapping
@@ -45,6 +46,7 @@ from camflow_jax import refine as refine_lib
 from camflow_jax.geometry import device as geometry
 from camflow_jax.geometry.checks import check_depth, intrinsics_problem
 from camflow_jax.models import basis_set, checkpoint
+from camflow_jax.models import precision as precision_lib
 from camflow_jax.models.camflow import DEPTH_GROUP, preprocess
 from camflow_jax.refine.pairs import PairRefiner
 
@@ -149,6 +151,24 @@ def _static_bases_from_config(cfg: Mapping[str, Any], h: int, w: int):
     return basis_set.static_bases({**dict(cfg), "height": h, "width": w})
 
 
+def _with_precision(model, precision: str | None, dtype: str | None):
+    """``model`` with the precision policy ``precision`` (or the one the older ``dtype`` names);
+    unchanged when neither is given or it already has that policy."""
+    if precision is None and dtype is None:
+        return model
+    config = getattr(model, "config", None)
+    if not dataclasses.is_dataclass(config) or not hasattr(config, "precision"):
+        raise ValueError(f"precision={precision!r} / dtype={dtype!r} needs a CamFlow model (with a ModelConfig)")
+    if dtype is not None:
+        named = precision_lib.from_legacy_dtype(dtype, precision or config.precision)  # validates dtype
+        if precision is not None and named != precision:
+            raise ValueError(f"dtype={dtype!r} contradicts precision={precision!r}")
+        precision = named
+    if precision == config.precision:
+        return model
+    return model.clone(config=dataclasses.replace(config, precision=precision))  # validates precision
+
+
 # ----------------------------------------------------------------------------- predictor
 class Predictor:
     """Runs a CamFlow / CamFlow+ model on image pairs of any size and orientation.
@@ -168,26 +188,31 @@ class Predictor:
       confidence: compute the confidence maps (logvar_f, logvar_b) by default. False (the
         default) runs the flows-only network path, which skips the full-resolution mask net;
         ``pred(..., confidence=True)`` asks for them on one call.
-      dtype: the network's compute dtype ('float32' or 'bfloat16'; None: the model config's).
+      precision: the network's precision policy (:mod:`camflow_jax.models.precision`; None: the
+        model config's, 'exact' for a ``model.json`` without one): 'exact' (float32, dots and
+        convolutions at HIGHEST: the same numbers on a GPU or TPU as on the CPU), 'default'
+        (float32 at the backend's default precision: TF32 on recent NVIDIA GPUs) or 'bfloat16'.
         The weights stay float32; preprocessing, bases, flows, the homography fit and the
-        refinement are float32 whatever the network computes in (docs/performance.md).
+        refinement are float32 at HIGHEST whatever the network's policy (docs/performance.md,
+        "Precision policy").
+      dtype: the older spelling: 'bfloat16' is ``precision='bfloat16'``; 'float32' keeps the
+        model config's policy if it computes in float32, else 'exact'.
     """
 
     confidence = False  # the default of __call__'s confidence (set by __init__)
 
     def __init__(self, model, variables, static_bases, model_config: Mapping[str, Any] | None = None,
                  *, channel_order: str = "rgb", refine: "bool | refine_lib.RefineConfig" = True,
-                 confidence: bool = False, dtype: str | None = None):
+                 confidence: bool = False, precision: str | None = None, dtype: str | None = None):
         if hasattr(model_config, "to_dict"):  # ml_collections.ConfigDict
             model_config = model_config.to_dict()
         cfg = dict(model_config or {})
-        if dtype is not None and dtype != getattr(getattr(model, "config", None), "dtype", None):
-            import dataclasses
-
-            if not hasattr(model, "config") or not dataclasses.is_dataclass(model.config):
-                raise ValueError(f"dtype={dtype!r} needs a CamFlow model (with a ModelConfig)")
-            model = model.clone(config=dataclasses.replace(model.config, dtype=dtype))  # validates dtype
+        model = _with_precision(model, precision, dtype)
         self.model = model
+        self.precision = getattr(getattr(model, "config", None), "precision", None)  # the policy in use
+        if cfg and self.precision is not None:  # the config says what runs
+            cfg.pop("dtype", None)
+            cfg["precision"] = self.precision
         self.confidence = bool(confidence)
         self.model_config = cfg
         self.height = int(cfg.get("height") or DEFAULT_SIZE[0])

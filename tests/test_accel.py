@@ -8,9 +8,13 @@ forced in a subprocess: the flag must be set before jax starts), with the traine
 (b) the jitted functions the Predictor calls for a pair with refinement (network forward with
 and without confidence, the per-direction refinement, the homography fit).
 A CPU-only custom call, a float64 leak or a host callback would fail or show up here.
+Under the 'exact' precision policy every dot and convolution of those exported modules,
+the refinement's and the homography fit's included, carries precision HIGHEST (no TF32 on a
+GPU, no single bfloat16 pass on a TPU).
 
-bfloat16 (``ModelConfig.dtype``, ``Predictor(dtype=)``, ``config.model.dtype``): weights stay
-float32, outputs are float32, and results stay close to float32's.
+The bfloat16 policy (``ModelConfig.precision``, ``Predictor(precision=)``,
+``config.model.precision``): weights stay float32, outputs are float32, and results stay close
+to float32's.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ from camflow_jax.experiments import benchmarking
 from camflow_jax.training import loop as trainer
 config = benchmarking.load_config("camflow_jax/configs/smoke.py", 64, 128, 4, arch="config")
 config.model.depths, config.model.num_heads = (1, 1, 1), (1, 1, 1)   # same code, fewer blocks
-config.model.dtype = sys.argv[1]
+config.model.precision = sys.argv[1]
 t = benchmarking.build_train(config)                  # the trainer's own setup functions
 host = next(iter(trainer.make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
 batch = t["to_global"](host)
@@ -76,16 +80,18 @@ for platform in ("cuda", "tpu"):
         "x64": accel.uses_float64(e),
         "custom_calls": sorted(set(l.split('@')[1].split('(')[0] for l in e.mlir_module().splitlines()
                                    if 'stablehlo.custom_call @' in l)),
+        "products": [("HIGHEST" in l) for l in e.mlir_module().splitlines()
+                     if "stablehlo.dot_general" in l or "stablehlo.convolution" in l],
     }
 print(json.dumps(res))
 """
 
 
-@pytest.mark.parametrize("dtype", ["float32", pytest.param("bfloat16", marks=pytest.mark.slow)])
-def test_sharded_train_step_exports_for_gpu_and_tpu(tmp_path, dtype):
+@pytest.mark.parametrize("precision", ["exact", pytest.param("bfloat16", marks=pytest.mark.slow)])
+def test_sharded_train_step_exports_for_gpu_and_tpu(tmp_path, precision):
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-c", _TRAIN_EXPORT, dtype], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, "-c", _TRAIN_EXPORT, precision], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     res = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -100,6 +106,8 @@ def test_sharded_train_step_exports_for_gpu_and_tpu(tmp_path, dtype):
         assert r["x64"] == [], r
         # Only XLA's own sharding annotations: no CPU-only kernels (LAPACK, ducc FFT, callbacks).
         assert not [c for c in r["custom_calls"] if "lapack" in c or "cpu" in c.lower() or "callback" in c], r
+        # the train step's products, forward and backward, losses and warps included
+        assert len(r["products"]) > 100 and (all(r["products"]) if precision == "exact" else not all(r["products"])), r
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +144,7 @@ def test_predictor_functions_export_for_gpu_and_tpu(small_predictor):
     assert names == ["_forward", "_basis_pyramid", "_refine_images", "_refine_direction", "_refine_direction",
                      "_flow_homography", "_forward"], names
     assert [c.kwargs.get("confidence") for c in calls if c.name == "_forward"] == [False, True]
-    seen = set()
+    seen, products = set(), {}
     for c in calls:
         key = (c.name, str(c.fn.trace(*c.args, **c.kwargs).jaxpr.in_avals), repr(sorted(c.kwargs.items())))
         if key in seen:  # the two images / directions share one signature (one compilation)
@@ -148,6 +156,14 @@ def test_predictor_functions_export_for_gpu_and_tpu(small_predictor):
             assert accel.uses_float64(e) == [], (c.name, platform)
             text = e.mlir_module()
             assert "lapack" not in text and "callback" not in text, (c.name, platform)
+            # the shipped model's policy is 'exact' (its model.json predates the field): every
+            # product of the network, the refinement and the homography fit at HIGHEST
+            lines = [x for x in text.splitlines() if "stablehlo.dot_general" in x or "stablehlo.convolution" in x]
+            assert all("HIGHEST" in x for x in lines), (c.name, platform, [x for x in lines if "HIGHEST" not in x][:3])
+            products[c.name] = products.get(c.name, 0) + len(lines)
+    assert small_predictor.precision == "exact"
+    assert products["_forward"] > 100, products
+    assert products["_refine_direction"] > 0 and products["_flow_homography"] > 0, products
     assert len(seen) == 6  # forward x2, static bases pyramid, images, one direction, homography
 
 
@@ -168,7 +184,7 @@ def test_captured_calls_are_the_ones_the_predictor_runs(small_predictor):
 @pytest.fixture(scope="module")
 def small_predictor_bf16(small_predictor):
     p = small_predictor
-    return Predictor(p.model, p.variables, p.static_bases, p.model_config, dtype="bfloat16")
+    return Predictor(p.model, p.variables, p.static_bases, p.model_config, precision="bfloat16")
 
 
 @pytest.mark.slow  # compiles the bf16 network (225 s at load 9 on 2 cores); tests/test_models.py has a fast sibling
@@ -200,6 +216,8 @@ def test_predictor_dtype_is_validated(small_predictor):
     p32 = small_predictor
     with pytest.raises(ValueError, match="dtype"):
         Predictor(p32.model, p32.variables, p32.static_bases, p32.model_config, dtype="int8")
+    with pytest.raises(ValueError, match="precision"):
+        Predictor(p32.model, p32.variables, p32.static_bases, p32.model_config, precision="tf32")
 
 
 @pytest.mark.slow

@@ -173,6 +173,7 @@ def test_command_line_prints_one_json_line_per_measurement(tiny_config, tmp_path
     written = json.loads(out.read_text())
     assert lines == written["results"] and [r["measurement"] for r in lines] == ["infer"]
     assert lines[0]["groups"] == [12, 12] and lines[0]["embed_dim"] == 8
+    assert (lines[0]["precision"], lines[0]["dtype"]) == ("exact", "float32")  # the library's default policy
     # every flag is recorded under its argparse name, as before
     assert written["args"] == {**vars(benchmarking.BenchmarkOptions()), "mode": "infer", "arch": "config",
                                "config": str(tiny_config), "height": 64, "width": 64, "batch": 1, "groups": "12,12",

@@ -148,7 +148,7 @@ def test_shared_bases_and_no_depth_group():
 
 def test_bfloat16_compute_close_to_float32(plus_model):
     model, variables, apply, (g1, g2, bases, bases_b) = plus_model
-    m16 = build_model({"group_sizes": [12, 12, 12], **SMALL, "dtype": "bfloat16"})
+    m16 = build_model({"group_sizes": [12, 12, 12], **SMALL, "precision": "bfloat16"})
     a = apply(variables, g1, g2, bases, bases_b)
     b = jax.jit(m16.apply)(variables, g1, g2, bases, bases_b)
     assert b["flow_f"].dtype == jnp.float32 and b["logvar_f"].dtype == jnp.float32
@@ -174,6 +174,8 @@ def test_bad_inputs_raise_clear_errors():
         build_model({"dtype": "float32"})
     with pytest.raises(ValueError, match="dtype"):
         build_model({"group_sizes": [12], "dtype": "int8"})
+    with pytest.raises(ValueError, match="precision"):
+        build_model({"group_sizes": [12], "precision": "tf32"})
     with pytest.raises(ValueError, match="layer_depth"):
         build_model({"group_sizes": [12], "layer_depth": [2, 2, 1]})
 
@@ -199,7 +201,10 @@ def test_model_config_is_the_single_source_of_architecture_fields():
     assert sorted(params["met"]["encoder_level_0"]) == ["stage_0_block_0"]
     # model.json files: the shipped one and a minimal early one read back through ModelConfig.
     shipped = checkpoint.read_model_config(checkpoint.pretrained_path())
-    assert ModelConfig.from_dict(shipped).to_dict() == {k: shipped[k] for k in FIELDS}
+    # (the shipped one was written before the precision policy: it says dtype float32 and
+    # reads as the default policy, 'exact')
+    assert ModelConfig.from_dict(shipped).to_dict() == {**{k: shipped[k] for k in FIELDS if k != "precision"},
+                                                        "precision": "exact"}
     assert ModelConfig.from_dict({"group_sizes": [12, 12], "height": 320, "dtype": None}) == ModelConfig()
     with pytest.raises(ValueError, match="group_names"):
         ModelConfig(group_sizes=(12, 12), group_names=("stochastic", "homography"))

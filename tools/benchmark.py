@@ -151,7 +151,12 @@ def parse_args(argv=None):
     p.add_argument("--groups", default=None,
                    help="group sizes, e.g. 12,12 (CamFlow, the inference default) or 12,12,12 (CamFlow+ with "
                         "depth bases); train mode defaults to the config's bases")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--precision", default=None, choices=["exact", "default", "bfloat16"],
+                   help="the network's precision policy (docs/performance.md, 'Precision policy'): 'exact' "
+                        "(float32, dots and convolutions at HIGHEST), 'default' (float32 at the backend's "
+                        "default: TF32 on recent NVIDIA GPUs), 'bfloat16'; default: exact, or --dtype's")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                   help="the older spelling: float32 = --precision exact, bfloat16 = --precision bfloat16")
     p.add_argument("--per-sample-bases", action="store_true",
                    help="inference: pass [B, N, H, W, 2] bases (and separate backward bases) as CamFlow+ does")
     p.add_argument("--config", default=str(ROOT / "configs" / "synthetic.py"),

@@ -95,7 +95,8 @@ def check(config, source: str = "config"):
     The same strictness as ``--config.key=value`` overrides, which the locked config refuses:
     a misspelt key set inside a config file would otherwise be a silently ignored new field.
     Types: an int is accepted where a float is expected, a list where a tuple is; a default of
-    None accepts any value.
+    None accepts any value. A key of ``default.CHOICES`` (``model.precision``) must be one of its
+    names.
     """
     import ml_collections
 
@@ -105,6 +106,11 @@ def check(config, source: str = "config"):
         raise ConfigError(f"{source}: get_config() must return an ml_collections.ConfigDict, "
                           f"got {type(config).__name__}")
     _check_node(config, default.get_config(), "", source)
+    for name, allowed in default.CHOICES.items():
+        group, _, key = name.rpartition(".")
+        node = config.get(group) if group else config
+        if node is not None and key in node and node[key] not in allowed:
+            raise ConfigError(f"{source}: config key {name} must be one of {list(allowed)}, got {node[key]!r}")
     return config
 
 

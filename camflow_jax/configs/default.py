@@ -6,7 +6,12 @@ config: an unknown key is an error, not a silent new field.
 
 import ml_collections
 
+from camflow_jax.models import precision
 from camflow_jax.models.config import NETWORK_FIELDS, ModelConfig
+
+#: Keys whose value must be one of a few names (``configs.check`` refuses any other, like a
+#: value of the wrong type).
+CHOICES = {"model.precision": precision.POLICIES}
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -19,7 +24,10 @@ def get_config() -> ml_collections.ConfigDict:
 
     # The network's input size and its ModelConfig fields (camflow_jax/models/config.py) but the
     # basis groups, which follow from c.bases. Defaults: the released CamFlow (embed 24,
-    # depths (2, 4, 6), heads (3, 12, 24)).
+    # depths (2, 4, 6), heads (3, 12, 24)), and precision 'exact' (the precision policy:
+    # 'exact' = float32 with dots and convolutions at HIGHEST, 'default' = float32 at the
+    # backend's default, TF32 on recent NVIDIA GPUs, 'bfloat16' = bfloat16 compute;
+    # camflow_jax/models/precision.py). model.json records it: the Predictor's default.
     released = ModelConfig()
     c.model = ml_collections.ConfigDict(dict(height=320, width=576, **{
         k: getattr(released, k) for k in NETWORK_FIELDS}))

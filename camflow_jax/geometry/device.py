@@ -7,6 +7,7 @@ homography maps image-1 pixel coordinates to image-2 pixel coordinates and its f
 
 Every function is pure ``jax.numpy``: jit-, vmap- and grad-friendly. Functions documented as
 taking "an optional leading batch dimension" accept both ``[H, W, C]`` and ``[B, H, W, C]``.
+Every product here is float32 at :data:`HIGHEST` precision, on every backend.
 """
 
 from __future__ import annotations
@@ -36,7 +37,15 @@ __all__ = [
     "gaussian_blur",
     "resize_intrinsics",
     "crop_intrinsics",
+    "HIGHEST",
 ]
+
+#: The precision of every dot in the geometry, the bases and the refinement: true float32 on
+#: every backend. XLA's default runs float32 dots as TF32 on recent NVIDIA GPUs and as bfloat16
+#: passes on TPUs (10 and 8 mantissa bits), which homography fits, normal equations and blurs
+#: must not get; these products are small next to the network's. (The network's own precision
+#: is its model config's policy: camflow_jax.models.precision.)
+HIGHEST = jax.lax.Precision.HIGHEST
 
 
 def pixel_grid(h: int, w: int, dtype=jnp.float32) -> jax.Array:
@@ -61,9 +70,9 @@ def apply_homography(H: jax.Array, points: jax.Array) -> jax.Array:
     ones = jnp.ones(points.shape[:-1] + (1,), points.dtype)
     ph = jnp.concatenate([points, ones], axis=-1)
     if H.ndim == 2:
-        q = jnp.einsum("ij,...j->...i", H, ph)
+        q = jnp.einsum("ij,...j->...i", H, ph, precision=HIGHEST)
     else:  # [B, 3, 3] against [B, ..., 3]
-        q = jnp.einsum("bij,b...j->b...i", H, ph)
+        q = jnp.einsum("bij,b...j->b...i", H, ph, precision=HIGHEST)
     return q[..., :2] / q[..., 2:3]
 
 
@@ -93,8 +102,9 @@ def _fit_homography_single(flow: jax.Array, weight: jax.Array) -> jax.Array:
     wgt = jnp.where(finite, wgt, 0.0)
     q = jnp.where(finite[:, None], q, 0.0)
     # Both point sets in the same normalized frame (conditioning; Hartley-style).
-    pn = p @ T[:2, :2].T + T[:2, 2]
-    qn = q @ T[:2, :2].T + T[:2, 2]
+    mm = functools.partial(jnp.matmul, precision=HIGHEST)
+    pn = mm(p, T[:2, :2].T) + T[:2, 2]
+    qn = mm(q, T[:2, :2].T) + T[:2, 2]
     x, y = pn[:, 0], pn[:, 1]
     xp, yp = qn[:, 0], qn[:, 1]
     zero, one = jnp.zeros_like(x), jnp.ones_like(x)
@@ -104,14 +114,14 @@ def _fit_homography_single(flow: jax.Array, weight: jax.Array) -> jax.Array:
     A = jnp.concatenate([rows_u, rows_v], axis=0)
     b = jnp.concatenate([xp, yp], axis=0)
     ww = jnp.concatenate([wgt, wgt], axis=0)
-    ata = (A * ww[:, None]).T @ A
-    atb = (A * ww[:, None]).T @ b
+    ata = mm((A * ww[:, None]).T, A)
+    atb = mm((A * ww[:, None]).T, b)
     # Tiny ridge keeps the solve finite when the mask is (nearly) empty; it is 1e-9 of the
     # typical diagonal, so it does not bias well-posed fits.
     ata = ata + 1e-9 * jnp.trace(ata) / 8.0 * jnp.eye(8) + 1e-12 * jnp.eye(8)
     hvec = jnp.linalg.solve(ata, atb)
     Hn = jnp.concatenate([hvec, jnp.ones((1,), hvec.dtype)]).reshape(3, 3)
-    H = jnp.linalg.inv(T) @ Hn @ T
+    H = mm(mm(jnp.linalg.inv(T), Hn), T)
     H = H / H[2, 2]
     # Usable: >= 4 weighted finite correspondences, a finite result and a non-singular affine
     # part. Otherwise the ridge's answer (every pixel sent to the image centre) is not a fit:
@@ -298,7 +308,7 @@ def _blur_axis(x: jax.Array, sigma: float, axis: int) -> jax.Array:
     n, r = x.shape[axis], k.size // 2
     if n <= GAUSSIAN_MATRIX_TAPS * k.size:
         m = _gaussian_matrix(n, sigma)
-        return m @ x if axis == x.ndim - 2 else x @ m.T
+        return jnp.matmul(m, x, precision=HIGHEST) if axis == x.ndim - 2 else jnp.matmul(x, m.T, precision=HIGHEST)
     pad = [(0, 0)] * x.ndim
     pad[axis] = (r, r)
     xp = jnp.pad(x, pad, mode="edge")

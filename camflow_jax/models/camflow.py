@@ -47,9 +47,11 @@ class CamFlow(nn.Module):
     Nothing else depends on the mask net, so the other outputs are the same. The mask net's
     parameters must still exist in ``variables`` (``init`` with the default ``confidence=True``).
 
-    ``config.dtype`` is the compute dtype ('bfloat16': matmuls, convolutions and norms in
-    bfloat16). Parameters stay float32 (cast where used), and the bases, the flows, the warps
-    and every output are float32.
+    ``config.precision`` is the precision policy (:mod:`camflow_jax.models.precision`): 'exact'
+    (float32, every dot and convolution at HIGHEST), 'default' (float32 at the backend's default
+    precision: TF32 on recent NVIDIA GPUs) or 'bfloat16' (matmuls, convolutions and norms in
+    bfloat16). Parameters stay float32 (cast where used), and the bases, the flows (their sum at
+    HIGHEST), the warps and every output are float32.
     """
 
     config: ModelConfig = ModelConfig()
@@ -121,9 +123,9 @@ class CamFlow(nn.Module):
                  confidence: bool = True) -> dict[str, jax.Array]:
         self._check_inputs(gray1, gray2, bases, bases_b)
         b = gray1.shape[0]
-        dtype = self.config.jnp_dtype
+        dtype, prec = self.config.jnp_dtype, self.config.dot_precision
         gray = jnp.concatenate([gray1, gray2], axis=0).astype(dtype)
-        feats = ShallowFeatures(dtype=dtype, name="features")(gray, train)  # [F1; F2]
+        feats = ShallowFeatures(dtype=dtype, precision=prec, name="features")(gray, train)  # [F1; F2]
         dir_bases = self._directional_bases(bases, bases_b, b)
 
         coeffs = MotionEstimationTransformer(self.config, name="met")(feats, dir_bases, train)
@@ -132,7 +134,7 @@ class CamFlow(nn.Module):
         feats32 = feats.astype(jnp.float32)
         if confidence:
             warped = geometry.warp(jnp.roll(feats32, b, axis=0), flow)  # [warp(F2, m_ab); warp(F1, m_ba)]
-            logvar = MaskNet(dtype=dtype, name="mask_net")(jnp.concatenate([feats32, warped], axis=-1))
+            logvar = MaskNet(dtype=dtype, precision=prec, name="mask_net")(jnp.concatenate([feats32, warped], axis=-1))
 
         sl = self.group_slice(DEPTH_GROUP)
         if sl is None:
@@ -166,9 +168,11 @@ def group_layout(num_homography: int, num_stochastic: int, num_depth: int) -> tu
 def resolve_config(model_config: Mapping[str, Any] | Any) -> dict[str, Any]:
     """A model config mapping validated and completed through :class:`ModelConfig`; returns a
     plain JSON-friendly dict. Keys that are not architecture fields (``height``, ``width``,
-    ``bases``) are kept untouched and ignored by the network."""
+    ``bases``) are kept untouched and ignored by the network; an older ``dtype`` key is read into
+    ``precision`` (:meth:`ModelConfig.from_dict`) and dropped."""
     cfg = ModelConfig.from_dict(model_config)
     extra = model_config.to_dict() if hasattr(model_config, "to_dict") else dict(model_config)
+    extra.pop("dtype", None)
     return {**extra, **cfg.to_dict()}
 
 

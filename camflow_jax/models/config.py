@@ -13,13 +13,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+from camflow_jax.models import precision as precision_lib
+
 # The basis groups, in basis order. These names are part of the parameter paths
 # (``met/tokens_<name>``, ``met/head_<name>``, ...), so every module that builds a model config
 # or maps parameters takes them from here; :class:`ModelConfig` refuses any other name.
 HOMOGRAPHY_GROUP, STOCHASTIC_GROUP, DEPTH_GROUP = "homography", "stochastic", "depth"
 GROUP_NAMES = (HOMOGRAPHY_GROUP, STOCHASTIC_GROUP, DEPTH_GROUP)
-
-DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +31,11 @@ class ModelConfig:
       group_sizes: bases per group, in the order of :data:`GROUP_NAMES`.
       group_names: the groups' names (default: the first ``len(group_sizes)`` of
         :data:`GROUP_NAMES`).
-      dtype: computation dtype name ('float32', 'bfloat16', 'float16').
+      precision: the precision policy (:mod:`camflow_jax.models.precision`): 'exact' (float32,
+        dots and convolutions at HIGHEST; the default), 'default' (float32 at the backend's
+        default precision: TF32 on recent NVIDIA GPUs) or 'bfloat16' (bfloat16 compute). The
+        compute dtype follows from it (:attr:`dtype`); an older mapping's ``dtype`` key is read
+        as a policy (:meth:`from_dict`).
       embed_dim: channels of the finest encoder level (x2 per level).
       depths, layer_depth, num_heads: per level, Swin blocks per stage, encoder stages
         (``layer_depth[i]`` must be ``levels - i``) and attention heads.
@@ -41,7 +45,7 @@ class ModelConfig:
 
     group_sizes: tuple[int, ...] = (12, 12)
     group_names: tuple[str, ...] | None = None
-    dtype: str = "float32"
+    precision: str = precision_lib.DEFAULT_POLICY
     embed_dim: int = 24
     depths: tuple[int, ...] = (2, 4, 6)
     layer_depth: tuple[int, ...] = (3, 2, 1)
@@ -64,8 +68,9 @@ class ModelConfig:
             raise ValueError(f"group_names {list(names)} must be distinct and match group_sizes {list(sizes)}")
         if [n for n in GROUP_NAMES if n in names] != list(names):
             raise ValueError(f"group_names {list(names)}: each must be one of {list(GROUP_NAMES)}, in that order")
-        if str(self.dtype) not in DTYPES:
-            raise ValueError(f"model_config.dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if str(self.precision) not in precision_lib.POLICIES:
+            raise ValueError(f"model_config.precision must be one of {list(precision_lib.POLICIES)}, "
+                             f"got {self.precision!r}")
         depths, layer_depth, heads = (tuple(int(d) for d in v) for v in (self.depths, self.layer_depth, self.num_heads))
         levels, embed = len(depths), int(self.embed_dim)
         if not (len(layer_depth) == len(heads) == levels):
@@ -80,16 +85,29 @@ class ModelConfig:
                     raise ValueError(f"num_heads[{i}]={heads[i]} does not divide dim {embed * 2 ** (i + s)}")
         if embed % 2:
             raise ValueError(f"embed_dim must be even, got {embed}")
-        for k, v in dict(group_sizes=sizes, group_names=names, dtype=str(self.dtype), embed_dim=embed, depths=depths,
-                         layer_depth=layer_depth, num_heads=heads, window_size=int(self.window_size),
-                         mlp_ratio=float(self.mlp_ratio)).items():
+        for k, v in dict(group_sizes=sizes, group_names=names, precision=str(self.precision), embed_dim=embed,
+                         depths=depths, layer_depth=layer_depth, num_heads=heads,
+                         window_size=int(self.window_size), mlp_ratio=float(self.mlp_ratio)).items():
             set_(k, v)
 
     @property
-    def jnp_dtype(self):
-        import jax.numpy as jnp
+    def policy(self) -> precision_lib.Policy:
+        """The precision policy: compute dtype and dot/convolution precision."""
+        return precision_lib.policy(self.precision)
 
-        return getattr(jnp, self.dtype)
+    @property
+    def dtype(self) -> str:
+        """The compute dtype's name ('float32' or 'bfloat16'), from :attr:`precision`."""
+        return self.policy.dtype
+
+    @property
+    def jnp_dtype(self):
+        return self.policy.jnp_dtype
+
+    @property
+    def dot_precision(self):
+        """``precision=`` of the network's dots and convolutions (HIGHEST or None)."""
+        return self.policy.dot_precision
 
     @property
     def num_bases(self) -> int:
@@ -107,14 +125,24 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, mapping: Mapping[str, Any] | Any) -> "ModelConfig":
         """From a mapping (``model.json``'s ``model_config``, a ``ConfigDict``); keys that are not
-        fields (``height``, ``width``, ``bases``) are ignored, missing or None fields default."""
+        fields (``height``, ``width``, ``bases``) are ignored, missing or None fields default.
+
+        ``dtype`` (what files and configs written before the precision policy hold) is read as
+        a policy (:func:`camflow_jax.models.precision.from_legacy_dtype`: 'float32' -> the
+        default 'exact', 'bfloat16' -> 'bfloat16'); next to ``precision`` it must agree with it."""
         if hasattr(mapping, "to_dict"):  # ml_collections.ConfigDict
             mapping = mapping.to_dict()
         if not isinstance(mapping, Mapping):
             raise ValueError(f"model_config must be a mapping, got {type(mapping).__name__}")
         if "group_sizes" not in mapping:
             raise ValueError("model_config needs 'group_sizes', e.g. [12, 12] (CamFlow) or [12, 12, 12] (CamFlow+)")
-        return cls(**{k: mapping[k] for k in FIELDS if mapping.get(k) is not None})
+        values = {k: mapping[k] for k in FIELDS if mapping.get(k) is not None}
+        dtype = mapping.get("dtype")
+        if dtype is not None:
+            policy = precision_lib.from_legacy_dtype(str(dtype), values.get("precision"))
+            if values.setdefault("precision", policy) != policy:
+                raise ValueError(f"model_config: dtype {dtype!r} contradicts precision {values['precision']!r}")
+        return cls(**values)
 
 
 #: Every architecture field, in declaration order.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
@@ -20,12 +20,13 @@ class ShallowFeatures(nn.Module):
 
     channels: Sequence[int] = (4, 8, 1)
     dtype: Dtype = jnp.float32
+    precision: Any = None
 
     @nn.compact
     def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
         c_in = x.shape[-1]
         for i, c in enumerate(self.channels):
-            x = conv3x3(c, c_in, use_bias=False, dtype=self.dtype, name=f"conv_{i}")(x)
+            x = conv3x3(c, c_in, use_bias=False, dtype=self.dtype, precision=self.precision, name=f"conv_{i}")(x)
             x = batch_norm(train, self.dtype, name=f"bn_{i}")(x)
             x = nn.relu(x)
             c_in = c
@@ -42,6 +43,7 @@ class FeaturePyramid(nn.Module):
     base_channels: int = 12
     num_stages: int = 3
     dtype: Dtype = jnp.float32
+    precision: Any = None
 
     @nn.compact
     def __call__(self, x: jax.Array) -> list[jax.Array]:
@@ -49,8 +51,9 @@ class FeaturePyramid(nn.Module):
         c_in = x.shape[-1]
         for i in range(self.num_stages):
             c = self.base_channels * 2**i
-            x = gelu(conv3x3(c, c_in, stride=2, dtype=self.dtype, name=f"stage_{i}_down")(x))
-            x = gelu(conv3x3(c, c, dtype=self.dtype, name=f"stage_{i}_conv")(x))
+            p = self.precision
+            x = gelu(conv3x3(c, c_in, stride=2, dtype=self.dtype, precision=p, name=f"stage_{i}_down")(x))
+            x = gelu(conv3x3(c, c, dtype=self.dtype, precision=p, name=f"stage_{i}_conv")(x))
             outs.append(x)
             c_in = c
         return outs

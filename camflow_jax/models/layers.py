@@ -10,10 +10,14 @@ Numerics that differ from Flax defaults and matter for weight compatibility:
 - 3x3 convs pad (1, 1) on both sides (``'SAME'`` would pad (0, 1) for stride 2 on even sizes);
 - GELU is the exact erf form (``nn.gelu`` defaults to the tanh approximation);
 - LayerNorm eps 1e-5; BatchNorm eps 1e-5 with PyTorch momentum 0.1 (= Flax momentum 0.9).
+
+Every dot and convolution takes ``precision`` (None: the backend's default; the model config's
+policy decides, :mod:`camflow_jax.models.precision`).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -51,14 +55,15 @@ def torch_conv_bias_init(fan_in: int):
     return init
 
 
-def _conv3x3(x: jax.Array, kernel: jax.Array, stride: int = 1) -> jax.Array:
+def _conv3x3(x: jax.Array, kernel: jax.Array, stride: int = 1, precision: Any = None) -> jax.Array:
     return jax.lax.conv_general_dilated(x, kernel, (stride, stride), PAD1,
-                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"), precision=precision)
 
 
-@jax.custom_vjp
-def conv3x3_s1(x: jax.Array, kernel: jax.Array) -> jax.Array:
-    """3x3 convolution, stride 1, zero padding 1: ``x [B, H, W, in]``, ``kernel [3, 3, in, out]``.
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def conv3x3_s1(x: jax.Array, kernel: jax.Array, precision: Any = None) -> jax.Array:
+    """3x3 convolution, stride 1, zero padding 1: ``x [B, H, W, in]``, ``kernel [3, 3, in, out]``;
+    ``precision`` that of all three convolutions (forward and both gradients).
 
     The forward and the kernel's gradient are XLA's. The input's gradient is written out as the
     forward convolution of the output's gradient with the kernel flipped and its channel axes
@@ -66,17 +71,17 @@ def conv3x3_s1(x: jax.Array, kernel: jax.Array) -> jax.Array:
     (1.1-3x in micro-benchmarks at the mask net's full-resolution shapes; docs/performance.md,
     "Training").
     """
-    return _conv3x3(x, kernel)
+    return _conv3x3(x, kernel, 1, precision)
 
 
-def _conv3x3_s1_fwd(x, kernel):
-    return _conv3x3(x, kernel), (x, kernel)
+def _conv3x3_s1_fwd(x, kernel, precision):
+    return _conv3x3(x, kernel, 1, precision), (x, kernel)
 
 
-def _conv3x3_s1_bwd(res, g):
+def _conv3x3_s1_bwd(precision, res, g):
     x, kernel = res
-    dx = _conv3x3(g, kernel[::-1, ::-1].transpose(0, 1, 3, 2))
-    dk = jax.vjp(lambda k: _conv3x3(x, k), kernel)[1](g)[0]
+    dx = _conv3x3(g, kernel[::-1, ::-1].transpose(0, 1, 3, 2), 1, precision)
+    dk = jax.vjp(lambda k: _conv3x3(x, k, 1, precision), kernel)[1](g)[0]
     return dx, dk
 
 
@@ -99,6 +104,7 @@ class Conv3x3(nn.Module):
     stride: int = 1
     use_bias: bool = True
     dtype: Dtype = jnp.float32
+    precision: Any = None
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -114,13 +120,13 @@ class Conv3x3(nn.Module):
             y = sum(xp[:, i:i + s * (ho - 1) + 1:s, j:j + s * (wo - 1) + 1:s] * kernel[i, j, 0]
                     for i in range(3) for j in range(3))
         elif cout == 1 and s == 1:
-            taps = x @ kernel[..., 0].reshape(9, cin).T  # [B, H, W, 9]
+            taps = jnp.matmul(x, kernel[..., 0].reshape(9, cin).T, precision=self.precision)  # [B, H, W, 9]
             tp = jnp.pad(taps, ((0, 0), (1, 1), (1, 1), (0, 0)))
             y = sum(tp[:, i:i + h, j:j + w, 3 * i + j:3 * i + j + 1] for i in range(3) for j in range(3))
         elif s == 1:
-            y = conv3x3_s1(x, kernel)
+            y = conv3x3_s1(x, kernel, self.precision)
         else:
-            y = _conv3x3(x, kernel, s)
+            y = _conv3x3(x, kernel, s, self.precision)
         if self.use_bias:
             bias = self.param("bias", torch_conv_bias_init(9 * cin), (cout,), jnp.float32)
             y = y + bias.astype(self.dtype)
@@ -128,15 +134,15 @@ class Conv3x3(nn.Module):
 
 
 def conv3x3(features: int, in_features: int, *, stride: int = 1, use_bias: bool = True,
-            dtype: Dtype = jnp.float32, name: str | None = None) -> Conv3x3:
+            dtype: Dtype = jnp.float32, precision: Any = None, name: str | None = None) -> Conv3x3:
     """3x3 convolution with PyTorch padding=1 semantics and the release's initialization."""
-    return Conv3x3(features, in_features, stride, use_bias, dtype, name=name)
+    return Conv3x3(features, in_features, stride, use_bias, dtype, precision, name=name)
 
 
-def dense(features: int, *, use_bias: bool = True, dtype: Dtype = jnp.float32,
+def dense(features: int, *, use_bias: bool = True, dtype: Dtype = jnp.float32, precision: Any = None,
           name: str | None = None) -> nn.Dense:
     """Linear layer: Kaiming-normal (fan-in) weight, zero bias."""
-    return nn.Dense(features, use_bias=use_bias, dtype=dtype, kernel_init=kaiming_normal,
+    return nn.Dense(features, use_bias=use_bias, dtype=dtype, precision=precision, kernel_init=kaiming_normal,
                     bias_init=nn.initializers.zeros, name=name)
 
 
@@ -155,9 +161,10 @@ class Mlp(nn.Module):
     hidden: int
     out: int
     dtype: Dtype = jnp.float32
+    precision: Any = None
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        x = dense(self.hidden, dtype=self.dtype, name="fc1")(x)
+        x = dense(self.hidden, dtype=self.dtype, precision=self.precision, name="fc1")(x)
         x = gelu(x)
-        return dense(self.out, dtype=self.dtype, name="fc2")(x)
+        return dense(self.out, dtype=self.dtype, precision=self.precision, name="fc2")(x)

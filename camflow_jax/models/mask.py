@@ -8,7 +8,7 @@ the confidence is d = exp(-s).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
@@ -28,15 +28,16 @@ class MaskNet(nn.Module):
 
     channels: Sequence[int] = (8, 16, 32, 16, 8)
     dtype: Dtype = jnp.float32
+    precision: Any = None
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         cin = x.shape[-1]
         convs = []
         for i, c in enumerate(self.channels):
-            convs.append(conv3x3(c, cin, dtype=self.dtype, name=f"conv_{i}"))
+            convs.append(conv3x3(c, cin, dtype=self.dtype, precision=self.precision, name=f"conv_{i}"))
             cin += c
-        conv_out = conv3x3(1, cin, dtype=self.dtype, name="conv_out")
+        conv_out = conv3x3(1, cin, dtype=self.dtype, precision=self.precision, name="conv_out")
 
         def chain(x):
             x = x.astype(self.dtype)

@@ -18,6 +18,8 @@ For levels l = 0..L-1 (coarse to fine, the level-l maps are at 1/2^(L-l) resolut
 
 from __future__ import annotations
 
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -34,18 +36,19 @@ class ClassAttention(nn.Module):
 
     num_heads: int
     dtype: Dtype = jnp.float32
+    precision: Any = None
 
     @nn.compact
     def __call__(self, u: jax.Array, n: int) -> jax.Array:
         b, m, c = u.shape
-        hd = c // self.num_heads
-        q = dense(c, dtype=self.dtype, name="q")(u[:, :n]).reshape(b, n, self.num_heads, hd)
-        k = dense(c, dtype=self.dtype, name="k")(u).reshape(b, m, self.num_heads, hd)
-        v = dense(c, dtype=self.dtype, name="v")(u).reshape(b, m, self.num_heads, hd)
+        hd, p = c // self.num_heads, self.precision
+        q = dense(c, dtype=self.dtype, precision=p, name="q")(u[:, :n]).reshape(b, n, self.num_heads, hd)
+        k = dense(c, dtype=self.dtype, precision=p, name="k")(u).reshape(b, m, self.num_heads, hd)
+        v = dense(c, dtype=self.dtype, precision=p, name="v")(u).reshape(b, m, self.num_heads, hd)
         q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))  # head-major [B, heads, rows, d]
-        logits = jnp.einsum("bhnd,bhmd->bhnm", q * (hd ** -0.5), k).astype(jnp.float32)
-        out = softmax_attend(logits, v).transpose(0, 2, 1, 3).reshape(b, n, c)
-        return dense(c, dtype=self.dtype, name="proj")(out)
+        logits = jnp.einsum("bhnd,bhmd->bhnm", q * (hd ** -0.5), k, precision=p).astype(jnp.float32)
+        out = softmax_attend(logits, v, p).transpose(0, 2, 1, 3).reshape(b, n, c)
+        return dense(c, dtype=self.dtype, precision=p, name="proj")(out)
 
 
 class ClassAttentionBlock(nn.Module):
@@ -54,6 +57,7 @@ class ClassAttentionBlock(nn.Module):
     num_heads: int
     mlp_ratio: float = 3.0
     dtype: Dtype = jnp.float32
+    precision: Any = None
 
     @nn.compact
     def __call__(self, tokens: jax.Array, x: jax.Array) -> jax.Array:
@@ -64,33 +68,36 @@ class ClassAttentionBlock(nn.Module):
         gamma2 = self.param("gamma_2", nn.initializers.constant(g0), (c,), jnp.float32)
         hidden = int(c * self.mlp_ratio)
         u = layer_norm(self.dtype, name="ln1")(jnp.concatenate([tokens, x.astype(tokens.dtype)], axis=1))
-        tokens = tokens + gamma1 * ClassAttention(self.num_heads, self.dtype, name="attn")(u, n)
-        tokens = tokens + gamma2 * Mlp(hidden, c, self.dtype, name="mlp1")(
+        tokens = tokens + gamma1 * ClassAttention(self.num_heads, self.dtype, self.precision, name="attn")(u, n)
+        tokens = tokens + gamma2 * Mlp(hidden, c, self.dtype, self.precision, name="mlp1")(
             layer_norm(self.dtype, name="ln2")(tokens))
-        return Mlp(hidden, c, self.dtype, name="mlp2")(layer_norm(self.dtype, name="ln3")(tokens))
+        return Mlp(hidden, c, self.dtype, self.precision, name="mlp2")(layer_norm(self.dtype, name="ln3")(tokens))
 
 
 class CoefficientHead(nn.Module):
     """Linear(D, D) -> GELU -> Linear(D, 1): one coefficient per token."""
 
     dtype: Dtype = jnp.float32
+    precision: Any = None
 
     @nn.compact
     def __call__(self, tokens: jax.Array) -> jax.Array:
-        h = gelu(dense(tokens.shape[-1], dtype=self.dtype, name="hidden")(tokens))
-        return dense(1, dtype=self.dtype, name="out")(h)[..., 0].astype(jnp.float32)
+        h = gelu(dense(tokens.shape[-1], dtype=self.dtype, precision=self.precision, name="hidden")(tokens))
+        return dense(1, dtype=self.dtype, precision=self.precision, name="out")(h)[..., 0].astype(jnp.float32)
 
 
 def combine_directional(coeffs: jax.Array, bases: jax.Array) -> jax.Array:
     """sum_k w_k b_k for the batched two-direction layout.
 
     coeffs ``[2B, N]``; bases ``[1, N, H, W, 2]`` (shared) or ``[2B, N, H, W, 2]``.
-    Returns ``[2B, H, W, 2]`` float32.
+    Returns ``[2B, H, W, 2]`` float32, at HIGHEST precision whatever the network's policy: the
+    flows are outputs (a TF32 sum of bases spanning tens of pixels is off by ~1e-2 px), and the
+    product, N multiply-adds per pixel, is bound by reading the bases, not by arithmetic.
     """
-    coeffs = coeffs.astype(jnp.float32)
+    coeffs, hi = coeffs.astype(jnp.float32), jax.lax.Precision.HIGHEST
     if bases.shape[0] == 1:
-        return jnp.einsum("bn,nhwc->bhwc", coeffs, bases[0].astype(jnp.float32))
-    return jnp.einsum("bn,bnhwc->bhwc", coeffs, bases.astype(jnp.float32))
+        return jnp.einsum("bn,nhwc->bhwc", coeffs, bases[0].astype(jnp.float32), precision=hi)
+    return jnp.einsum("bn,bnhwc->bhwc", coeffs, bases.astype(jnp.float32), precision=hi)
 
 
 class MotionEstimationTransformer(nn.Module):
@@ -106,13 +113,13 @@ class MotionEstimationTransformer(nn.Module):
     @nn.compact
     def __call__(self, f_a: jax.Array, bases: jax.Array, train: bool = False,
                  f_b: jax.Array | None = None) -> jax.Array:
-        cfg, dtype = self.config, self.config.jnp_dtype
+        cfg, dtype, prec = self.config, self.config.jnp_dtype, self.config.dot_precision
         num_levels = len(cfg.depths)
         dim = cfg.embed_dim * 2 ** (num_levels - 1)
         b = f_a.shape[0]
         h_full = f_a.shape[1]
 
-        pyramid = FeaturePyramid(cfg.embed_dim // 2, num_levels, dtype, name="pyramid")
+        pyramid = FeaturePyramid(cfg.embed_dim // 2, num_levels, dtype, prec, name="pyramid")
         pyr_a = pyramid(f_a)
         if f_b is None:
             # Batched two-direction pass: the targets are the references with the batch halves
@@ -133,7 +140,7 @@ class MotionEstimationTransformer(nn.Module):
             for name, n in groups
         }
         norms = {name: layer_norm(dtype, name=f"norm_{name}") for name, _ in groups}
-        heads = {name: CoefficientHead(dtype, name=f"head_{name}") for name, _ in groups}
+        heads = {name: CoefficientHead(dtype, prec, name=f"head_{name}") for name, _ in groups}
 
         coeffs = jnp.zeros((b, cfg.num_bases), jnp.float32)
         for level in range(num_levels):
@@ -146,11 +153,11 @@ class MotionEstimationTransformer(nn.Module):
                 x2 = geometry.warp(x2.astype(jnp.float32), flow).astype(x1.dtype)
             x = jnp.concatenate([x1, x2], axis=-1)
             x = SwinEncoder(cfg.depths[i], cfg.layer_depth[i], cfg.num_heads[i], cfg.window_size,
-                            cfg.mlp_ratio, dtype, name=f"encoder_level_{level}")(x, train)
+                            cfg.mlp_ratio, dtype, prec, name=f"encoder_level_{level}")(x, train)
             x = x.reshape(b, -1, x.shape[-1])
             hs = []
             for name, _ in groups:
-                t = ClassAttentionBlock(ca_heads[i], cfg.mlp_ratio, dtype,
+                t = ClassAttentionBlock(ca_heads[i], cfg.mlp_ratio, dtype, prec,
                                         name=f"ca_{name}_level_{level}")(tokens[name], x)
                 tokens[name] = norms[name](t)
                 hs.append(heads[name](tokens[name]))

@@ -25,10 +25,15 @@ import numpy as np
 
 from camflow_jax.models.camflow import CamFlow, build_model, group_layout, resolve_config
 from camflow_jax.models.config import HOMOGRAPHY_GROUP, NETWORK_FIELDS, STOCHASTIC_GROUP, ModelConfig
+from camflow_jax.models.precision import EXACT
 
-# The released CamFlow: the default architecture with 12 homography + 12 stochastic bases.
+# The released CamFlow: the default architecture with 12 homography + 12 stochastic bases, at
+# the 'exact' precision policy (float32, dots and convolutions at HIGHEST) whatever the
+# library's default: parity with the release holds on every backend (a GPU's TF32 does not
+# reproduce it: docs/performance.md, "Precision policy"), and imported checkpoints say so.
 _RELEASED_SIZES, _RELEASED_NAMES = group_layout(12, 12, 0)
-RELEASED_CONFIG: dict[str, Any] = ModelConfig(group_sizes=_RELEASED_SIZES, group_names=_RELEASED_NAMES).to_dict()
+RELEASED_CONFIG: dict[str, Any] = ModelConfig(group_sizes=_RELEASED_SIZES, group_names=_RELEASED_NAMES,
+                                              precision=EXACT).to_dict()
 RELEASED_SIZE = (320, 576)
 
 # Released names we know and deliberately do not use.
@@ -283,7 +288,7 @@ def _config_from_release(extra_cfg: Mapping[str, Any] | None) -> dict[str, Any]:
         if n != 24:
             raise ValueError(f"only the 24-basis release is supported, got num_basis={n}")
         for k in NETWORK_FIELDS:
-            if k != "dtype" and k in extra_cfg:
+            if k != "precision" and k in extra_cfg:
                 cfg[k] = extra_cfg[k]
     return resolve_config(cfg)
 
@@ -298,7 +303,7 @@ def load_released(path: str | os.PathLike, size: tuple[int, int] | None = None,
       size: (H, W) of the stored basis; default: from the file (.npz 'basis' or
         'config_json' crop_size), else the release's 320x576.
     Returns:
-      the float32 :class:`CamFlow`, ``{'params', 'batch_stats'}`` (numpy float32 arrays),
+      the :class:`CamFlow` (precision policy 'exact'), ``{'params', 'batch_stats'}`` (numpy float32 arrays),
       and the released bases ``[24, H, W, 2]`` float32.
     """
     sd, extras = read_state_dict(path)

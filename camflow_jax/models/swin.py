@@ -9,11 +9,14 @@ Window attention for one window of N = ws^2 tokens, per head:
 with B a learned table of (2 ws - 1)^2 entries per head indexed by the relative offset and M
 the region mask (0 / -100) that keeps cyclically shifted windows from mixing regions that are
 not adjacent in the image.
+
+Every product takes ``precision`` (the model config's policy, :mod:`camflow_jax.models.precision`).
 """
 
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -54,7 +57,7 @@ def shifted_window_mask(h: int, w: int, ws: int, shift: int) -> np.ndarray:
     return np.where(diff != 0, MASK_VALUE, 0.0).astype(np.float32)
 
 
-def softmax_attend(logits: jax.Array, v: jax.Array) -> jax.Array:
+def softmax_attend(logits: jax.Array, v: jax.Array, precision: Any = None) -> jax.Array:
     """softmax(logits, -1) @ v with the normalisation applied after the product.
 
     ``logits [..., n, m]`` (float32), ``v [..., m, d]``: (exp(l - max l) @ v) / sum exp(l - max l)
@@ -63,23 +66,23 @@ def softmax_attend(logits: jax.Array, v: jax.Array) -> jax.Array:
     """
     logits = logits - jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
     e = jnp.exp(logits)
-    out = jnp.einsum("...nm,...md->...nd", e.astype(v.dtype), v)
+    out = jnp.einsum("...nm,...md->...nd", e.astype(v.dtype), v, precision=precision)
     return (out.astype(jnp.float32) / jnp.sum(e, axis=-1, keepdims=True)).astype(v.dtype)
 
 
-def _window_logits(q, k, bias, mask):
-    logits = jnp.einsum("bwhnd,bwhmd->bwhnm", q, k).astype(jnp.float32) + bias
+def _window_logits(q, k, bias, mask, precision):
+    logits = jnp.einsum("bwhnd,bwhmd->bwhnm", q, k, precision=precision).astype(jnp.float32) + bias
     return logits if mask is None else logits + mask[None, :, None]
 
 
-@jax.custom_vjp
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
 def window_attention(q: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array,
-                     mask: jax.Array | None) -> jax.Array:
+                     mask: jax.Array | None, precision: Any = None) -> jax.Array:
     """``softmax(q k^T + bias + mask) v`` per window and head.
 
     ``q, k, v [B, nW, heads, N, d]`` (q already scaled), ``bias [heads, N, N]`` (shared by every
-    batch and window), ``mask [nW, N, N]`` or None (not differentiated). Returns ``[B, nW, heads,
-    N, d]``.
+    batch and window), ``mask [nW, N, N]`` or None (not differentiated), ``precision`` that of
+    every product, forward and backward. Returns ``[B, nW, heads, N, d]``.
 
     Called outside differentiation, the value is the plain formulation's
     (:func:`softmax_attend`), bit for bit, so inference is unchanged. Under differentiation the
@@ -97,28 +100,29 @@ def window_attention(q: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array,
     fold the transposes back. The 320x576 batch-2 train step takes 0.87 of its time with
     autodiff's attention, the README's 64x128 step 0.955 (docs/performance.md, "Twelfth round").
     """
-    return softmax_attend(_window_logits(q, k, bias, mask), v)
+    return softmax_attend(_window_logits(q, k, bias, mask, precision), v, precision)
 
 
-def _window_attention_fwd(q, k, v, bias, mask):
-    logits = _window_logits(q, k, bias, mask)
+def _window_attention_fwd(q, k, v, bias, mask, precision):
+    logits = _window_logits(q, k, bias, mask, precision)
     e = jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
     p = e / jnp.sum(e, axis=-1, keepdims=True)
-    out = jnp.einsum("bwhnm,bwhmd->bwhnd", p.astype(v.dtype), v)
+    out = jnp.einsum("bwhnm,bwhmd->bwhnd", p.astype(v.dtype), v, precision=precision)
     return out, (q, k, v, p, out, mask)
 
 
-def _window_attention_bwd(res, g):
+def _window_attention_bwd(precision, res, g):
     q, k, v, p, out, mask = res
+    mm = functools.partial(jnp.einsum, precision=precision)
     delta = jnp.sum(g.astype(jnp.float32) * out.astype(jnp.float32), axis=-1, keepdims=True)
-    ds = p * (jnp.einsum("bwhnd,bwhmd->bwhnm", g, v).astype(jnp.float32) - delta)
-    dq = jnp.einsum("bwhnm,bwhmd->bwhnd", ds.astype(k.dtype), k)
+    ds = p * (mm("bwhnd,bwhmd->bwhnm", g, v).astype(jnp.float32) - delta)
+    dq = mm("bwhnm,bwhmd->bwhnd", ds.astype(k.dtype), k)
     q_t, g_t = jax.lax.optimization_barrier((jnp.swapaxes(q, -1, -2), jnp.swapaxes(g, -1, -2)))
-    dk_t = jnp.einsum("bwhdn,bwhnm->bwhdm", q_t, ds.astype(q.dtype))
-    dv_t = jnp.einsum("bwhdn,bwhnm->bwhdm", g_t, p.astype(g.dtype))
+    dk_t = mm("bwhdn,bwhnm->bwhdm", q_t, ds.astype(q.dtype))
+    dv_t = mm("bwhdn,bwhnm->bwhdm", g_t, p.astype(g.dtype))
     dk_t, dv_t = jax.lax.optimization_barrier((dk_t, dv_t))
     lead = int(np.prod(ds.shape[:-3]))
-    dbias = (jnp.ones((1, lead), ds.dtype) @ ds.reshape(lead, -1)).reshape(ds.shape[-3:])
+    dbias = jnp.matmul(jnp.ones((1, lead), ds.dtype), ds.reshape(lead, -1), precision=precision).reshape(ds.shape[-3:])
     return (dq.astype(q.dtype), jnp.swapaxes(dk_t, -1, -2).astype(k.dtype),
             jnp.swapaxes(dv_t, -1, -2).astype(v.dtype), dbias,
             None if mask is None else jnp.zeros_like(mask))
@@ -152,6 +156,7 @@ class QKVProjection(nn.Module):
     dim: int
     q_scale: float
     dtype: Dtype = jnp.float32
+    precision: Any = None
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -159,7 +164,8 @@ class QKVProjection(nn.Module):
         kernel = self.param("kernel", kaiming_normal, (c, 3 * c), jnp.float32)
         bias = self.param("bias", nn.initializers.zeros, (3 * c,), jnp.float32)
         col = jnp.concatenate([jnp.full((c,), self.q_scale, jnp.float32), jnp.ones((2 * c,), jnp.float32)])
-        return x.astype(self.dtype) @ (kernel * col).astype(self.dtype) + (bias * col).astype(self.dtype)
+        w = (kernel * col).astype(self.dtype)
+        return jnp.matmul(x.astype(self.dtype), w, precision=self.precision) + (bias * col).astype(self.dtype)
 
 
 class WindowAttention(nn.Module):
@@ -169,6 +175,7 @@ class WindowAttention(nn.Module):
     num_heads: int
     window: int
     dtype: Dtype = jnp.float32
+    precision: Any = None
 
     @nn.compact
     def __call__(self, x: jax.Array, mask: np.ndarray | None) -> jax.Array:
@@ -178,7 +185,8 @@ class WindowAttention(nn.Module):
                            ((2 * self.window - 1) ** 2, self.num_heads), jnp.float32)
         idx = relative_position_index(self.window)
         bias = table[idx.reshape(-1)].reshape(n, n, self.num_heads).transpose(2, 0, 1)
-        qkv = QKVProjection(c, hd ** -0.5, self.dtype, name="qkv")(x).reshape(b, nw, n, 3, self.num_heads, hd)
+        qkv = QKVProjection(c, hd ** -0.5, self.dtype, self.precision, name="qkv")(x)
+        qkv = qkv.reshape(b, nw, n, 3, self.num_heads, hd)
         # Head-major layout [3, B, nW, heads, N, d]: the two attention matmuls then need no
         # further transposes (several times faster on CPU than contracting in token-major layout).
         q, k, v = qkv.transpose(3, 0, 1, 4, 2, 5)
@@ -187,9 +195,9 @@ class WindowAttention(nn.Module):
             # logits on every call; tying the mask to a runtime value (exactly +0) keeps it a
             # small [nW, N, N] operand that is broadcast inside the fused attention kernel.
             mask = jnp.asarray(mask) + 0.0 * table[0, 0]
-        out = window_attention(q, k, v, bias, mask)
+        out = window_attention(q, k, v, bias, mask, self.precision)
         out = out.transpose(0, 1, 3, 2, 4).reshape(b, nw, n, c)
-        return dense(c, dtype=self.dtype, name="proj")(out)
+        return dense(c, dtype=self.dtype, precision=self.precision, name="proj")(out)
 
 
 class SwinBlock(nn.Module):
@@ -201,6 +209,7 @@ class SwinBlock(nn.Module):
     shift: int = 0
     mlp_ratio: float = 3.0
     dtype: Dtype = jnp.float32
+    precision: Any = None
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -212,26 +221,28 @@ class SwinBlock(nn.Module):
         if shift:
             y = jnp.roll(y, (-shift, -shift), axis=(1, 2))
         mask = shifted_window_mask(h, w, ws, shift) if shift else None
-        y = WindowAttention(c, self.num_heads, ws, self.dtype, name="attn")(window_partition(y, ws), mask)
+        attn = WindowAttention(c, self.num_heads, ws, self.dtype, self.precision, name="attn")
+        y = attn(window_partition(y, ws), mask)
         y = window_merge(y, ws, h, w)
         if shift:
             y = jnp.roll(y, (shift, shift), axis=(1, 2))
         x = x + y
         hidden = int(c * self.mlp_ratio)
-        return x + Mlp(hidden, c, self.dtype, name="mlp")(layer_norm(self.dtype, name="ln2")(x))
+        return x + Mlp(hidden, c, self.dtype, self.precision, name="mlp")(layer_norm(self.dtype, name="ln2")(x))
 
 
 class ConvDownsample(nn.Module):
     """C -> 2C at half resolution: [conv3x3 (stride 2, then 1), no bias -> BN -> LeakyReLU(0.01)] x 2."""
 
     dtype: Dtype = jnp.float32
+    precision: Any = None
 
     @nn.compact
     def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
         c = x.shape[-1]
-        x = conv3x3(2 * c, c, stride=2, use_bias=False, dtype=self.dtype, name="conv_0")(x)
+        x = conv3x3(2 * c, c, stride=2, use_bias=False, dtype=self.dtype, precision=self.precision, name="conv_0")(x)
         x = nn.leaky_relu(batch_norm(train, self.dtype, name="bn_0")(x), 0.01)
-        x = conv3x3(2 * c, 2 * c, use_bias=False, dtype=self.dtype, name="conv_1")(x)
+        x = conv3x3(2 * c, 2 * c, use_bias=False, dtype=self.dtype, precision=self.precision, name="conv_1")(x)
         return nn.leaky_relu(batch_norm(train, self.dtype, name="bn_1")(x), 0.01)
 
 
@@ -246,6 +257,7 @@ class SwinEncoder(nn.Module):
     window: int = 8
     mlp_ratio: float = 3.0
     dtype: Dtype = jnp.float32
+    precision: Any = None
 
     @nn.compact
     def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
@@ -253,7 +265,7 @@ class SwinEncoder(nn.Module):
             c = x.shape[-1]
             for j in range(self.depth):
                 x = SwinBlock(c, self.num_heads, self.window, 0 if j % 2 == 0 else self.window // 2,
-                              self.mlp_ratio, self.dtype, name=f"stage_{s}_block_{j}")(x)
+                              self.mlp_ratio, self.dtype, self.precision, name=f"stage_{s}_block_{j}")(x)
             if s < self.num_stages - 1:
-                x = ConvDownsample(self.dtype, name=f"stage_{s}_down")(x, train)
+                x = ConvDownsample(self.dtype, self.precision, name=f"stage_{s}_down")(x, train)
         return x

@@ -56,7 +56,8 @@ def flow_homography(flow):
     flow is half as long, so H = S H_sub S^-1 with S = diag(2, 2, 1)."""
     S = jnp.diag(jnp.array([2.0, 2.0, 1.0], jnp.float32))
     Hs = geometry.fit_homography(flow[::2, ::2] * 0.5)
-    return S @ Hs @ jnp.diag(jnp.array([0.5, 0.5, 1.0], jnp.float32))
+    return jnp.matmul(jnp.matmul(S, Hs, precision=geometry.HIGHEST), jnp.diag(jnp.array([0.5, 0.5, 1.0], jnp.float32)),
+                      precision=geometry.HIGHEST)
 
 
 class PairRefiner:

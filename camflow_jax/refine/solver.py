@@ -35,7 +35,9 @@ pair directly over ``w`` is a small nonlinear least-squares problem with N unkno
   pixels, when lambda has grown past any useful step, or after its iteration budget.
 
 Everything here is pure ``jax.numpy`` with static shapes: jit it once per image size, ``vmap``
-it over pairs; :func:`refine_pair` refines both directions of a pair in one call.
+it over pairs; :func:`refine_pair` refines both directions of a pair in one call. Every product
+is float32 at HIGHEST precision on every backend (``_dot``; not TF32 on a GPU), whatever the
+network's precision policy.
 """
 
 from __future__ import annotations
@@ -59,6 +61,13 @@ from camflow_jax.refine.pyramid import (
 )
 
 __all__ = ["residual", "jacobian", "project_flow", "refine_motion", "refine_with_pyramids", "refine_pair"]
+
+HIGHEST = geometry.HIGHEST
+
+
+def _dot(a, b):
+    """``a @ b`` in true float32 (:data:`camflow_jax.geometry.device.HIGHEST`)."""
+    return jnp.matmul(a, b, precision=HIGHEST)
 
 
 
@@ -94,7 +103,7 @@ def residual(phi1_pts, phi2_stack, grid_pts, bu, bv, coeffs):
       phi2 sampled at x + F, and whether x + F lies inside image 2
       (:func:`camflow_jax.geometry.device.in_frame`, the library's one validity rule).
     """
-    return _residual_at(phi1_pts, phi2_stack, grid_pts[0] + coeffs @ bu, grid_pts[1] + coeffs @ bv)
+    return _residual_at(phi1_pts, phi2_stack, grid_pts[0] + _dot(coeffs, bu), grid_pts[1] + _dot(coeffs, bv))
 
 
 def _residual_at(phi1_pts, phi2_stack, x, y, every_pixel: bool = False):
@@ -125,7 +134,7 @@ def _sample_edge(image, x, y):
     idx = jnp.stack([y0i * w + x0i, y0i * w + x1i, y1i * w + x0i, y1i * w + x1i], axis=1)  # [P, 4]
     wts = jnp.stack([(1 - fx) * (1 - fy), fx * (1 - fy), (1 - fx) * fy, fx * fy], axis=1)
     corners = jnp.take(image.reshape(h * w, -1), idx, axis=0)  # [P, 4, C]
-    return jnp.einsum("pk,pkc->pc", wts, corners)
+    return jnp.einsum("pk,pkc->pc", wts, corners, precision=HIGHEST)
 
 
 def jacobian(grad, bu, bv):
@@ -162,7 +171,7 @@ def _normal_equations(data, pixels, grad1=None):
     Jt = jacobian(grad, data[3], data[4])
     Jw = Jt * wts[None, :]
     p = r.shape[0]
-    return jnp.einsum("np,mp->nm", Jw, Jt) / p, Jw @ r / p
+    return jnp.einsum("np,mp->nm", Jw, Jt, precision=HIGHEST) / p, _dot(Jw, r) / p
 
 
 def _evaluate(data, coeffs, c, grad1=None):
@@ -200,7 +209,7 @@ def _level(data, coeffs0, sigma, max_iters: int, cfg: RefineConfig, grad1=None):
         # system with more damping): rejected trials cost a residual, not a Jacobian.
         A, g = jax.lax.cond(ok, lambda: _normal_equations(data, pixels, grad1), lambda: (s["A"], s["g"]))
         # the largest flow change at the level's pixels
-        change = jnp.maximum(jnp.max(jnp.abs(delta @ data[3])), jnp.max(jnp.abs(delta @ data[4])))
+        change = jnp.maximum(jnp.max(jnp.abs(_dot(delta, data[3]))), jnp.max(jnp.abs(_dot(delta, data[4]))))
         new = {
             "w": jnp.where(ok, cand, s["w"]),
             "cost": jnp.where(ok, cost, s["cost"]),
@@ -331,7 +340,7 @@ def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineCo
                     fixed = np.setdiff1d(np.arange(n), move)
                     head = slice(0, len(idx)) if idx == tuple(range(len(idx))) else move  # a slice: no gather
                     if len(fixed):
-                        pts = pts + jnp.stack([coeffs[fixed] @ u[fixed], coeffs[fixed] @ v[fixed]])
+                        pts = pts + jnp.stack([_dot(coeffs[fixed], u[fixed]), _dot(coeffs[fixed], v[fixed])])
                     part, _, k = _level((phi1_pts, stack2, pts, u[head], v[head]), coeffs[head], sigma,
                                         iterations[li], cfg, grad1)
                     coeffs = coeffs.at[head].set(part)
@@ -365,8 +374,8 @@ def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineCo
     lo = 0
     for gu, gv in bp.full:
         m = gu.shape[0]
-        fu = fu + cands[:, lo:lo + m] @ gu.reshape(m, -1)
-        fv = fv + cands[:, lo:lo + m] @ gv.reshape(m, -1)
+        fu = fu + _dot(cands[:, lo:lo + m], gu.reshape(m, -1))
+        fv = fv + _dot(cands[:, lo:lo + m], gv.reshape(m, -1))
         lo += m
     phi1_full, stack2_full, pts_full = full
     resid = [_residual_at(phi1_full, stack2_full, pts_full[0] + fu[i], pts_full[1] + fv[i], every_pixel=True)

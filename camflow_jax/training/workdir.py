@@ -88,7 +88,10 @@ def check_resumable(workdir: Path, model_config: Mapping[str, Any]) -> None:
         return
     saved = checkpoint.read_model_config(workdir)
     wanted = json.loads(json.dumps(dict(model_config)))
-    differ = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
+    # The precision policy (or a model.json's older 'dtype') may change between runs: the same
+    # weights, computed another way.
+    differ = sorted(k for k in set(saved) | set(wanted)
+                    if k not in ("precision", "dtype") and saved.get(k) != wanted.get(k))
     if differ:
         details = ", ".join(f"{k}: {saved.get(k)} -> {wanted.get(k)}" for k in differ)
         raise ValueError(f"{workdir} holds checkpoints of a different model ({details}); train into a new "

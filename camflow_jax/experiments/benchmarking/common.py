@@ -21,6 +21,7 @@ import optax
 from camflow_jax import configs
 from camflow_jax.experiments import accel
 from camflow_jax.models import NETWORK_FIELDS, ModelConfig, basis_set
+from camflow_jax.models import precision as precision_lib
 from camflow_jax.training import loop as trainer
 
 MODES = ("infer", "train", "all", "refine", "roofline", "flows_only", "release", "profile")
@@ -42,7 +43,8 @@ class BenchmarkOptions:
     width: int = 576
     batch: int = 1                      # infer; the large-batch inference and train step of 'all'
     groups: str | None = None           # e.g. "12,12" (inference default) or "12,12,12"
-    dtype: str = "float32"              # float32 | bfloat16
+    dtype: str = "float32"              # float32 | bfloat16: the older spelling of precision
+    precision: str | None = None        # exact | default | bfloat16 (None: from dtype: exact | bfloat16)
     per_sample_bases: bool = False      # inference: [B, N, H, W, 2] bases as CamFlow+ passes them
     config: str = "synthetic"           # training config (name or file) of the train step
     arch: str = "release"               # 'release' structure or the config's 'config' one
@@ -151,17 +153,34 @@ def timing_summary(times, cpu, batch, flops) -> dict:
 
 
 def arch_keys() -> tuple[str, ...]:
-    """The network's structure fields (camflow_jax.models.ModelConfig), but dtype (--dtype sets it)."""
-    return tuple(k for k in NETWORK_FIELDS if k != "dtype")
+    """The network's structure fields (camflow_jax.models.ModelConfig), but the precision
+    policy (--precision sets it)."""
+    return tuple(k for k in NETWORK_FIELDS if k != "precision")
 
 
-def load_config(path, height: int, width: int, batch: int, dtype: str | None = None, arch: str = "config"):
-    """``get_config()`` of a config file, with model.height/width, batch_size (and dtype) set;
+def precision_of(opts: BenchmarkOptions) -> str:
+    """The precision policy measured: ``--precision``, else the one ``--dtype`` names."""
+    return _policy_name(opts.precision or opts.dtype)
+
+
+def _policy_name(name: str) -> str:
+    """A policy name, or the policy a compute dtype name ('float32', 'bfloat16') stands for."""
+    return name if name in precision_lib.POLICIES else precision_lib.from_legacy_dtype(name)
+
+
+def compute_fields(precision: str) -> dict:
+    """A result's ``precision`` (the policy) and ``dtype`` (its compute dtype) entries."""
+    return {"precision": precision, "dtype": precision_lib.policy(precision).dtype}
+
+
+def load_config(path, height: int, width: int, batch: int, precision: str | None = None, arch: str = "config"):
+    """``get_config()`` of a config file, with model.height/width, batch_size (and the precision
+    policy: a policy name, or 'float32' / 'bfloat16' for 'exact' / 'bfloat16') set;
     ``arch='release'`` also sets the network structure keys to the released CamFlow's."""
     config = configs.load(str(path))
     config.model.height, config.model.width, config.batch_size = int(height), int(width), int(batch)
-    if dtype:
-        config.model.dtype = dtype
+    if precision:
+        config.model.precision = _policy_name(precision)
     if arch == "release":
         for k in arch_keys():
             if k in config.model:
@@ -202,7 +221,7 @@ def train_config(opts: BenchmarkOptions, config):
     ``--train-size`` / ``--train-batch`` where given, with ``--groups`` applied."""
     if opts.train_size or opts.train_batch:
         th, tw = (int(v) for v in (opts.train_size or f"{opts.height}x{opts.width}").lower().split("x"))
-        config = load_config(opts.config, th, tw, opts.train_batch or opts.batch, opts.dtype, opts.arch)
+        config = load_config(opts.config, th, tw, opts.train_batch or opts.batch, precision_of(opts), opts.arch)
     groups = parse_groups(opts.groups)
     if groups:
         apply_groups(config, groups)

@@ -13,15 +13,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from camflow_jax.data.synthetic.scenes import SyntheticScenes
-from camflow_jax.experiments.benchmarking.common import BenchmarkOptions, arch_summary, compile_fn, flops_of
-from camflow_jax.experiments.benchmarking.common import loadavg, memory_of, parse_groups, timing_summary
+from camflow_jax.experiments.benchmarking.common import BenchmarkOptions, arch_summary, compile_fn, compute_fields
+from camflow_jax.experiments.benchmarking.common import flops_of, loadavg, memory_of, parse_groups, precision_of, timing_summary
 from camflow_jax.models import build_model, init_variables
 from camflow_jax.predictor import Predictor
 
 
 def bench_infer(opts: BenchmarkOptions, batch: int, config) -> dict:
     groups = parse_groups(opts.groups) or [12, 12]
-    model = build_model({**arch_summary(config), "group_sizes": groups, "dtype": opts.dtype})
+    model = build_model({**arch_summary(config), "group_sizes": groups, "precision": precision_of(opts)})
     n, b, h, w = sum(groups), batch, opts.height, opts.width
     rng = np.random.default_rng(0)
     g1 = jnp.asarray(rng.standard_normal((b, h, w, 1), np.float32))
@@ -50,7 +50,7 @@ def bench_infer(opts: BenchmarkOptions, batch: int, config) -> dict:
     return {
         "measurement": "infer",
         "device": str(dev), "platform": dev.platform, "cpu_count": os.cpu_count(),
-        "height": h, "width": w, "batch": b, "groups": groups, "dtype": opts.dtype,
+        "height": h, "width": w, "batch": b, "groups": groups, **compute_fields(precision_of(opts)),
         "per_sample_bases": bool(opts.per_sample_bases), "arch": opts.arch, **arch_summary(config),
         "params": int(sum(x.size for x in jax.tree.leaves(variables["params"]))),
         "repeats": opts.repeats, "warmup": opts.warmup,
@@ -72,7 +72,7 @@ def flows_only_setup(opts: BenchmarkOptions, config, batch: int | None = None) -
     both directions, ``fns[False]`` the flows-only path. Returns {'groups', 'model', 'variables',
     'g1', 'g2', 'bases', 'fns', 'compile_s'}."""
     groups = parse_groups(opts.groups) or [12, 12]
-    model = build_model({**arch_summary(config), "group_sizes": groups, "dtype": opts.dtype})
+    model = build_model({**arch_summary(config), "group_sizes": groups, "precision": precision_of(opts)})
     b, h, w = opts.batch if batch is None else batch, opts.height, opts.width
     rng = np.random.default_rng(0)
     g1 = jnp.asarray(rng.standard_normal((b, h, w, 1), np.float32))
@@ -110,7 +110,7 @@ def bench_flows_only(opts: BenchmarkOptions, config) -> dict:
             times[conf].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"measurement": "flows_only", "height": h, "width": w, "batch": b, "groups": groups,
-            "dtype": opts.dtype, "arch": opts.arch, **arch_summary(config), "repeats": opts.repeats,
+            **compute_fields(precision_of(opts)), "arch": opts.arch, **arch_summary(config), "repeats": opts.repeats,
             "warmup": opts.warmup, "flows_identical": same,
             "with_confidence_median_s": round(med[True], 4), "flows_only_median_s": round(med[False], 4),
             "saved_fraction": round(1 - med[False] / med[True], 3),
@@ -129,7 +129,7 @@ def bench_refine(opts: BenchmarkOptions) -> dict:
     src = SyntheticScenes(seed=1000, num_samples=2, height=opts.height, width=opts.width)
     pairs = [(s["img1"], s["img2"], {"depth1": s["depth1"], "depth2": s["depth2"], "intrinsics": s["K"]})
              for s in (src[0], src[1])]
-    pred = Predictor.from_pretrained()
+    pred = Predictor.from_pretrained(precision=precision_of(opts))
     jitted = ("_forward", "_basis_pyramid", "_refine_images", "_refine_direction")
 
     def cache_sizes():
@@ -160,7 +160,7 @@ def bench_refine(opts: BenchmarkOptions) -> dict:
     med = {k: statistics.median(v) for k, v in times.items()}
     added = med["refined"] - med["net_flows_only"]
     return {
-        "measurement": "refine", "height": opts.height, "width": opts.width,
+        "measurement": "refine", "height": opts.height, "width": opts.width, **compute_fields(pred.precision),
         "repeats": opts.repeats, "warmup": opts.warmup, "first_calls": first,
         "net_median_s": round(med["net_flows_only"], 4),
         "net_with_confidence_median_s": round(med["net_with_confidence"], 4),

@@ -19,7 +19,9 @@ from camflow_jax.experiments.benchmarking.common import (
     PROFILE_TARGETS,
     BenchmarkOptions,
     arch_summary,
+    compute_fields,
     loadavg,
+    precision_of,
     train_config,
 )
 from camflow_jax.experiments.benchmarking.inference import flows_only_setup
@@ -145,7 +147,7 @@ def bench_profile(opts: BenchmarkOptions, config) -> list[dict]:
         s = flows_only_setup(opts, config)
         args = (s["variables"], s["g1"], s["g2"], s["bases"])
         common = {"height": opts.height, "width": opts.width, "batch": opts.batch, "groups": s["groups"],
-                  "dtype": opts.dtype, "arch": opts.arch, **arch_summary(config)}
+                  **compute_fields(precision_of(opts)), "arch": opts.arch, **arch_summary(config)}
         for conf, name in ((True, "forward_with_confidence"), (False, "forward_flows_only")):
             out.append(_profiled(name, s["fns"][conf], s["fns"][conf], args, opts, common))
     if opts.profile in ("all", "train"):
@@ -159,7 +161,7 @@ def bench_profile(opts: BenchmarkOptions, config) -> list[dict]:
             return held["state"], terms
 
         common = {"height": config.model.height, "width": config.model.width, "batch": config.batch_size,
-                  "groups": list(t["model_config"]["group_sizes"]), "dtype": str(config.model.dtype),
+                  "groups": list(t["model_config"]["group_sizes"]), **compute_fields(str(config.model.precision)),
                   "arch": opts.arch, **arch_summary(config), "config": str(opts.config)}
         out.append(_profiled("train_step", train_call, step, (s["fixed"], t["static"]), opts, common))
     return out

@@ -23,9 +23,11 @@ from camflow_jax.experiments.benchmarking.common import (
     BenchmarkOptions,
     apply_groups,
     arch_summary,
+    compute_fields,
     flops_of,
     load_config,
     loadavg,
+    precision_of,
     timing_summary,
 )
 from camflow_jax.experiments.benchmarking.inference import flows_only_setup
@@ -269,7 +271,8 @@ def bench_release(opts: BenchmarkOptions, config, release: dict) -> dict:
     full_r, flows_r = (_ratio_summary(times[k], times["release"]) for k in ("ours_full", "ours_flows_only"))
     return {
         "measurement": "release", "height": h, "width": w, "batch": 1, "groups": s["groups"],
-        "dtype": opts.dtype, "arch": opts.arch, **arch_summary(config), "repeats": opts.repeats, "warmup": opts.warmup,
+        **compute_fields(precision_of(opts)), "arch": opts.arch, **arch_summary(config), "repeats": opts.repeats,
+        "warmup": opts.warmup,
         "order_per_round": list(calls), **_torch_info(torch),
         "release": {"code": str(release["root"]), "net_type": params.net_type, "num_basis": int(params.num_basis),
                     "params_json_overrides": overrides, "shims": release["shims"],
@@ -327,7 +330,7 @@ def bench_release_train(opts: BenchmarkOptions, release: dict) -> dict:
         return {**base, "skipped": f"{available / 2**30:.1f} GiB available, the train comparison needs at least "
                                    f"{RELEASE_TRAIN_MIN_AVAILABLE / 2**30:.0f} GiB (our 320x576 batch-2 step alone "
                                    "takes ~8 GB of XLA scratch)"}
-    config = load_config(opts.config, th, tw, b, opts.dtype, opts.arch)
+    config = load_config(opts.config, th, tw, b, precision_of(opts), opts.arch)
     apply_groups(config, [12, 12])
     ours = train_setup(opts, config)
     state, fixed, static, step = ours["t"]["state"], ours["fixed"], ours["t"]["static"], ours["step"]
@@ -374,7 +377,7 @@ def bench_release_train(opts: BenchmarkOptions, release: dict) -> dict:
     ratio = _ratio_summary(times["ours"], times["release"])
     weights = ":".join(f"{float(config.loss[k]):g}" for k in ("motion", "feature", "smooth"))
     return {
-        **base, "groups": [12, 12], "dtype": opts.dtype, "arch": opts.arch, **arch_summary(config),
+        **base, "groups": [12, 12], **compute_fields(precision_of(opts)), "arch": opts.arch, **arch_summary(config),
         "config": str(opts.config), "repeats": opts.repeats, "warmup": opts.warmup,
         "order_per_round": list(calls), **_torch_info(torch),
         "release": {"code": str(release["root"]), "params_json_overrides": overrides, "shims": release["shims"],

@@ -16,6 +16,7 @@ from camflow_jax.experiments.benchmarking.common import (
     loadavg,
     machine_info,
     parse_groups,
+    precision_of,
     train_config,
 )
 from camflow_jax.experiments.benchmarking.inference import bench_flows_only, bench_infer, bench_refine
@@ -54,14 +55,14 @@ def run(opts: BenchmarkOptions, on_result: Callable[[dict], None] | None = None)
     if opts.mode == "refine":
         emit(bench_refine(opts))
     elif opts.mode == "profile":
-        config = load_config(opts.config, opts.height, opts.width, opts.batch, opts.dtype, opts.arch)
+        config = load_config(opts.config, opts.height, opts.width, opts.batch, precision_of(opts), opts.arch)
         for r in bench_profile(opts, config):
             emit(r)
     elif opts.mode == "roofline":
         for r in bench_roofline(opts):
             emit(r)
     else:
-        config = load_config(opts.config, opts.height, opts.width, opts.batch, opts.dtype, opts.arch)
+        config = load_config(opts.config, opts.height, opts.width, opts.batch, precision_of(opts), opts.arch)
     if opts.mode == "infer":
         emit(bench_infer(opts, opts.batch, config))
     if opts.mode == "flows_only":

@@ -17,7 +17,7 @@ from jax.sharding import PartitionSpec as P
 
 from camflow_jax import models
 from camflow_jax.data import datasets, pipeline
-from camflow_jax.experiments.benchmarking.common import BenchmarkOptions, arch_summary, compile_fn
+from camflow_jax.experiments.benchmarking.common import BenchmarkOptions, arch_summary, compile_fn, compute_fields
 from camflow_jax.experiments.benchmarking.common import flops_of, loadavg, memory_of, timing_summary
 from camflow_jax.models import basis_set
 from camflow_jax.training import loop as trainer
@@ -91,7 +91,7 @@ def bench_train(opts: BenchmarkOptions, config) -> list[dict]:
     common = {"device": str(jax.devices()[0]), "platform": jax.devices()[0].platform,
               "cpu_count": os.cpu_count(), "height": config.model.height, "width": config.model.width,
               "batch": b, "groups": list(t["model_config"]["group_sizes"]),
-              "dtype": str(config.model.dtype), "per_sample_depth_bases": bool(config.bases.use_depth),
+              **compute_fields(str(config.model.precision)), "per_sample_depth_bases": bool(config.bases.use_depth),
               "arch": opts.arch, **arch_summary(config), "params": t["params"], "config": str(opts.config), "repeats": opts.repeats, "warmup": opts.warmup,
               "lower_s": round(lower_s, 3), "compile_s": round(lower_s + compile_s, 3)}
 
