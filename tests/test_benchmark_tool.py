@@ -72,6 +72,7 @@ def test_report_structure_and_file(report):
     for r in result["results"]:  # the narrow net of the config, not the released structure
         assert r["embed_dim"] == 8 and r["depths"] == [1], r["measurement"]
     assert data["pipeline_as_trainer"]  # tiny batches: the trainer's pipeline, unchanged
+    assert data["render"] == "host"  # the config's data.render (--render device: the device feed)
 
 
 def test_cpu_model_is_the_first_model_name_line(tmp_path):

@@ -246,7 +246,8 @@ def test_unknown_config_key_is_rejected(tmp_path, cache):
                                           ("--config.optim.freeze=('shallow',)", "shallow"),
                                           ("--config.eval_baselines=('nope',)", "unknown estimator 'nope'"),
                                           ("--config.data.read_nice=25", "data.read_nice"),
-                                          ("--config.data.num_workers=-2", "data.num_workers")])
+                                          ("--config.data.num_workers=-2", "data.num_workers"),
+                                          ("--config.data.render=gpu", "data.render")])
 def test_bad_hyperparameters_are_one_line_errors(tmp_path, cache, flag, needle):
     proc = _train(tmp_path / "w", "--config.num_steps=1", flag, cache=cache, check=False)
     _one_line_error(proc, needle)
@@ -390,3 +391,76 @@ def test_bandwise_labels_follow_each_band_homography():
     flow = bandwise_homography_flow(H, 600, 40)
     for i in range(10):  # oracle: band i's rows move by H_i, a pure translation (i, -i)
         np.testing.assert_allclose(flow[60 * i:60 * (i + 1)], np.broadcast_to([i, -i], (60, 40, 2)), atol=1e-5)
+
+
+DEVICE = "--config.data.render=device"
+
+
+def test_device_rendering_trains_and_resumes_the_same_batches(tmp_path, cache):
+    """data.render=device: 4 steps, then steps 3-4 again from checkpoint 2 (checkpoint 4
+    removed): the same losses and weights, as the batch of step s is render_batch(seed, s)."""
+    import shutil
+
+    ref = tmp_path / "ref"
+    proc = _train(ref, "--config.num_steps=4", DEVICE, cache=cache)
+    assert "data: rendered on the device(s)" in proc.stdout
+    state = json.loads(next((ref / "checkpoints" / "4" / "data").glob("process_0-of-1.json")).read_text())
+    assert state == {"render": "device", "seed": 0, "next_step": 5}
+    wd = tmp_path / "resumed"
+    shutil.copytree(ref, wd)
+    shutil.rmtree(wd / "checkpoints" / "4")
+    out = _train(wd, "--config.num_steps=4", DEVICE, cache=cache).stdout
+    assert "at step 2" in out and "step 3/4" in out and "step 1/4" not in out
+    assert [r["step"] for r in _losses(wd)] == [1, 2, 3, 4]
+    np.testing.assert_allclose([r["total"] for r in _losses(wd)], [r["total"] for r in _losses(ref)], rtol=1e-6)
+    want, got = _params(ref), _params(wd)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-6, atol=1e-7, err_msg=k)
+    # A device-rendered run does not resume with the host pipeline's data position, nor the reverse.
+    proc = _train(wd, "--config.num_steps=6", cache=cache, check=False)
+    _one_line_error(proc, "could be restored")
+
+
+def test_device_feed_batches_are_render_batch_of_the_step():
+    """The trainer's device feed yields, at training step s, render_batch(bank, train_seed, s) of
+    the scenes the host source describes (its seed, procedural bank, render size, motion scale),
+    sharded on the mesh's data axis; its position is checkpointed and restored."""
+    import jax
+
+    from camflow_jax import configs
+    from camflow_jax.data import datasets
+    from camflow_jax.data.synthetic import device
+    from camflow_jax.training import loop, steps
+
+    config = configs.load("smoke")
+    config.batch_size, config.model.width, config.data.num_train = 4, 64, 8
+    config.data.render, config.data.motion_scale, config.data.train_seed = "device", 1.5, 3
+    source = datasets.training_source(config.data, config.model.height, config.model.width, "train")
+    feed = loop.train_feed(config, source, steps.make_mesh())
+    it = iter(feed.dataset)
+    it.set_state(json.dumps({"render": "device", "seed": 3, "next_step": 2}).encode())
+    got = feed.put(next(it))
+    assert got["img1"].sharding.spec == jax.sharding.PartitionSpec("data")
+    want = device.render_batch(device.procedural_bank(3, 24), 3, 2, batch_size=4, height=64, width=64,
+                               motion_scale=1.5, render_size=(72, 72), need_depth=bool(config.bases.use_depth))
+    assert sorted(got) == sorted(want)
+    for k in want:
+        np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(want[k]), err_msg=k)
+    assert json.loads(it.get_state()) == {"render": "device", "seed": 3, "next_step": 3}
+    with pytest.raises(ValueError, match="host pipeline"):
+        it.set_state(json.dumps({"last_seen_indices": {}}).encode())
+
+
+@pytest.mark.parametrize("change, needle", [(dict(render="gpu"), "must be 'host' or 'device'"),
+                                            (dict(name="ghof"), "data.name='synthetic'"),
+                                            (dict(label="homography"), "data.label='flow'"),
+                                            (dict(resize_height=72), "does not resize")])
+def test_device_rendering_needs_flow_labelled_synthetic_scenes(change, needle):
+    from camflow_jax import configs
+    from camflow_jax.training import loop
+
+    data = configs.load("smoke").data
+    data.render = "device"
+    data.update(change)
+    with pytest.raises(ValueError, match=needle):
+        loop.validate_render(data)

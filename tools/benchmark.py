@@ -18,6 +18,9 @@ Measurements (``--mode``; ``all`` runs the four in this order):
           the device (``pipeline_slowdown`` = train pairs/s / train_data pairs/s). The read
           options are the config's (``data.read_threads``, ``data.prefetch``) unless
           ``--prefetch-threads``/``--prefetch-buffer`` replace them.
+          With ``--render device`` (or a config with ``data.render = "device"``) the step is
+          fed as the trainer then feeds it: the batches rendered on the device(s)
+          (``training/feed.py``), and ``pipeline_slowdown`` is that feed's.
   all     infer at batch 1, infer at ``--batch``, train, train_data.
   refine  the shipped model's ``Predictor`` (``from_pretrained()``) on a held-out synthetic pair
           (seed 1000, sample 0, with depth and K) at ``--height``x``--width``:
@@ -177,6 +180,9 @@ def parse_args(argv=None):
     p.add_argument("--prefetch-threads", type=int, default=None,
                    help="train_data: read threads (default: the config's data.read_threads; grain's own "
                         "default is 16)")
+    p.add_argument("--render", default=None, choices=["host", "device"],
+                   help="train modes: data.render of the config (train_data then measures the grain pipeline "
+                        "or the batches rendered on the device); default: the config's")
     p.add_argument("--fast-compile", action="store_true",
                    help="compile with XLA's backend optimization level 0 (less compile time, slower "
                         "code, same FLOP counts): for tests, not for timings")

@@ -44,6 +44,9 @@ def get_config() -> ml_collections.ConfigDict:
 
     c.data = ml_collections.ConfigDict(dict(
         name="synthetic",       # synthetic | ghof | cahomo | frames
+        render="host",          # synthetic training pairs rendered on the 'host' (grain pipeline) or the
+                                # 'device' (JAX, each device its rows of the batch; name synthetic,
+                                # label flow); the held-out pairs are always the host's
         path="",                # dataset folder (not used by synthetic)
         train_seed=0,           # synthetic: scenes of the training split
         eval_seed=1000,         # synthetic: held-out scenes (a different seed)

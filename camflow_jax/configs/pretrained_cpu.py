@@ -19,6 +19,7 @@ def get_config():
     c.batch_size = 4
     c.num_epochs = 8
     c.data.num_train = 1280        # 320 steps per epoch at batch 4: 2,560 steps in all
+    c.data.render = "host"         # as the shipped model was trained (its workdirs resume with it)
     c.data.num_workers = 0         # two cores: render in the training process
     c.data.prefetch = 2
     c.optim.learning_rate = 3e-4

@@ -26,6 +26,7 @@ from camflow_jax import configs, models
 from camflow_jax.data import datasets, pipeline
 from camflow_jax.estimators import registry as estimators
 from camflow_jax.models import basis_set
+from camflow_jax.training import feed as feed_lib
 from camflow_jax.training import state as train_state
 from camflow_jax.training import workdir as workdir_lib
 from camflow_jax.training.heldout import HeldoutEvaluator
@@ -66,6 +67,7 @@ def validate_config(config) -> None:
     if not 0 <= config.data.read_nice <= 19:
         raise ValueError(f"data.read_nice must be in 0..19 (0 = the trainer's priority), got {config.data.read_nice}")
     pipeline.resolve_num_workers(config.data.num_workers)  # >= 0, or -1 (auto): else a ValueError
+    validate_render(config.data)
     if config.get("stop_after_seconds", 0) < 0:
         raise ValueError("stop_after_seconds must be >= 0 (0 = no limit)")
     for name in config.eval_baselines:
@@ -73,6 +75,22 @@ def validate_config(config) -> None:
     n_dev = jax.device_count()
     if config.batch_size % n_dev:
         raise ValueError(f"batch_size {config.batch_size} is not divisible by the {n_dev} devices")
+
+
+RENDER_MODES = ("host", "device")
+
+
+def validate_render(data) -> None:
+    """``data.render``: 'host' (the grain pipeline) or 'device' (the synthetic flow-labelled
+    scenes rendered on the mesh, :mod:`camflow_jax.training.feed`)."""
+    if data.render not in RENDER_MODES:
+        raise ValueError(f"data.render must be 'host' or 'device', got {data.render!r}")
+    if data.render == "device":
+        if data.name != "synthetic" or data.label != "flow":
+            raise ValueError("data.render='device' renders the synthetic scenes with flow labels: it needs "
+                             f"data.name='synthetic' and data.label='flow', got {data.name!r} and {data.label!r}")
+        if data.resize_height or data.resize_width:
+            raise ValueError("data.render='device' does not resize: data.resize_height/width must be 0")
 
 
 def with_step_count(config, num_train: int) -> tuple[ml_collections.ConfigDict, int]:
@@ -101,6 +119,23 @@ def make_train_dataset(config, source, **read_overrides) -> grain.IterDataset:
         source, seed=config.seed, global_batch=config.batch_size, process_index=jax.process_index(),
         process_count=jax.process_count(), prepare_kwargs=prepare_kwargs(config),
         num_workers=config.data.num_workers, read_nice=config.data.read_nice, **read)
+
+
+def train_feed(config, source, mesh, **read_overrides) -> feed_lib.Feed:
+    """The training batches ``data.render`` asks for (:mod:`camflow_jax.training.feed`): the grain
+    pipeline of ``source`` put on ``mesh`` (``read_overrides`` as in :func:`make_train_dataset`),
+    or, with 'device', the scenes ``source`` would render (its seed and texture bank, the
+    render size, motion scale and categories) rendered on ``mesh``."""
+    data_sharding = NamedSharding(mesh, P("data"))
+    if config.data.render == "host":
+        return feed_lib.host_feed(make_train_dataset(config, source, **read_overrides),
+                                  lambda batch: host_to_global(batch, data_sharding))
+    scenes = source.scenes  # sources.SyntheticPairs(SyntheticScenes(...), "flow")
+    bank = feed_lib.device_bank(scenes.seed, scenes.num_textures, scenes.textures_dir)
+    return feed_lib.device_feed(mesh, bank, seed=scenes.seed, batch_size=config.batch_size,
+                                height=config.model.height, width=config.model.width,
+                                render_size=(scenes.height, scenes.width), motion_scale=scenes.motion_scale,
+                                categories=scenes.categories, need_depth=bool(config.bases.use_depth))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -140,8 +175,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir, stop: Gracefu
         static = jax.device_put(jnp.asarray(static), repl)
         mngr = train_state.checkpoint_manager(workdir, config.keep_checkpoints)
         stop.manager = mngr
-        state, train_iter, start = train_state.restore_latest(
-            mngr, state, make_train_dataset(config, train_source), _log)
+        feed = train_feed(config, train_source, mesh)
+        state, train_iter, start = train_state.restore_latest(mngr, state, feed.dataset, _log)
         writer = workdir_lib.MetricWriter(workdir, start, enabled=is_main)
         p_train, p_eval = jit_steps(model, tx, config, repl, data_sharding)
         evaluator = HeldoutEvaluator(config, prepare_kwargs(config), p_eval, static, data_sharding, writer, workdir if is_main else None,
@@ -152,7 +187,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir, stop: Gracefu
              f"{jax.devices()[0].platform} device(s), {jax.process_count()} process(es); "
              f"steps {start + 1}..{config.num_steps}, {steps_per_epoch} steps/epoch")
         workers, auto = pipeline.resolve_num_workers(config.data.num_workers), config.data.num_workers < 0
-        if workers or auto:
+        if feed.mode == "device":
+            _log(f"data: rendered on the device(s) (data.render=device), step s = render_batch(seed "
+                 f"{train_source.scenes.seed}, s)")
+        elif workers or auto:
             _log(f"data: {workers} worker process(es)"
                  + (f" (data.num_workers=-1: {pipeline.usable_cpus()} usable cores)" if auto else ""))
 
@@ -160,7 +198,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir, stop: Gracefu
         stop_after, last_saved, stopped_early, done = float(config.stop_after_seconds or 0), start, False, start
         try:
             for step in range(start + 1, config.num_steps + 1):
-                state, terms = p_train(state, host_to_global(next(train_iter), data_sharding), static)
+                state, terms = p_train(state, feed.put(next(train_iter)), static)
                 done = step
                 stop.ran_step()
                 time_up = bool(stop_after) and progress.elapsed() > stop_after and step < config.num_steps

@@ -54,6 +54,7 @@ class BenchmarkOptions:
     warmup: int = 2                     # untimed calls after compilation
     prefetch_buffer: int | None = None  # train_data: batches ahead (default: data.prefetch)
     prefetch_threads: int | None = None  # train_data: read threads (default: data.read_threads)
+    render: str | None = None           # train modes: data.render, 'host' or 'device' (default: the config's)
     fast_compile: bool = False          # XLA backend optimization level 0: for tests, not timings
     release_code: str | None = None     # release: a clone of github.com/lhaippp/CamFlow-Code
     release_train: bool = False         # release: the train steps instead of the forwards
@@ -218,10 +219,12 @@ def apply_groups(config, groups: list[int]) -> None:
 
 def train_config(opts: BenchmarkOptions, config):
     """The train measurements' config: ``config`` (the inference size and batch), reloaded at
-    ``--train-size`` / ``--train-batch`` where given, with ``--groups`` applied."""
+    ``--train-size`` / ``--train-batch`` where given, with ``--render`` and ``--groups`` applied."""
     if opts.train_size or opts.train_batch:
         th, tw = (int(v) for v in (opts.train_size or f"{opts.height}x{opts.width}").lower().split("x"))
         config = load_config(opts.config, th, tw, opts.train_batch or opts.batch, precision_of(opts), opts.arch)
+    if opts.render:
+        config.data.render = opts.render
     groups = parse_groups(opts.groups)
     if groups:
         apply_groups(config, groups)

@@ -40,7 +40,7 @@ def build_train(config):
     static = jax.device_put(jnp.asarray(basis_set.static_bases(model_config)), repl)
     p_train, _ = train_steps.jit_steps(model, tx, config, repl, data_sharding)
     return {"model_config": model_config, "params": models.count_params(state["params"]), "state": state,
-            "static": static, "p_train": p_train, "source": source,
+            "static": static, "p_train": p_train, "source": source, "mesh": mesh,
             "to_global": lambda batch: train_steps.host_to_global(batch, data_sharding)}
 
 
@@ -80,12 +80,13 @@ def train_setup(opts: BenchmarkOptions, config) -> dict:
 
 
 def bench_train(opts: BenchmarkOptions, config) -> list[dict]:
-    """[train (fixed batch), train_data (grain pipeline)] measurements of one compiled step."""
+    """[train (fixed batch), train_data (the trainer's feed: grain pipeline or device rendering,
+    as ``data.render`` says)] measurements of one compiled step."""
     s = train_setup(opts, config)
     t, step, fixed = s["t"], s["step"], s["fixed"]
     first_batch_s, batch_bytes, lower_s, compile_s = s["first_batch_s"], s["batch_bytes"], s["lower_s"], s["compile_s"]
     flops, memory = s["flops"], s["memory"]
-    to_global, static = t["to_global"], t["static"]
+    static = t["static"]
     b = config.batch_size
     state = t["state"]
     common = {"device": str(jax.devices()[0]), "platform": jax.devices()[0].platform,
@@ -116,30 +117,34 @@ def bench_train(opts: BenchmarkOptions, config) -> list[dict]:
                  **timing_summary(times, cpu, b, flops), "loss_finite": bool(np.isfinite(loss)),
                  "memory": memory, "loadavg_before": load_before, "loadavg_after": loadavg()}
 
-    # (ii) fed from the trainer's grain pipeline as its loop does: next batch, transfer, step,
-    # without blocking, so host-side data work overlaps the device work of the previous step.
-    # --prefetch-threads / --prefetch-buffer replace the config's read options.
+    # (ii) fed as the trainer's loop feeds it (training/feed.py, data.render): with 'host', the
+    # grain pipeline: next batch, transfer, step, without blocking, so host-side data work
+    # overlaps the device work of the previous step (--prefetch-threads / --prefetch-buffer
+    # replace the config's read options); with 'device', the batch rendered on the device(s)
+    # (dispatched without blocking; the first call compiles the renderer).
     overrides = {"read_threads": opts.prefetch_threads, "prefetch": opts.prefetch_buffer}
-    it = iter(trainer.make_train_dataset(config, t["source"], **overrides))
+    feed = trainer.train_feed(config, t["source"], t["mesh"], **overrides)
+    it = iter(feed.dataset)
     t0 = time.perf_counter()
-    batch = to_global(next(it))
+    batch = feed.put(next(it))
+    jax.block_until_ready(batch)
     iter_first_s = time.perf_counter() - t0
     state, terms = step(state, batch, static)
     for _ in range(opts.warmup):
-        state, terms = step(state, to_global(next(it)), static)
+        state, terms = step(state, feed.put(next(it)), static)
     jax.block_until_ready((state, terms))
     load_before = loadavg()
     data_s = []
     t_start, c_start = time.perf_counter(), time.process_time()
     for _ in range(opts.repeats):
         t0 = time.perf_counter()
-        batch = to_global(next(it))
+        batch = feed.put(next(it))
         data_s.append(time.perf_counter() - t0)
         state, terms = step(state, batch, static)
     jax.block_until_ready((state, terms))
     total, total_cpu = time.perf_counter() - t_start, time.process_time() - c_start
     per_step = total / opts.repeats
-    res_data = {"measurement": "train_data", **common, "data_workers": pipeline.resolve_num_workers(config.data.num_workers),
+    res_data = {"measurement": "train_data", **common, "render": feed.mode, "data_workers": pipeline.resolve_num_workers(config.data.num_workers),
                 "prefetch_buffer": int(opts.prefetch_buffer if opts.prefetch_buffer is not None
                                        else config.data.prefetch),
                 "prefetch_threads": int(opts.prefetch_threads if opts.prefetch_threads is not None
