@@ -18,8 +18,12 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
+from camflow_jax import models
 from camflow_jax.compilation import cache, exported, store
+from camflow_jax.models import basis_set
+from camflow_jax.predictor import Predictor
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGGER = "camflow_jax.compilation.cache"
@@ -273,3 +277,52 @@ def test_exported_jit_falls_back_to_jit_when_it_cannot_serialize(tmp_path, monke
     f = exported.ExportedJit(lambda v: v * 2, name="test.double")
     np.testing.assert_array_equal(f(np.arange(3.0)), [0.0, 2.0, 4.0])
     assert f.how() == ["jit"] and not list(tmp_path.rglob("*.bin"))
+
+
+CFG = {"group_sizes": [12, 12], "embed_dim": 8, "depths": (1,), "layer_depth": (1,), "num_heads": (2,),
+       "height": 64, "width": 64}  # the training tests' one-level net
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model = models.build_model(CFG)
+    return model, models.init_variables(model, jax.random.key(0), 64, 64)
+
+
+def test_a_fresh_predictor_loads_the_exported_forward(tmp_path, monkeypatch, tiny):
+    """A second Predictor of the same architecture (another instance, as in a fresh process)
+    loads the forward traced by the first, and all three (exported, loaded, caches off) agree
+    bit for bit."""
+    monkeypatch.setenv(cache.DIR_ENV, str(tmp_path))
+    model, variables = tiny
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, 255, (48, 64, 3), dtype=np.uint8)
+    b = np.roll(a, 2, axis=1)
+    outs, hows = [], []
+    for _ in range(2):
+        pred = Predictor(model, variables, None, CFG, refine=False)
+        outs.append(pred(a, b))
+        hows.append(pred._forward.how())
+    assert hows == [["exported"], ["loaded"]]
+    monkeypatch.setenv(cache.OPT_OUT_ENV, "1")
+    pred = Predictor(model, variables, None, CFG, refine=False)
+    outs.append(pred(a, b))
+    assert pred._forward.how() == ["jit"]
+    for k in ("flow_f", "flow_b", "homography", "coeffs_f"):
+        np.testing.assert_array_equal(outs[0][k], outs[1][k])
+        np.testing.assert_array_equal(outs[0][k], outs[2][k])
+
+
+def test_static_bases_are_computed_once_per_machine(tmp_path, monkeypatch):
+    monkeypatch.setenv(cache.DIR_ENV, str(tmp_path))
+    cfg = {"height": 16, "width": 32, "bases": {"num_stochastic": 4}}
+    first = basis_set.static_bases(cfg)
+    (path,) = list((tmp_path / "bases").glob("*.bin"))
+    monkeypatch.setattr(basis_set.bases_lib, "static_bases", lambda *a, **k: pytest.fail("computed again"))
+    again = basis_set.static_bases(cfg)
+    np.testing.assert_array_equal(first, again)
+    assert first.shape == (16, 16, 32, 2) and first.dtype == np.float32
+    monkeypatch.undo()
+    monkeypatch.setenv(cache.DIR_ENV, str(tmp_path))
+    path.write_bytes(b"damaged")
+    np.testing.assert_array_equal(basis_set.static_bases(cfg), first)  # computed again, same values
