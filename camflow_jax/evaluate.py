@@ -39,6 +39,7 @@ import sys
 from collections.abc import Sequence
 
 from camflow_jax.cli import harness
+from camflow_jax.compilation import cache as compile_cache
 from camflow_jax.data.datasets import DATASETS, load_dataset
 from camflow_jax.estimators import registry as estimators
 from camflow_jax.evaluation.benchmark import evaluate
@@ -100,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    compile_cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
     return harness.run_cli(lambda: _run(args), verbose=args.verbose)
 
 

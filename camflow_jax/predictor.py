@@ -28,7 +28,10 @@ Pipeline for one pair (docs/design.md, "Inference"):
    flow_f over all pixels.
 
 Steps 2–4 are one ``jax.jit`` function; JAX caches its compilation per input shape, so a video
-or a benchmark of equal-size frames compiles once.
+or a benchmark of equal-size frames compiles once. Across processes, the traced program is kept
+as a ``jax.export`` artifact and the compiled one in JAX's persistent compilation cache, in a
+per-user folder (:mod:`camflow_jax.compilation`; ``CAMFLOW_JAX_NO_CACHE=1`` turns that off): a
+fresh process running a model at a size it ran before neither traces nor compiles.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from camflow_jax import refine as refine_lib
+from camflow_jax.compilation import cache as compile_cache
+from camflow_jax.compilation.exported import ExportedJit
 from camflow_jax.geometry import device as geometry
 from camflow_jax.geometry.checks import check_depth, intrinsics_problem
 from camflow_jax.models import basis_set, checkpoint
@@ -204,6 +209,7 @@ class Predictor:
     def __init__(self, model, variables, static_bases, model_config: Mapping[str, Any] | None = None,
                  *, channel_order: str = "rgb", refine: "bool | refine_lib.RefineConfig" = True,
                  confidence: bool = False, precision: str | None = None, dtype: str | None = None):
+        compile_cache.enable()  # before anything compiles (the user's JAX settings win)
         if hasattr(model_config, "to_dict"):  # ml_collections.ConfigDict
             model_config = model_config.to_dict()
         cfg = dict(model_config or {})
@@ -249,11 +255,22 @@ class Predictor:
                                  f"sigmas give {3 * len(sigmas)}")
         self.depth_sigmas = sigmas
         self.variables = jax.device_put(variables)
-        self._forward = jax.jit(self._forward_impl, static_argnames=("confidence",))
+        self._forward = self._jit_forward()
         self.refiner = PairRefiner(static_bases, self.num_depth, sigmas, self.basis_groups)
         self.refine_config = self._refine_setting(refine, refine_lib.RefineConfig())
         self._warned_no_depth = False
         self.description = "CamFlow+" if self.num_depth else "CamFlow"  # set by the loaders
+
+    def _jit_forward(self):
+        """The jitted forward; its traced program is kept on disk (:class:`ExportedJit`) for the
+        package's own models, keyed by all it reads besides its arguments (the weights and
+        bases are arguments: a checkpoint of the same architecture shares the artifacts)."""
+        kind = type(self.model)
+        if not kind.__module__.startswith("camflow_jax."):
+            return jax.jit(self._forward_impl, static_argnames=("confidence",))
+        key = (f"{kind.__module__}.{kind.__qualname__}", repr(self.model), self.channel_order, self.height,
+               self.width, self.num_depth, self.depth_sigmas)
+        return ExportedJit(self._forward_impl, name="Predictor.forward", key=key, static_argnames=("confidence",))
 
     @classmethod
     def from_pretrained(cls, name: str | None = None, **kwargs) -> "Predictor":
@@ -275,6 +292,7 @@ class Predictor:
         """Loads ``path`` (inference checkpoint or training workdir) via
         :func:`camflow_jax.models.checkpoint.load_model`."""
         path = os.fspath(path)
+        compile_cache.enable()  # the loader may compute (and compile) the static bases
         if not os.path.exists(path):
             raise FileNotFoundError(
                 f"checkpoint not found: {path}. Train one (python -m camflow_jax.train "
@@ -349,9 +367,11 @@ class Predictor:
             depth1 = depth2 = np.zeros((1, 1), np.float32)
             K = np.zeros(4, np.float32)
         # Bases and weights are arguments, not closure constants: XLA would otherwise embed them.
+        # numpy in: converted on the host, not by eager device ops that each compile a program
         out = self._forward(self.variables, self.static_bases,
-                            jnp.asarray(img1, jnp.float32), jnp.asarray(img2, jnp.float32),
-                            jnp.asarray(depth1), jnp.asarray(depth2), jnp.asarray(K), jnp.asarray(K),
+                            np.asarray(img1, np.float32), np.asarray(img2, np.float32),
+                            np.asarray(depth1, np.float32), np.asarray(depth2, np.float32),
+                            np.asarray(K, np.float32), np.asarray(K, np.float32),
                             confidence=bool(confidence))
         out = {k: np.asarray(v) for k, v in jax.device_get(out).items()}
         if cfg is None:

@@ -38,6 +38,7 @@ import argparse
 import sys
 
 from camflow_jax.cli import harness
+from camflow_jax.compilation import cache as compile_cache
 from camflow_jax.geometry import checks
 
 __all__ = ["main", "build_parser"]
@@ -159,6 +160,7 @@ def _estimator(args, estimators):
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    compile_cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
     return harness.run_cli(lambda: _run(args), verbose=args.verbose)
 
 

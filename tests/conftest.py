@@ -9,6 +9,10 @@ loads the executable XLA wrote, so the tests run the same code either way. The c
 empty (a fresh temporary folder, removed at the end) unless ``JAX_COMPILATION_CACHE_DIR`` is
 already set, in which case that cache is used.
 
+The package's own caches (camflow_jax.compilation: the Predictor's exported programs, the static
+bases) go to a fresh temporary folder too, ``CAMFLOW_JAX_CACHE_DIR``, also inherited by every
+subprocess: a test run never reads or writes the per-user cache folder (~/.cache/camflow_jax).
+
 The training tests (test_train, test_train_reliability) also share one 4-step reference run
 for the whole session, so that the reference is trained once, whichever modules run.
 """
@@ -22,11 +26,14 @@ import pytest
 
 
 def pytest_configure(config):
+    root = tempfile.mkdtemp(prefix="camflow-jax-cache-")
+    config.add_cleanup(lambda: shutil.rmtree(root, ignore_errors=True))
+    os.environ["CAMFLOW_JAX_CACHE_DIR"] = root  # inherited by every subprocess
     path = os.environ.get("JAX_COMPILATION_CACHE_DIR")
     if not path:
-        path = tempfile.mkdtemp(prefix="camflow-jax-cache-")
+        path = os.path.join(root, "jax")
+        os.makedirs(path)
         os.environ["JAX_COMPILATION_CACHE_DIR"] = path  # inherited by every subprocess
-        config.add_cleanup(lambda: shutil.rmtree(path, ignore_errors=True))
     import jax
 
     jax.config.update("jax_compilation_cache_dir", path)  # in case jax was imported already

@@ -29,7 +29,10 @@ def main(argv=None) -> int:
     if str(ROOT) not in sys.path:  # camflow_jax and configs from this checkout, installed or not
         sys.path.insert(0, str(ROOT))
     from camflow_jax import configs
+    from camflow_jax.compilation import cache as compile_cache
     from camflow_jax.experiments.ablation import run_ablation
+
+    compile_cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
 
     run_ablation(configs.load(args.config), args.workdir, out=args.out,
                  variants=[v.strip() for v in args.variants.split(",") if v.strip()], steps=args.steps,

@@ -124,6 +124,11 @@ once with ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``, which backs them with trans
 (:mod:`camflow_jax.cli.runtime`; docs/performance.md has its effect); ``CAMFLOW_JAX_NO_HUGEPAGES=1``
 measures without. The machine info records ``glibc_tunables``.
 
+Compile times and first calls are measured as a fresh install sees them: this script turns off
+the caches of :mod:`camflow_jax.compilation` (the per-user persistent compilation cache, the
+Predictor's exported programs, the stored static bases) unless ``--compile-cache`` is given; a
+``JAX_COMPILATION_CACHE_DIR`` of your own still applies (docs/performance.md, "Compile once").
+
 This script parses the arguments and prints; the measurements are
 :mod:`camflow_jax.experiments.benchmarking` (:func:`camflow_jax.experiments.benchmarking.run`).
 """
@@ -132,6 +137,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -139,6 +145,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # camflow_jax and configs from this checkout, installed or not
     sys.path.insert(0, str(ROOT))
 
+from camflow_jax.compilation import cache as compile_cache  # noqa: E402
 from camflow_jax.experiments import benchmarking  # noqa: E402
 from camflow_jax.experiments.benchmarking import MODES  # noqa: E402
 
@@ -196,6 +203,9 @@ def parse_args(argv=None):
     p.add_argument("--profile-top", type=int, default=40,
                    help="profile: rows of the module-group and instruction tables in the report")
     p.add_argument("--out", default=None, help="JSON file for all results and machine info")
+    p.add_argument("--compile-cache", action="store_true",
+                   help="keep camflow_jax's compilation caches on (default: off, so compile and first-call "
+                        "times are a fresh install's)")
     args = p.parse_args(argv)
     if args.mode == "release" and (args.arch != "release" or args.groups not in (None, "12,12")):
         p.error("--mode release compares the released structure: --arch release, --groups 12,12")
@@ -203,8 +213,11 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
+    opts = vars(parse_args(argv))
+    if not opts.pop("compile_cache"):
+        os.environ[compile_cache.OPT_OUT_ENV] = "1"
     try:
-        benchmarking.run(benchmarking.BenchmarkOptions(**vars(parse_args(argv))),
+        benchmarking.run(benchmarking.BenchmarkOptions(**opts),
                          on_result=lambda r: print(json.dumps(r), flush=True))
     except benchmarking.ReleaseUnavailable as e:
         print(f"benchmark.py: error: {e}", file=sys.stderr)

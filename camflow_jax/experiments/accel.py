@@ -98,7 +98,8 @@ def capture_jitted_calls(pred, img1, img2, **call_kwargs) -> list[JittedCall]:
 
     def recorder(name, fn):
         def call(*args, **kwargs):
-            calls.append(JittedCall(name, fn, args, kwargs))
+            # the jax.jit itself (an ExportedJit wraps one: camflow_jax.compilation.exported)
+            calls.append(JittedCall(name, getattr(fn, "jitted", fn), args, kwargs))
             out = fn.trace(*args, **kwargs).out_info
             return jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), out)
         return call

@@ -8,18 +8,21 @@ trainer, the checkpoint loader, the Predictor and the benchmarks all go through 
 * :func:`spec_from_training_config`: the ``bases`` section a training config describes;
 * :func:`depth_sigmas`: the depth pyramid's blurs (given, or the width's default);
 * :func:`num_depth_bases`: the size of the depth group;
-* :func:`static_bases`: the static bases a model config describes (numpy);
+* :func:`static_bases`: the static bases a model config describes (numpy; computed once per
+  machine and kept in the package's cache folder, :mod:`camflow_jax.compilation.store`);
 * :func:`with_depth_bases`: one image's full basis set, static then depth (JAX, vmap-friendly).
 """
 
 from __future__ import annotations
 
+import io
 from typing import Any, Mapping, Sequence
 
 import jax.numpy as jnp
 import numpy as np
 
 from camflow_jax import bases as bases_lib
+from camflow_jax.compilation import store
 
 __all__ = ["DEFAULT_BASES", "spec_from_training_config", "depth_sigmas", "num_depth_bases", "static_bases",
            "with_depth_bases"]
@@ -51,12 +54,31 @@ def spec_from_training_config(config) -> dict:
 
 def static_bases(model_config: Mapping[str, Any]) -> np.ndarray:
     """``[N_static, height, width, 2]``: the static (homography | stochastic) bases a model
-    config (``height``, ``width`` and its ``bases`` section) describes."""
+    config (``height``, ``width`` and its ``bases`` section) describes.
+
+    Computing them takes seconds (the stochastic bases' SVD of 240 random homography flows:
+    4-8 s of CPU at 128x256 on the 2-core test machine), so they are computed once per machine
+    and read back afterwards (``<cache_root>/bases/``, keyed by these settings, the versions
+    and the package's source; bit-identical: docs/performance.md, "Compile once")."""
     spec = {**DEFAULT_BASES, **dict(model_config.get("bases") or {})}
     h, w = int(model_config["height"]), int(model_config["width"])
-    return np.asarray(bases_lib.static_bases(
-        h, w, spec["num_homography"], spec["num_stochastic"], spec["seed"],
-        orthogonal_to_homography=spec["orthogonal_to_homography"]))
+    args = (int(spec["num_homography"]), int(spec["num_stochastic"]), int(spec["seed"]),
+            bool(spec["orthogonal_to_homography"]))
+    parts = ["static_bases", h, w, *args]
+    shape = (args[0] + args[1], h, w, 2)
+    data = store.read("bases", parts)
+    if data is not None:
+        try:
+            kept = np.load(io.BytesIO(data), allow_pickle=False)
+            if kept.shape == shape and kept.dtype == np.float32 and np.all(np.isfinite(kept)):
+                return kept
+        except (ValueError, EOFError, OSError):
+            pass  # damaged: compute them again
+    out = np.asarray(bases_lib.static_bases(h, w, *args[:3], orthogonal_to_homography=args[3]), np.float32)
+    buf = io.BytesIO()
+    np.save(buf, out, allow_pickle=False)
+    store.write("bases", parts, buf.getvalue())
+    return out
 
 
 def with_depth_bases(static, depth, K, sigmas: Sequence[float]):

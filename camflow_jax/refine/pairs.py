@@ -15,6 +15,10 @@ a detail level up to ``RefineConfig.detail_size``), in three jitted calls per pa
 
 Host work around them (cv2, cheap): grey images and depth resized to the working size, the
 SIFT start, and the refined flows and weights resized back.
+
+The jitted pieces keep their traced programs on disk (:class:`camflow_jax.compilation.exported.ExportedJit`)
+and their compiled ones in JAX's persistent compilation cache, so a fresh process refining a
+pair of a size it saw before neither traces nor compiles them.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from camflow_jax import bases as bases_mod
+from camflow_jax.compilation import cache as compile_cache
+from camflow_jax.compilation.exported import ExportedJit
 from camflow_jax.geometry import classical
 from camflow_jax.geometry import device as geometry
 from camflow_jax.geometry import host as geometry_np
@@ -72,6 +78,7 @@ class PairRefiner:
     """
 
     def __init__(self, static_bases, num_depth: int = 0, depth_sigmas=None, basis_groups=None):
+        compile_cache.enable()
         self.static_bases = static_bases
         self.height, self.width = (int(s) for s in static_bases.shape[1:3])
         self.num_depth = int(num_depth)
@@ -80,10 +87,16 @@ class PairRefiner:
         # Three jitted pieces (bases, images, one direction), each compiled once per working
         # size: one jit around all of them ran 1.2-1.4x slower on a 2-core CPU (XLA fused the
         # depth-basis construction into the solver's consumers; docs/refinement.md, "Cost").
-        self._basis_pyramid = jax.jit(self._basis_pyramid_impl, static_argnames=("cfg", "detail_hw"))
-        self._refine_images = jax.jit(self._refine_images_impl, static_argnames=("cfg",))
-        self._refine_direction = jax.jit(self._refine_direction_impl, static_argnames=("input_hw", "cfg"))
-        self._flow_homography = jax.jit(flow_homography)
+        # Each keyed by what it reads besides its arguments (the static bases are an argument).
+        key = (self.height, self.width, self.num_depth,
+               None if depth_sigmas is None else tuple(float(s) for s in depth_sigmas), basis_groups)
+        self._basis_pyramid = ExportedJit(self._basis_pyramid_impl, name="PairRefiner.basis_pyramid",
+                                          static_argnames=("size", "cfg", "detail_hw"))
+        self._refine_images = ExportedJit(self._refine_images_impl, name="PairRefiner.images",
+                                          static_argnames=("cfg",))
+        self._refine_direction = ExportedJit(self._refine_direction_impl, name="PairRefiner.direction", key=key,
+                                             static_argnames=("input_hw", "cfg"))
+        self._flow_homography = ExportedJit(flow_homography, name="PairRefiner.flow_homography")
         self._static_cache = {}
         self._pool = None  # two threads for the pair's directions on a multi-core CPU (_in_parallel)
 
@@ -119,18 +132,19 @@ class PairRefiner:
         of a pair share it)."""
         key = (size, cfg.levels, cfg.strides, detail_hw, cfg.detail_stride if detail_hw else None)
         if key not in self._static_cache:
-            h, w = size
-            sh, sw = self.static_bases.shape[1:3]
-            sb = self.static_bases
-            u = geometry.resize_bilinear_align_corners(sb[..., :1], h, w)[..., 0] * (w / sw)
-            v = geometry.resize_bilinear_align_corners(sb[..., 1:], h, w)[..., 0] * (h / sh)
             self._static_cache.clear()  # one size at a time: bounded memory
-            self._static_cache[key] = self._basis_pyramid((u, v), cfg=cfg, detail_hw=detail_hw)
+            self._static_cache[key] = self._basis_pyramid(self.static_bases, size=tuple(size), cfg=cfg,
+                                                          detail_hw=detail_hw)
         return self._static_cache[key]
 
     @staticmethod
-    def _basis_pyramid_impl(bases, *, cfg, detail_hw):
-        bp = refine_pyramid.basis_pyramid(bases, cfg)
+    def _basis_pyramid_impl(static_bases, *, size, cfg, detail_hw):
+        """The static bases resized to ``size`` (jitted with the pyramid: one program, where the
+        resize as eager operations compiled ~25 small ones per size)."""
+        (h, w), (sh, sw) = size, static_bases.shape[1:3]
+        u = geometry.resize_bilinear_align_corners(static_bases[..., :1], h, w)[..., 0] * (w / sw)
+        v = geometry.resize_bilinear_align_corners(static_bases[..., 1:], h, w)[..., 0] * (h / sh)
+        bp = refine_pyramid.basis_pyramid((u, v), cfg)
         return bp if detail_hw is None else refine_pyramid.with_detail(bp, detail_hw, cfg.detail_stride)
 
     def _depth_bases(self, depth, K, cfg):

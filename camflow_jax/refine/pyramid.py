@@ -240,6 +240,14 @@ class BasisPyramid(NamedTuple):
     detail: tuple | None = None
 
 
+# A result of the refinement's jitted pieces: jax.export must know how to serialize it
+# (camflow_jax.compilation.exported keeps those pieces on disk).
+try:
+    jax.export.register_namedtuple_serialization(BasisPyramid, serialized_name="camflow_jax.refine.BasisPyramid")
+except ValueError:  # registered already (the module was reloaded)
+    pass
+
+
 def basis_pyramid(bases, cfg: RefineConfig = RefineConfig()) -> BasisPyramid:
     """The :class:`BasisPyramid` of bases ``[N, H, W, 2]`` or components ``(u, v)`` ``[N, H, W]``
     for ``cfg``'s levels and strides (one group). Join groups with :func:`join_basis_pyramids`."""

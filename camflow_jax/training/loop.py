@@ -23,6 +23,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from camflow_jax import configs, models
+from camflow_jax.compilation import cache as compile_cache
 from camflow_jax.data import datasets, pipeline
 from camflow_jax.estimators import registry as estimators
 from camflow_jax.models import basis_set
@@ -148,7 +149,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir, stop: Gracefu
 
     ``stop``: a :class:`~camflow_jax.training.signals.GracefulStop` the loop reports to (the CLI
     passes one): once it has received a signal, the loop saves what is unsaved and raises
-    :class:`~camflow_jax.training.signals.TrainingInterrupted`."""
+    :class:`~camflow_jax.training.signals.TrainingInterrupted`.
+
+    The compiled steps are kept in JAX's persistent compilation cache, in a per-user folder
+    unless the user set up JAX's own (:func:`camflow_jax.compilation.cache.enable`): a run
+    resumed, or started again at the same settings, does not compile them again."""
+    compile_cache.enable()
     t_start, is_main = time.time(), jax.process_index() == 0
     validate_config(config)
     workdir = Path(workdir).absolute()
