@@ -33,7 +33,6 @@ import numpy as np
 
 from camflow_jax.compilation import cache
 from camflow_jax.io import atomic
-from camflow_jax.io.errors import describe_error
 
 __all__ = ["MAGIC", "environment", "source_digest", "made_from", "path_for", "read", "write"]
 
@@ -143,7 +142,7 @@ def write(kind: str, parts: Any, payload: bytes) -> bool:
                 fh.write(MAGIC + struct.pack("<I", len(header)) + header)
                 fh.write(payload)
     except OSError as e:
-        cache.warn_once(f"cannot store {kind} in {path.parent} ({describe_error(e)}); carrying on without "
-                        f"it (set {cache.OPT_OUT_ENV}=1 to turn the cache off)")
+        cache.warn_once(f"cannot store {kind} ({cache.failure_text(e, path.parent)}); carrying on without it "
+                        f"(set {cache.OPT_OUT_ENV}=1 to turn the cache off)")
         return False
     return True
