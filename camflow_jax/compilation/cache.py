@@ -50,7 +50,8 @@ import jax
 from camflow_jax.io import atomic
 from camflow_jax.io.errors import describe_error
 
-__all__ = ["OPT_OUT_ENV", "DIR_ENV", "JAX_SUBDIR", "opted_out", "cache_root", "host_tag", "enable", "warn_once", "failure_text"]
+__all__ = ["OPT_OUT_ENV", "DIR_ENV", "JAX_SUBDIR", "opted_out", "cache_root", "host_tag", "enable", "warn_once",
+           "failure_text"]
 
 #: Set to anything but ``0`` or empty: no cache of this package (JAX's own settings still apply).
 OPT_OUT_ENV = "CAMFLOW_JAX_NO_CACHE"
