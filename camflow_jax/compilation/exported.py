@@ -132,7 +132,8 @@ class ExportedJit:
             except Exception as e:  # damaged or from an incompatible jax: make it again
                 _log.debug("cannot load the stored %s (%s: %s); exporting it again", self.name, type(e).__name__, e)
             else:
-                return self._first_call_checked(loaded, sig, lambda: self._export(args, static, parts, plain)), "loaded"
+                again = lambda: self._export(args, static, parts, plain)  # noqa: E731
+                return self._first_call_checked(loaded, sig, again), "loaded"
         return self._export(args, static, parts, plain)
 
     def _export(self, args, static, parts, plain) -> tuple[Callable, str]:
