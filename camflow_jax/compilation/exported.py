@@ -44,6 +44,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax import export
 
 from camflow_jax.compilation import store
 
@@ -123,8 +124,6 @@ class ExportedJit:
         if not can_serialize() or any(s is None for s in sig[1]) or store.path_for(KIND, ()) is None:
             return plain, "jit"
         parts = [self.name, repr(self.key), str(sig[0]), repr(sig[1]), repr(sig[2])]
-        from jax import export
-
         data = store.read(KIND, parts)
         if data is not None:
             try:
@@ -139,8 +138,6 @@ class ExportedJit:
     def _export(self, args, static, parts, plain) -> tuple[Callable, str]:
         """Traces the function into a ``jax.export`` artifact, stores it, and returns its call
         (or the plain jit when it cannot be exported)."""
-        from jax import export
-
         try:
             exp = export.export(self.jitted)(*args, **static)
             payload = exp.serialize()
