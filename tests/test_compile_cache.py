@@ -271,6 +271,24 @@ def test_exported_jit_loads_in_a_fresh_object_with_the_same_results(tmp_path, mo
     assert off.how() == ["jit"]
 
 
+def test_a_stored_program_that_fails_is_exported_again(tmp_path, monkeypatch):
+    """A stored artifact that deserializes but fails on its first call (cannot be lowered or
+    compiled here) never fails the run: the function is exported again from the code."""
+    monkeypatch.setenv(cache.DIR_ENV, str(tmp_path))
+    x = np.arange(6.0, dtype=np.float32)
+    exported.ExportedJit(lambda v: v * 3, name="test.triple")(x)
+
+    class Broken:
+        def call(self, *args):
+            raise RuntimeError("cannot lower this here")
+
+    monkeypatch.setattr(jax.export, "deserialize", lambda data: Broken())
+    again = exported.ExportedJit(lambda v: v * 3, name="test.triple")
+    np.testing.assert_array_equal(again(x), x * 3)
+    np.testing.assert_array_equal(again(x), x * 3)
+    assert again.how() == ["exported"]
+
+
 def test_exported_jit_falls_back_to_jit_when_it_cannot_serialize(tmp_path, monkeypatch):
     monkeypatch.setenv(cache.DIR_ENV, str(tmp_path))
     monkeypatch.setattr(exported, "can_serialize", lambda: False)  # e.g. no flatbuffers

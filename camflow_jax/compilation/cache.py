@@ -50,7 +50,8 @@ import jax
 from camflow_jax.io import atomic
 from camflow_jax.io.errors import describe_error
 
-__all__ = ["OPT_OUT_ENV", "DIR_ENV", "JAX_SUBDIR", "opted_out", "cache_root", "enable", "warn_once"]
+__all__ = ["OPT_OUT_ENV", "DIR_ENV", "JAX_SUBDIR", "opted_out", "cache_root", "host_tag", "enable", "warn_once",
+           "failure_text"]
 
 #: Set to anything but ``0`` or empty: no cache of this package (JAX's own settings still apply).
 OPT_OUT_ENV = "CAMFLOW_JAX_NO_CACHE"
@@ -121,6 +122,12 @@ def warn_once(message: str) -> None:
         _log.warning("warning: %s", message)
     else:
         _log.debug("%s", message)
+
+
+def failure_text(e: OSError, folder) -> str:
+    """``e`` in one line, naming ``folder`` unless the error names a path already."""
+    text = describe_error(e)
+    return text if e.filename else f"{text}: {folder}"
 
 
 def enable(environ: Mapping[str, str] | None = None) -> str | None:
@@ -196,8 +203,8 @@ def _file_cache_class():
                         fh.write(value)
             except OSError as e:
                 self._writable = False
-                warn_once(f"cannot store compiled programs in {self._path} ({describe_error(e)}); "
-                          f"compiling without storing them (set {OPT_OUT_ENV}=1 to turn the cache off)")
+                warn_once(f"cannot store compiled programs ({failure_text(e, self._path)}); compiling without "
+                          f"storing them (set {OPT_OUT_ENV}=1 to turn the cache off)")
 
     return AtomicFileCache
 

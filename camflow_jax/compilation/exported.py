@@ -20,7 +20,11 @@ arguments) the first call in a process:
 
 Later calls of that signature go straight to the jitted exported call. The owner must put in
 ``key`` everything the function reads besides its arguments (e.g. the model's architecture,
-the network size); code changes are covered by the source digest.
+the network size); code changes are covered by the source digest, but a function replaced at
+run time (a test's monkeypatch inside the traced code) is not: use a fresh
+``CAMFLOW_JAX_CACHE_DIR`` or ``CAMFLOW_JAX_NO_CACHE=1`` there. A loaded artifact whose first
+call fails (it cannot be lowered or compiled here) is dropped, and the function is exported
+again from the code.
 
 Falls back to the plain ``jax.jit`` (same results, traced as before) when caches are off
 (``CAMFLOW_JAX_NO_CACHE=1``), when ``jax.export`` cannot serialize (the ``flatbuffers``
@@ -40,6 +44,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax import export
 
 from camflow_jax.compilation import store
 
@@ -119,14 +124,20 @@ class ExportedJit:
         if not can_serialize() or any(s is None for s in sig[1]) or store.path_for(KIND, ()) is None:
             return plain, "jit"
         parts = [self.name, repr(self.key), str(sig[0]), repr(sig[1]), repr(sig[2])]
-        from jax import export
-
         data = store.read(KIND, parts)
         if data is not None:
             try:
-                return jax.jit(export.deserialize(bytearray(data)).call), "loaded"
+                loaded = jax.jit(export.deserialize(bytearray(data)).call)
             except Exception as e:  # damaged or from an incompatible jax: make it again
                 _log.debug("cannot load the stored %s (%s: %s); exporting it again", self.name, type(e).__name__, e)
+            else:
+                again = lambda: self._export(args, static, parts, plain)  # noqa: E731
+                return self._first_call_checked(loaded, sig, again), "loaded"
+        return self._export(args, static, parts, plain)
+
+    def _export(self, args, static, parts, plain) -> tuple[Callable, str]:
+        """Traces the function into a ``jax.export`` artifact, stores it, and returns its call
+        (or the plain jit when it cannot be exported)."""
         try:
             exp = export.export(self.jitted)(*args, **static)
             payload = exp.serialize()
@@ -135,3 +146,23 @@ class ExportedJit:
             return plain, "jit"
         store.write(KIND, parts, bytes(payload))
         return jax.jit(exp.call), "exported"
+
+    def _first_call_checked(self, loaded: Callable, sig, again: Callable[[], tuple[Callable, str]]) -> Callable:
+        """``loaded``, whose first call falls back to ``again()`` (export from the code) when it
+        raises: a stored program that cannot be lowered or compiled here never fails a run."""
+
+        def first(*args):
+            try:
+                out = loaded(*args)
+            except Exception as e:
+                _log.debug("the stored %s failed (%s: %s); exporting it again", self.name, type(e).__name__, e)
+                with self._lock:
+                    call, how = again()
+                    self._calls[sig], self._how[sig] = call, how
+                return call(*args)
+            with self._lock:
+                if self._calls.get(sig) is first:
+                    self._calls[sig] = loaded  # later calls: straight to the jitted call
+            return out
+
+        return first

@@ -2,9 +2,9 @@
 
 A file is named by a hash of what it was made from (:func:`made_from`): its kind, the caller's
 parts (e.g. a model's architecture and an input size), and the environment that shaped it
-(:func:`environment`: the jax, jaxlib and numpy versions, the backend and its device, the JAX
-settings that change what a trace gives, and a digest of this package's source code, so an
-edit to any module invalidates every file). It lives at
+(:func:`environment`: the jax, jaxlib, numpy, flax and opt_einsum versions, the backend and its
+device, the JAX settings that change what a trace gives, and a digest of this package's source
+code, so an edit to any module invalidates every file). It lives at
 ``<cache_root>/<kind>/<hash>.bin`` (:func:`camflow_jax.compilation.cache.cache_root`).
 
 Each file holds a header (what it was made from, the payload's length and CRC-32) and the
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import json
 import struct
 import zlib
@@ -32,7 +33,6 @@ import numpy as np
 
 from camflow_jax.compilation import cache
 from camflow_jax.io import atomic
-from camflow_jax.io.errors import describe_error
 
 __all__ = ["MAGIC", "environment", "source_digest", "made_from", "path_for", "read", "write"]
 
@@ -51,6 +51,13 @@ def source_digest() -> str:
     return h.hexdigest()
 
 
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
 @functools.lru_cache(maxsize=1)
 def environment() -> dict[str, str]:
     """What shapes a traced or computed artifact besides its own inputs (see the module doc).
@@ -62,6 +69,9 @@ def environment() -> dict[str, str]:
         "jax": jax.__version__,
         "jaxlib": getattr(jaxlib, "__version__", ""),
         "numpy": np.__version__,
+        # what a trace goes through besides jax: the network's layers, einsum's contraction order
+        "flax": _version("flax"),
+        "opt_einsum": _version("opt_einsum"),
         "backend": jax.default_backend(),
         "platform_version": str(getattr(dev.client, "platform_version", "")),
         "device_kind": str(dev.device_kind),
@@ -132,7 +142,7 @@ def write(kind: str, parts: Any, payload: bytes) -> bool:
                 fh.write(MAGIC + struct.pack("<I", len(header)) + header)
                 fh.write(payload)
     except OSError as e:
-        cache.warn_once(f"cannot store {kind} in {path.parent} ({describe_error(e)}); carrying on without "
-                        f"it (set {cache.OPT_OUT_ENV}=1 to turn the cache off)")
+        cache.warn_once(f"cannot store {kind} ({cache.failure_text(e, path.parent)}); carrying on without it "
+                        f"(set {cache.OPT_OUT_ENV}=1 to turn the cache off)")
         return False
     return True
