@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from camflow_jax.geometry import checks
 from camflow_jax.geometry import device as geometry
 
 __all__ = [
@@ -62,14 +63,16 @@ def _check_size(fn: str, h, w) -> tuple[int, int]:
 
 
 def _check_intrinsics(fn: str, K) -> None:
-    """ValueError unless concrete intrinsics ``K`` are 4 finite numbers with fx, fy > 0 (traced
-    ones, under jit or vmap, are the caller's to check)."""
+    """ValueError unless concrete intrinsics ``K`` pass the package's one rule
+    (:func:`camflow_jax.geometry.checks.intrinsics_problem`: 4 finite numbers, fx, fy > 0); traced
+    ones, under jit or vmap, are the caller's to check."""
     try:
-        k = np.asarray(K, np.float64).reshape(-1)
+        k = np.asarray(K, np.float64)
     except jax.errors.TracerArrayConversionError:
         return
-    if k.shape != (4,) or not np.all(np.isfinite(k)) or k[0] <= 0 or k[1] <= 0:
-        raise ValueError(f"{fn}: K must be 4 finite numbers (fx, fy, cx, cy) with fx, fy > 0, got {np.asarray(K)!r}")
+    why = checks.intrinsics_problem(k)
+    if why:
+        raise ValueError(f"{fn}: K must be 4 finite numbers (fx, fy, cx, cy) with fx, fy > 0 ({why})")
 
 
 def _orthonormalize_and_scale(fields: jax.Array, reference: jax.Array) -> jax.Array:

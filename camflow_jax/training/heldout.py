@@ -24,11 +24,6 @@ from camflow_jax.training.steps import host_to_global
 __all__ = ["HeldoutEvaluator", "evaluate_heldout", "summarize", "EVAL_TABLES"]
 
 
-def _log(msg: str) -> None:
-    if jax.process_index() == 0:
-        print(msg, flush=True)
-
-
 
 def _eval_targets(b):
     if "gt_flow_f" in b:
@@ -106,7 +101,7 @@ class HeldoutEvaluator:
         self.writer.write_eval(step, table)
         if self.workdir is not None:
             workdir_lib.write_text(self.workdir / f"eval_{step}.json", json.dumps(table, indent=2))
-        _log(f"eval at step {step} on {len(records['camflow'])} held-out pairs")
+        workdir_lib.log(f"eval at step {step} on {len(records['camflow'])} held-out pairs")
         for metric, label in EVAL_TABLES:
-            _log(f"\n{label}, step {step}:\n{format_table(table, metric, self.categories, markdown=True)}")
+            workdir_lib.log(f"\n{label}, step {step}:\n{format_table(table, metric, self.categories, markdown=True)}")
         return table

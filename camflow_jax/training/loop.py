@@ -175,29 +175,29 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir, stop: Gracefu
             static = basis_set.static_bases(model_config)
             if config.init_from:
                 state, static = train_state.start_from(config.init_from, state, tx, model_config["group_names"],
-                                                       static, repl, _log)
+                                                       static, repl, workdir_lib.log)
         if is_main:
             workdir_lib.write_metadata(workdir, config.to_json_best_effort(indent=2), model_config, static)
         static = jax.device_put(jnp.asarray(static), repl)
         mngr = train_state.checkpoint_manager(workdir, config.keep_checkpoints)
         stop.manager = mngr
         feed = train_feed(config, train_source, mesh)
-        state, train_iter, start = train_state.restore_latest(mngr, state, feed.dataset, _log)
+        state, train_iter, start = train_state.restore_latest(mngr, state, feed.dataset, workdir_lib.log)
         writer = workdir_lib.MetricWriter(workdir, start, enabled=is_main)
         p_train, p_eval = jit_steps(model, tx, config, repl, data_sharding)
         evaluator = HeldoutEvaluator(config, prepare_kwargs(config), p_eval, static, data_sharding, writer, workdir if is_main else None,
                                      stop=stop)
         n_params = models.count_params(state["params"])
-        _log(f"CamFlow {model_config['group_sizes']} ({n_params:,} params) at {config.model.height}x"
+        workdir_lib.log(f"CamFlow {model_config['group_sizes']} ({n_params:,} params) at {config.model.height}x"
              f"{config.model.width}, batch {config.batch_size} on {jax.device_count()} "
              f"{jax.devices()[0].platform} device(s), {jax.process_count()} process(es); "
              f"steps {start + 1}..{config.num_steps}, {steps_per_epoch} steps/epoch")
         workers, auto = pipeline.resolve_num_workers(config.data.num_workers), config.data.num_workers < 0
         if feed.mode == "device":
-            _log(f"data: rendered on the device(s) (data.render=device), step s = render_batch(seed "
+            workdir_lib.log(f"data: rendered on the device(s) (data.render=device), step s = render_batch(seed "
                  f"{train_source.scenes.seed}, s)")
         elif workers or auto:
-            _log(f"data: {workers} worker process(es)"
+            workdir_lib.log(f"data: {workers} worker process(es)"
                  + (f" (data.num_workers=-1: {pipeline.usable_cpus()} usable cores)" if auto else ""))
 
         progress, schedule = Progress(start, config.num_steps, config.batch_size), lr_schedule(config, steps_per_epoch)
@@ -216,7 +216,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir, stop: Gracefu
                 if log_now:
                     lr = float(schedule(step - 1))  # the rate this step used
                     writer.write_scalars(step, {**terms, "lr": lr, **progress.update(step)})
-                    _log(progress.line(step, terms, lr))
+                    workdir_lib.log(progress.line(step, terms, lr))
                 if save_now:
                     train_state.save(mngr, step, state, train_iter)
                     last_saved = step
@@ -224,7 +224,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir, stop: Gracefu
                 stop.check()
                 if time_up:
                     stopped_early = True
-                    _log(f"stopping at step {step} after {_fmt_time(progress.elapsed())} (stop_after_seconds="
+                    workdir_lib.log(f"stopping at step {step} after {_fmt_time(progress.elapsed())} (stop_after_seconds="
                          f"{stop_after:g}); run the same command again to resume")
                     break
                 if config.eval_every and step % config.eval_every == 0 and step != config.num_steps:
@@ -250,14 +250,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir, stop: Gracefu
         mngr.close()
         if is_main:
             workdir_lib.write_text(workdir / "summary.json", json.dumps(summary, indent=2))
-        _log(f"done: step {final_step}, {summary['steps_run']} steps in {_fmt_time(train_time)} "
+        workdir_lib.log(f"done: step {final_step}, {summary['steps_run']} steps in {_fmt_time(train_time)} "
              f"(wall {_fmt_time(summary['wall_seconds'])}); workdir {workdir}")
         return summary
-
-
-def _log(msg: str) -> None:
-    if jax.process_index() == 0:
-        print(msg, flush=True)
 
 
 def _fmt_time(s: float) -> str:

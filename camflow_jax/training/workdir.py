@@ -18,6 +18,7 @@ import socket
 from pathlib import Path
 from typing import Any, Mapping
 
+import jax
 import numpy as np
 
 from camflow_jax.io import atomic
@@ -103,6 +104,12 @@ def saved_static_bases(workdir: Path) -> np.ndarray | None:
     if checkpoint.latest_step(workdir / "checkpoints") is not None and (workdir / "static_bases.npy").is_file():
         return np.load(workdir / "static_bases.npy")
     return None
+
+
+def log(msg: str) -> None:
+    """Prints ``msg`` on process 0 only (the training run's log lines)."""
+    if jax.process_index() == 0:
+        print(msg, flush=True)
 
 
 def write_metadata(workdir: Path, config_json: str, model_config: Mapping[str, Any], bases: np.ndarray) -> None:
