@@ -7,6 +7,8 @@ import dataclasses
 import json
 import sys
 
+import pytest
+
 from camflow_jax.experiments import accelerator_check as check
 from camflow_jax.experiments.benchmarking import BenchmarkOptions
 
@@ -15,16 +17,25 @@ def test_the_plan_names_only_benchmark_options_and_the_readme_training_command(t
     steps = check.plan(tmp_path, release_code="/nowhere", torch_available=True)
     fields = {f.name for f in dataclasses.fields(BenchmarkOptions)}
     names = [s.name for s in steps]
-    assert names[0] == "tests" and names[-1] == "train_slice" and "release" in names
+    assert names == list(check.STEP_NAMES) and "release" in names
     for s in steps:
         if s.json is None:
             continue
         flags = [a[2:].replace("-", "_") for a in s.argv if a.startswith("--")]
-        assert set(flags) <= fields | {"render"}, (s.name, set(flags) - fields)
+        assert set(flags) <= fields | {"render", "compile_cache"}, (s.name, set(flags) - fields)
         assert s.argv[s.argv.index("--out") + 1] == s.json
-    slice_ = steps[-1]
+    slice_ = steps[names.index("train_slice")]
     assert slice_.argv[1:4] == ("-m", "camflow_jax.train", "--config=configs/pretrained.py")
     assert "release" not in [s.name for s in check.plan(tmp_path)]  # no torch, no release step
+    picked = check.plan(tmp_path, steps=("train_slice", "tests"), workdir=tmp_path / "wd", size=(64, 128), batch=2)
+    assert [s.name for s in picked] == ["train_slice", "tests"]
+    assert f"--workdir={tmp_path / 'wd'}" in picked[0].argv
+    with pytest.raises(ValueError, match="unknown step"):
+        check.plan(tmp_path, steps=("tests", "nope"))
+    # every train benchmark names its renderer and precision; all read earlier compilations back
+    for s in steps:
+        if s.name.startswith("train_") and s.json:
+            assert "--render" in s.argv and "--precision" in s.argv and "--compile-cache" in s.argv, s.name
 
 
 def test_the_runner_reports_each_step_and_keeps_the_budget(tmp_path):

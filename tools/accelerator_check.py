@@ -3,7 +3,7 @@ slice of configs/pretrained.py on this machine's accelerator, within 8 minutes, 
 one log. Run from the repository root, no network needed:
 
     python tools/accelerator_check.py --out accel_check [--budget 480] [--train-slice 180]
-        [--release-code PATH]
+        [--steps tests,train_device,...] [--size 320x576] [--batch 16] [--release-code PATH]
 
 grain, ml-collections and tensorboardX must be importable (``pip install -e .`` installs them;
 on a machine without network, install their wheels first). The JSON lists each step's status,
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # camflow_jax from this checkout, installed or not
     sys.path.insert(0, str(ROOT))
 
-from camflow_jax.experiments import accelerator_check as check  # noqa: E402
+from camflow_jax.experiments import accelerator_check as check
 
 
 def main(argv=None) -> int:
@@ -30,6 +30,12 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=float, default=check.DEFAULT_BUDGET_S, help="seconds for the whole check")
     p.add_argument("--train-slice", type=float, default=180.0, help="seconds of configs/pretrained.py training")
     p.add_argument("--repeats", type=int, default=10, help="timed calls per benchmark")
+    p.add_argument("--steps", default=",".join(check.STEP_NAMES),
+                   help="the steps to run, in this order (default: all, in the order shown)")
+    p.add_argument("--size", default="320x576", help="HxW of the benchmarks (the slice trains at the config's)")
+    p.add_argument("--batch", type=int, default=16, help="batch of the benchmarks")
+    p.add_argument("--workdir", default=None, help="the slice's training workdir (default OUT/workdir); "
+                   "run again with the same one to resume it")
     p.add_argument("--release-code", help="a checkout of the released CamFlow code (with torch: mode release)")
     p.add_argument("--plan", action="store_true", help="print the commands and stop")
     args = p.parse_args(argv)
@@ -38,8 +44,14 @@ def main(argv=None) -> int:
         print(f"accelerator_check.py: error: {', '.join(missing)} not installed (pip install -e . installs them)",
               file=sys.stderr)
         return 2
-    steps = check.plan(args.out, train_slice_s=args.train_slice, repeats=args.repeats,
-                       release_code=args.release_code, torch_available=importlib.util.find_spec("torch") is not None)
+    try:
+        h, w = (int(v) for v in args.size.lower().split("x"))
+        steps = check.plan(args.out, train_slice_s=args.train_slice, repeats=args.repeats,
+                           release_code=args.release_code, size=(h, w), batch=args.batch,
+                           steps=tuple(n.strip() for n in args.steps.split(",") if n.strip()), workdir=args.workdir,
+                           torch_available=importlib.util.find_spec("torch") is not None)
+    except ValueError as e:
+        p.error(str(e) if "step" in str(e) else f"--size {args.size!r}: expected HxW, e.g. 320x576")
     if args.plan:
         for s in steps:
             print(f"{s.name} (limit {s.limit_s:.0f} s): {' '.join(s.argv)}")

@@ -214,7 +214,9 @@ def parse_args(argv=None):
 
 def main(argv=None):
     opts = vars(parse_args(argv))
-    if not opts.pop("compile_cache"):
+    if opts.pop("compile_cache"):
+        compile_cache.enable()  # as the trainer and the Predictor do: a program compiled before is read back
+    else:
         os.environ[compile_cache.OPT_OUT_ENV] = "1"
     try:
         benchmarking.run(benchmarking.BenchmarkOptions(**opts),

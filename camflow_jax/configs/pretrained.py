@@ -32,6 +32,7 @@ def get_config():
     c.data.render = "device"      # training scenes rendered on the accelerator (docstring)
     c.data.num_workers = -1       # with render=host: auto, one worker per usable core, less 2, at most 16 (docstring)
     c.data.prefetch = 4
+    c.model.precision = "default"  # float32 with the backend's matmul precision: TF32 on NVIDIA GPUs (docstring)
     c.optim.learning_rate = 2e-4
     c.log_every = 200
     c.eval_every = 0

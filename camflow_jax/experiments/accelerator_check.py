@@ -3,18 +3,25 @@
 (issue "training on an accelerator"). ``tools/accelerator_check.py`` runs :func:`plan` with
 :func:`run_plan` and writes one JSON report and one log.
 
-The plan, in order, each step a subprocess with its own time limit, all within a total budget
-(8 minutes by default; a step that would start with less than its limit left is skipped and
-reported as such):
+The plan, each step a subprocess with its own time limit, all within a total budget (8 minutes
+by default; a step that would start with less than its limit left is skipped and reported as
+such). The steps (:data:`STEP_NAMES`, in this default order: what a short lease needs most
+first; ``--steps`` picks and orders them):
 
-1. the accelerator-relevant tests (parity with the released weights, exports for cuda/tpu, the
-   device renderer, worker-safe pipelines, the network);
-2. ``tools/benchmark.py``: inference at batch 1 and 16 with the train step at 320x576 batch 16
-   (mode ``all``: infer, infer, train, train_data with host rendering), flows-only, the
-   refinement, train_data with device rendering, and the released PyTorch model where torch and
-   a checkout of the release are given;
-3. a slice of ``configs/pretrained.py`` (``stop_after_seconds``), from the README's training
-   command with no other flags but the workdir and the slice.
+- ``tests``: the backend-dependent tests (:data:`TEST_FILES`);
+- ``train_device``: ``tools/benchmark.py --mode train`` at 320x576 batch 16, configs/pretrained.py's
+  network, float32 at the backend's default precision (TF32 on NVIDIA), fed by the device
+  renderer: the step's pairs/s on a fixed batch and fed (``pipeline_slowdown``);
+- ``train_bf16``, ``train_exact``: the same under the bfloat16 and exact policies;
+- ``train_slice``: a slice of ``configs/pretrained.py`` (``stop_after_seconds``), from the README's
+  training command with no other flags but the workdir and the slice; it takes what the budget
+  leaves, up to its length;
+- ``train_host``: the train step fed by the host renderer (grain worker processes);
+- ``infer`` (batch 16), ``flows_only`` and ``refine`` (batch 1): inference;
+- ``release``: the released PyTorch model, where torch and a checkout of the release are given.
+
+Every benchmark runs with ``--compile-cache``: a program an earlier step compiled (the train
+step, for the slice) is read from the per-user cache instead of compiled again.
 
 Nothing here imports JAX: the steps run in their own processes, so one crashing step (a backend
 that does not start, an out-of-memory) does not stop the others.
@@ -32,16 +39,21 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["Step", "plan", "run_plan", "TEST_FILES", "DEFAULT_BUDGET_S"]
+__all__ = ["DEFAULT_BUDGET_S", "STEP_NAMES", "TEST_FILES", "Step", "plan", "run_plan"]
 
 #: The whole check's time limit: 8 minutes.
 DEFAULT_BUDGET_S = 480.0
 #: Seconds a training slice keeps for start-up, compilation and its last checkpoint.
 SLICE_MARGIN_S = 60.0
-#: Tests whose results depend on the backend: numerics (parity, the renderer), lowering and
-#: export, and the input pipeline's worker processes.
-TEST_FILES = ("tests/test_parity.py", "tests/test_accel.py", "tests/test_synthetic_device.py",
-              "tests/test_train_workers.py", "tests/test_models.py")
+#: Tests whose results depend on the backend: numerics (parity with the released weights under
+#: the exact policy, the device renderer against the numpy one) and the input pipeline's worker
+#: processes next to a process that holds the accelerator. (Lowering for cuda/tpu,
+#: tests/test_accel.py, runs on any CPU and is left to CI.)
+TEST_FILES = ("tests/test_parity.py", "tests/test_synthetic_device.py", "tests/test_train_workers.py")
+#: The steps :func:`plan` knows, in the default order: what a short lease needs most comes first
+#: (a step that does not fit in what the budget leaves is skipped, and the slice takes the rest).
+STEP_NAMES = ("tests", "train_device", "train_bf16", "train_slice", "train_exact", "train_host", "infer",
+              "flows_only", "refine", "release")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,37 +68,57 @@ class Step:
     #: a training slice: its ``stop_after_seconds`` shrinks to what the budget leaves (less
     #: :data:`SLICE_MARGIN_S` for start-up, compilation and the final checkpoint)
     slice_s: float | None = None
+    #: environment variables of this step alone
+    env: tuple[tuple[str, str], ...] = ()
 
 
 def _bench(name: str, out: Path, limit_s: float, *args: str) -> Step:
     path = out / f"bench_{name}.json"
-    return Step(name, (sys.executable, "tools/benchmark.py", *args, "--out", str(path)), limit_s, str(path))
+    # --compile-cache: a step compiled by an earlier step (the train step of train_device,
+    # say) is read from the per-user cache, not compiled again
+    return Step(name, (sys.executable, "tools/benchmark.py", *args, "--compile-cache", "--out", str(path)),
+                limit_s, str(path))
 
 
 def plan(out, *, train_slice_s: float = 180.0, repeats: int = 10, release_code: str | None = None,
-         torch_available: bool = False) -> list[Step]:
-    """The check's steps, writing under ``out`` (see the module's doc for what each measures)."""
+         torch_available: bool = False, size: tuple[int, int] = (320, 576), batch: int = 16,
+         steps: tuple[str, ...] | None = None, workdir=None) -> list[Step]:
+    """The check's steps, writing under ``out`` (see the module's doc for what each measures):
+    ``steps`` picks and orders them by name (default :data:`STEP_NAMES`, ``release`` only with
+    torch and ``release_code``); ``size`` and ``batch`` are the benchmarks' (the slice trains at
+    configs/pretrained.py's own); ``workdir`` is the slice's (default ``out/workdir``)."""
     out = Path(out)
     py = sys.executable
-    steps = [Step("tests", (py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TEST_FILES), 75.0)]
-    size = ("--height", "320", "--width", "576")
-    steps.append(_bench("all", out, 100.0, "--mode", "all", *size, "--batch", "16", "--train-batch", "16",
-                        "--groups", "12,12,12", "--config", "pretrained", "--arch", "config",
-                        "--repeats", str(repeats)))
-    steps.append(_bench("flows_only", out, 35.0, "--mode", "flows_only", *size, "--batch", "16",
-                        "--repeats", str(repeats)))
-    steps.append(_bench("refine", out, 45.0, "--mode", "refine", "--repeats", str(repeats)))
-    steps.append(_bench("train_device", out, 50.0, "--mode", "train", *size, "--train-batch", "16",
-                        "--groups", "12,12,12", "--config", "pretrained", "--arch", "config", "--render", "device",
-                        "--repeats", str(repeats)))
+    unknown = sorted(set(steps or ()) - set(STEP_NAMES))
+    if unknown:
+        raise ValueError(f"unknown step(s) {', '.join(unknown)}; the steps are {', '.join(STEP_NAMES)}")
+    hw = ("--height", str(size[0]), "--width", str(size[1]))
+    train = (*hw, "--train-batch", str(batch), "--config", "pretrained", "--arch", "config",
+             "--repeats", str(repeats))
+    # The train steps compile for 1-2 minutes at 320x576 batch 16 on one GPU (issue 39's first run: 87 s).
+    known = {
+        "tests": Step("tests", (py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TEST_FILES), 150.0,
+                      env=(("XLA_PYTHON_CLIENT_PREALLOCATE", "false"),)),
+        "train_device": _bench("train_device", out, 200.0, "--mode", "train", *train,
+                                    "--render", "device", "--precision", "default"),
+        "train_bf16": _bench("train_bf16", out, 150.0, "--mode", "train", *train, "--render", "device", "--precision", "bfloat16"),
+        "train_exact": _bench("train_exact", out, 150.0, "--mode", "train", *train, "--render", "device", "--precision", "exact"),
+        "train_host": _bench("train_host", out, 150.0, "--mode", "train", *train,
+                                  "--render", "host", "--precision", "default"),
+        "infer": _bench("infer", out, 120.0, "--mode", "infer", *hw, "--batch", str(batch),
+                        "--repeats", str(repeats)),
+        "flows_only": _bench("flows_only", out, 90.0, "--mode", "flows_only", *hw, "--batch", "1",
+                             "--repeats", str(repeats)),
+        "refine": _bench("refine", out, 90.0, "--mode", "refine", *hw, "--repeats", str(repeats)),
+        "train_slice": Step("train_slice", (py, "-m", "camflow_jax.train", "--config=configs/pretrained.py",
+                                            f"--workdir={Path(workdir) if workdir else out / 'workdir'}",
+                                            f"--config.stop_after_seconds={train_slice_s:g}"),
+                            train_slice_s + SLICE_MARGIN_S, slice_s=train_slice_s),
+    }
     if release_code and torch_available:
-        steps.append(_bench("release", out, 90.0, "--mode", "release", *size, "--release-code", release_code,
-                            "--repeats", str(repeats)))
-    steps.append(Step("train_slice", (py, "-m", "camflow_jax.train", "--config=configs/pretrained.py",
-                                      f"--workdir={out / 'workdir'}",
-                                      f"--config.stop_after_seconds={train_slice_s:g}"),
-                      train_slice_s + SLICE_MARGIN_S, slice_s=train_slice_s))
-    return steps
+        known["release"] = _bench("release", out, 120.0, "--mode", "release", *hw, "--release-code",
+                                  release_code, "--repeats", str(repeats))
+    return [known[n] for n in (steps or STEP_NAMES) if n in known]
 
 
 def _tail(text: str, lines: int = 30) -> list[str]:
@@ -125,8 +157,8 @@ def run_plan(steps: list[Step], out, *, budget_s: float = DEFAULT_BUDGET_S, root
             log.flush()
             t0 = time.monotonic()
             try:
-                proc = subprocess.run(argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True, timeout=limit)
+                proc = subprocess.run(argv, cwd=root, env={**env, **dict(step.env)}, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True, timeout=limit)
                 text, rc = proc.stdout, proc.returncode
                 entry["status"] = "ok" if rc == 0 else "failed"
             except subprocess.TimeoutExpired as e:
