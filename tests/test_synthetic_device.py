@@ -294,16 +294,21 @@ def test_clear_errors(bank, textures):
 
 def test_four_devices_render_the_same_global_batch(sharded_job, batches):
     """Each of 4 (forced CPU) devices renders its 2 rows; the global batch equals the 1-device
-    one. Labels came out bit for bit in our runs; images may differ by a level in very rare
-    pixels (XLA compiles the 4-device program separately and may round a float differently)."""
+    one. Labels came out bit for bit on a CPU; images may differ by a level in very rare pixels
+    (XLA compiles the 4-device program separately and may round a float differently). On an
+    accelerator the 1-device reference runs there and the 4-device run on the CPU, so the sampled
+    camera's floats may differ in the last bit (seen on an H200: one entry of K, 9e-8 relative);
+    the integer labels stay exact."""
     proc, out = sharded_job
     log, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, log[-3000:]
     got = np.load(out)
     for step in (0, 1):
         ref = batches[step]
-        for k in ("category_id", "K", "R", "t", "ids1", "ids2"):
+        for k in ("category_id", "ids1", "ids2"):
             np.testing.assert_array_equal(got[f"{step}/{k}"], ref[k], err_msg=k)
+        for k in ("K", "R", "t"):
+            np.testing.assert_allclose(got[f"{step}/{k}"], ref[k], rtol=1e-6, atol=1e-7, err_msg=k)
         for k in ("depth1", "depth2", "flow_f", "flow_b"):
             np.testing.assert_allclose(got[f"{step}/{k}"], ref[k], rtol=1e-6, atol=1e-4, err_msg=k)
         for k in ("label_mask_f", "label_mask_b"):
