@@ -89,12 +89,17 @@ def test_camflow_adapter_with_fake_predictor():
     np.testing.assert_allclose(flow[..., 1], -2.0, atol=1e-5)  # v scaled by 48 / 24
     assert est.name == "camflow" and estimators.CamFlowEstimator(predictor, refine=False).name == "camflow_net"
     nan = estimators.CamFlowEstimator(lambda a, b, **kw: {"flow_f": np.full((48, 80, 2), np.nan)})
-    assert np.all(nan(img1, img2) == 0) and nan.failures == 1
+    # the model fails (non-finite): the fallback estimators' best answer measures the true (4, -2)
+    got = nan(img1, img2)
+    assert nan.failures == 0 and sum(nan.stats()["recovered"].values()) == 1 and nan.failed_pairs == []
+    np.testing.assert_allclose(got[8:-8, 8:-8].mean(axis=(0, 1)), [4.0, -2.0], atol=0.05)
+    nan.fallbacks = ()  # without fallbacks: a failure, listed, zeros as the placeholder
+    assert np.all(nan(img1, img2) == 0) and nan.failures == 1 and nan.failed_pairs == [1]
     bad = estimators.CamFlowEstimator(lambda a, b, **kw: {"flow": 0})
     with pytest.raises(ValueError, match="flow_f"):
         bad(img1, img2)
     # no coefficients from this predictor; the failed pair is recorded as one
-    assert est.coefficients == [None] and nan.coefficients == [None]
+    assert est.coefficients == [None] and nan.coefficients == [None, None]
     shipped = estimators.make_estimator("camflow")  # no checkpoint: the model in the package
     assert "shipped model" in shipped.predictor.description
     with pytest.raises(ValueError, match="unknown estimator"):
@@ -195,7 +200,8 @@ def test_segmented_planning_equals_whole_clip(tmp_path):
 
 def test_camflow_coefficients_reach_the_motion_file(tmp_path):
     """The camflow estimator's per-pair coefficients travel to the exported motion (zeros where
-    a pair failed and the identity motion was used), and read back unchanged."""
+    the model failed: that pair's motion is the fallback estimators' best, which measures the
+    1-px shift), and read back unchanged."""
     from camflow_jax.stabilization import motion_file
 
     calls = []
@@ -215,8 +221,56 @@ def test_camflow_coefficients_reach_the_motion_file(tmp_path):
     motion = pipeline.estimate_motion(frames, est, cfg)
     expected = np.stack([np.arange(5.0) + 1, np.zeros(5), np.arange(5.0) + 3])
     np.testing.assert_array_equal(motion.coefficients, expected)
+    assert sum(motion.stats["recovered"].values()) == 1 and motion.stats["failures"] == 0
+    w = motion.flows.shape[2]  # the view moves 1 px right per pair: flow -1 px in x (working grid)
+    np.testing.assert_allclose(np.asarray(motion.flows[1])[2:-2, 2:-2].mean(axis=(0, 1)), [-w / 80, 0.0], atol=0.02)
     plan = pipeline.plan_stabilization(motion, cfg)
     for ext in ("json", "csv", "npz"):
         path = str(tmp_path / f"m.{ext}")
         motion_file.write(path, motion_file.record_from_plan(motion, plan))
         np.testing.assert_allclose(motion_file.read(path).coefficients, expected)
+
+
+def test_fill_failed_pairs_hand_computed():
+    """Runs of failed pairs get the mean of up to `neighbours` good pairs on each side (one side
+    at the clip's ends); a run longer than max_gap, or a clip with no good pair, is left."""
+    v = np.arange(12, dtype=float)
+    filled, left = pipeline.fill_failed_pairs(v, [0, 4, 5, 9, 10, 11], max_gap=2, neighbours=2)
+    assert filled == [0, 4, 5] and left == [9, 10, 11]  # the last run (3 pairs) is too long
+    np.testing.assert_array_equal(v[[0, 4, 5]], [1.5, 4.5, 4.5])  # mean(1, 2); mean(2, 3, 6, 7)
+    np.testing.assert_array_equal(v[9:], [9, 10, 11])
+    flows = np.zeros((3, 2, 2, 2))
+    flows[2] = 1.0
+    assert pipeline.fill_failed_pairs(flows, [1], max_gap=5)[0] == [1]
+    np.testing.assert_array_equal(flows[1], 0.5)  # fields too: the mean of pairs 0 and 2
+    none = np.zeros(3)
+    assert pipeline.fill_failed_pairs(none, [0, 1, 2], max_gap=5) == ([], [0, 1, 2])
+
+
+def test_dark_noisy_low_resolution_clip_is_measured_by_the_fallbacks():
+    """SIFT finds too few matches on every pair of a dark, noisy 60x100 clip (it used to refuse
+    the clip); ECC and DIS measure each pair again, and the output's shake falls, measured
+    against the clip's exact camera path."""
+    clip = clips.planar_clip(40, 60, 100, seed=0, noise_std=20)
+    frames = [np.clip(f.astype(np.float32) * 0.3, 0, 255).astype(np.uint8) for f in clip.frames]
+    est = estimators.make_estimator("sift_ransac")
+    _, plan, motion = pipeline.stabilize(frames, est, pipeline.StabilizerConfig())
+    stats = motion.stats
+    assert stats["failures"] == 0 and sum(stats["recovered"].values()) == stats["calls"] == 39
+    d_in, d_out = clips.residual_motion(clip.jitter, plan.updates, 60, 100, plan.zoom)
+    assert clips.highfreq_rms(d_in) / clips.highfreq_rms(d_out) >= 3.0
+    without = est.fresh()
+    without.fallbacks = ()
+    motion0 = pipeline.estimate_motion(frames, without, pipeline.StabilizerConfig())
+    assert motion0.stats["failures"] == 39 and "interpolated" not in motion0.stats  # none good to fill from
+
+
+def test_failure_note_says_what_was_used():
+    from camflow_jax.stabilization import runner
+
+    stats = {"calls": 50, "failures": 6, "interpolated": 4, "identity": 2}
+    note = runner.failure_note("sift_ransac", stats, 30)
+    assert note == ("the sift_ransac estimator failed on 6 of 50 frame pairs: 4 filled from the neighbouring "
+                    "pairs' motion, 2 left at the identity motion (runs of more than 30 failed pairs)")
+    old = runner.failure_note("sift_ransac", {"calls": 50, "failures": 6}, 30)  # an older motion file
+    assert old.endswith("; the identity motion was used there")

@@ -9,9 +9,17 @@ sampled as per-pixel displacement fields, so the smoothing and rendering stages 
 representation for every method (paper §"Video Stabilization"). Only ``flow_f`` is used, so the
 registry estimators run with ``forward_only=True``.
 
-Every estimator counts its calls and failures (``stats()``). A failed estimate (the registry's
-identity fallback, e.g. too few feature matches, or a non-finite network output) uses the
-identity motion for that frame pair and is counted; a stale motion is never reused silently.
+Every estimator counts its calls and failures (``stats()``). When its estimate fails (the
+registry's identity fallback: too few feature matches, an estimate that aligns the pair worse
+than no motion, a featureless pair; or a non-finite network output), the pair is measured
+again by the fallback estimators (:data:`FALLBACKS`: ECC and DIS; each answer goes through the
+same plausibility checks), and the answer that aligns the pair best is kept, counted per name
+in ``stats()["recovered"]``. A pair that none
+of them measures is a failure: listed in ``failed_pairs``, returned as zeros (a placeholder),
+and filled by the pipeline from its neighbours where it can
+(:func:`camflow_jax.stabilization.pipeline.fill_failed_pairs`). A stale motion is never reused
+silently. docs/stabilization.md, "When an estimator fails", has the measurements behind the
+order.
 
 Moving objects (camflow): the refined flow is a combination of global motion bases, fitted by
 a robust (Cauchy) photometric cost; a large moving object (a passing car) still bends it
@@ -39,7 +47,7 @@ import time
 import numpy as np
 
 from camflow_jax.data import depth as depth_lib
-from camflow_jax.estimators import registry
+from camflow_jax.estimators import plausibility, registry
 from camflow_jax.geometry import host as geometry_np
 
 __all__ = ["Estimator", "RegistryEstimator", "CamFlowEstimator", "make_estimator",
@@ -48,6 +56,11 @@ __all__ = ["Estimator", "RegistryEstimator", "CamFlowEstimator", "make_estimator
 #: RANSAC / MAGSAC inlier threshold (pixels of the estimation size) of the stabilizer's feature
 #: estimators (module doc); the registry's default is 3 px.
 FEATURE_THRESHOLD_PX = 0.5
+
+#: Estimators that measure a pair again where the chosen one failed (module doc): ECC (a direct,
+#: coarse-to-fine homography: it needs no features) and DIS dense flow; the one whose answer
+#: aligns the pair best is kept.
+FALLBACKS = ("ecc", "dis")
 
 #: Transitional (tools/eval_real.py checks names against it): the registry's names and old names.
 ESTIMATORS = registry.NAMES + tuple(registry.ALIASES)
@@ -58,27 +71,60 @@ class Estimator:
 
     name = "estimator"
 
+    #: the fallback estimators' names (module doc); ``()``: none
+    fallbacks: tuple[str, ...] = FALLBACKS
+
     def __init__(self):
         self.calls = 0
         self.failures = 0
         self.seconds = 0.0
         self.times: list[float] = []  # seconds per call (the first may include compilation)
+        self.failed_pairs: list[int] = []  # pairs (call indices) that no estimator measured
+        self.recovered: dict[str, int] = {}  # pairs each fallback measured
 
     def __call__(self, frame_t, frame_t1) -> np.ndarray:
         a, b = registry.check_pair(frame_t, frame_t1)
         h, w = a.shape[:2]
         t0 = time.perf_counter()
-        flow = self._estimate(a, b)
+        flow = _finite(self._estimate(a, b))
+        if flow is None and self.fallbacks:
+            flow = self._measure_again(a, b)
         self.times.append(time.perf_counter() - t0)
         self.seconds += self.times[-1]
         self.calls += 1
-        if flow is None or not np.all(np.isfinite(flow)):
+        if flow is None:
             self.failures += 1
-            return np.zeros((h, w, 2), np.float32)
-        flow = np.asarray(flow, np.float32)
+            self.failed_pairs.append(self.calls - 1)
+            return np.zeros((h, w, 2), np.float32)  # a placeholder: the pipeline fills the pair
         if flow.shape != (h, w, 2):
             raise ValueError(f"{self.name}: flow has shape {flow.shape}, expected {(h, w, 2)}")
         return flow
+
+    def _measure_again(self, a, b) -> np.ndarray | None:
+        """The flow of the fallback estimator that aligns the pair best (the smallest mean
+        |image 1 - warped image 2|), counted in ``recovered``; None when none measures it."""
+        best = None
+        for name in self.fallbacks:
+            if name == self.name:
+                continue
+            m = self._fallback(name)(a, b)
+            flow = None if m.fallback else _finite(m.flow_f)
+            if flow is None:
+                continue
+            err = plausibility.alignment_errors(a, b, flow)[0]
+            if np.isfinite(err) and (best is None or err < best[0]):
+                best = (err, name, flow)
+        if best is None:
+            return None
+        self.recovered[best[1]] = self.recovered.get(best[1], 0) + 1
+        return best[2]
+
+    def _fallback(self, name: str):
+        """The registry's estimator ``name``, made on first use and kept."""
+        cache = self.__dict__.setdefault("_fallback_estimators", {})
+        if name not in cache:
+            cache[name] = registry.get(name, forward_only=True)
+        return cache[name]
 
     def _estimate(self, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
         raise NotImplementedError
@@ -90,11 +136,20 @@ class Estimator:
         return new
 
     def stats(self) -> dict:
-        """Calls, identity fallbacks, mean and median milliseconds per call."""
+        """Calls, failures (pairs no estimator measured), pairs each fallback measured, mean and
+        median milliseconds per call (fallbacks included)."""
         ms = 1000.0 * self.seconds / self.calls if self.calls else 0.0
         med = 1000.0 * float(np.median(self.times)) if self.times else 0.0
         return {"estimator": self.name, "calls": self.calls, "failures": self.failures,
-                "ms_per_pair": ms, "ms_per_pair_median": med}
+                "recovered": dict(self.recovered), "ms_per_pair": ms, "ms_per_pair_median": med}
+
+
+def _finite(flow) -> np.ndarray | None:
+    """``flow`` as float32, or None when there is none or it is not finite."""
+    if flow is None:
+        return None
+    flow = np.asarray(flow, np.float32)
+    return flow if np.all(np.isfinite(flow)) else None
 
 
 class RegistryEstimator(Estimator):

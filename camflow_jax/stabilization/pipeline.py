@@ -43,8 +43,12 @@ from camflow_jax.stabilization import render as render_lib
 from camflow_jax.stabilization.motion_file import edited_source_map
 
 __all__ = ["StabilizerConfig", "Motion", "Plan", "working_size", "estimation_size", "smoothing_for_clip",
-           "complete_discontinuities", "estimate_motion", "update_fields", "plan_stabilization",
+           "complete_discontinuities", "estimate_motion", "fill_failed_pairs", "update_fields", "plan_stabilization",
            "render", "stabilize", "zoom_from_crop"]
+
+
+#: Good pairs on each side whose mean fills a run of failed pairs (:func:`fill_failed_pairs`).
+FILL_NEIGHBOURS = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +72,9 @@ class StabilizerConfig:
     crop: str | float = "auto"
     max_zoom: float = 1.5
     border: str = "black"
+    #: failed frame pairs in runs of at most this many are filled from their neighbours
+    #: (:func:`fill_failed_pairs`); a longer run keeps the identity motion, and the report says so
+    max_fill_gap: int = 30
 
     def __post_init__(self):
         if not 0 < self.work_scale <= 1:
@@ -76,6 +83,8 @@ class StabilizerConfig:
             raise ValueError("max_work_side and estimate_max_side must be >= 8")
         if not (np.isfinite(self.max_zoom) and self.max_zoom >= 1):
             raise ValueError(f"max_zoom must be a finite number >= 1, got {self.max_zoom}")
+        if not (isinstance(self.max_fill_gap, int) and self.max_fill_gap >= 0):
+            raise ValueError(f"max_fill_gap must be an integer >= 0, got {self.max_fill_gap!r}")
         if self.border not in render_lib.BORDERS:
             raise ValueError(f"border must be one of {sorted(render_lib.BORDERS)}, got "
                              f"{self.border!r}")
@@ -244,13 +253,60 @@ def estimate_motion(frames: Iterable[np.ndarray], estimator: Callable, config: S
     if count < 1:
         raise ValueError("stabilization needs at least 2 frames")
     if path:
-        stacked = np.memmap(path, np.float32, "r", shape=(count, h, w, 2))
+        stacked = np.memmap(path, np.float32, "r+", shape=(count, h, w, 2))
     else:
         stacked = np.stack(flows).astype(np.float32)
     stats = estimator.stats() if hasattr(estimator, "stats") else {}
+    coefficients = _coefficients(getattr(estimator, "coefficients", None), count)
+    failed = sorted({int(i) for i in getattr(estimator, "failed_pairs", ()) if 0 <= int(i) < count})
+    if failed and len(failed) < count:
+        # the coefficients stay zeros there: they are the model's, and it measured nothing
+        filled, left = fill_failed_pairs(stacked, failed, config.max_fill_gap)
+        stats.update(interpolated=len(filled), identity=len(left))
+    if path:
+        stacked.flush()
+        stacked = np.memmap(path, np.float32, "r", shape=(count, h, w, 2))
     return Motion(stacked, tuple(size), fps,
                   getattr(estimator, "name", type(estimator).__name__), stats,
-                  np.array(masked), _coefficients(getattr(estimator, "coefficients", None), count))
+                  np.array(masked), coefficients)
+
+
+def fill_failed_pairs(values, failed, max_gap: int, neighbours: int = FILL_NEIGHBOURS) -> tuple[list[int], list[int]]:
+    """Fills the failed frame pairs of ``values`` (``[T-1, ...]``: flows, or coefficients) in
+    place from the good pairs around them, and returns ``(filled, left)``: the indices filled,
+    and those left as they were (zeros: the identity motion).
+
+    Each run of consecutive failed pairs gets the mean of up to ``neighbours`` good pairs on
+    each side of it (one side at the ends of the clip). A run longer than ``max_gap`` pairs is
+    left (a motion guessed over that long would be a guess), and so is everything when no pair
+    is good. The mean keeps the camera's slow motion (a pan), which the identity drops as a
+    jump in the camera path, and averages the shake of the pairs around it out
+    (docs/stabilization.md, "When an estimator fails", compares it with the identity and with
+    fewer neighbours)."""
+    n = len(values)
+    bad = np.zeros(n, bool)
+    bad[np.asarray(list(failed), int)] = True
+    good = np.flatnonzero(~bad)
+    filled, left = [], []
+    k = 0
+    while k < n:
+        if not bad[k]:
+            k += 1
+            continue
+        end = k
+        while end < n and bad[end]:
+            end += 1
+        run = list(range(k, end))
+        around = np.concatenate([good[good < k][-neighbours:], good[good >= end][:neighbours]])
+        if len(run) > max_gap or around.size == 0:
+            left += run
+        else:
+            mean = np.mean(np.stack([np.asarray(values[i], np.float64) for i in around]), axis=0)
+            for m in run:
+                values[m] = mean
+            filled += run
+        k = end
+    return filled, left
 
 
 def _coefficients(per_pair, count: int) -> np.ndarray | None:

@@ -144,6 +144,23 @@ def _audio_from(source) -> str | None:
     return source.path if getattr(source, "audio", None) is not None else None
 
 
+def failure_note(name: str, stats: dict, max_gap: int) -> str:
+    """The report's line on the frame pairs an estimator failed on, and what was used there
+    (:func:`camflow_jax.stabilization.pipeline.fill_failed_pairs`). A motion file written before
+    the fill existed says nothing of it: the identity motion was used there."""
+    failures, calls = _estimator_failures(stats)
+    text = f"the {name} estimator failed on {failures} of {calls} frame pairs"
+    if "interpolated" not in stats:
+        return text + "; the identity motion was used there"
+    parts = []
+    if stats["interpolated"]:
+        parts.append(f"{stats['interpolated']} filled from the neighbouring pairs' motion")
+    if stats.get("identity"):
+        parts.append(f"{stats['identity']} left at the identity motion (runs of more than {max_gap} "
+                     "failed pairs)")
+    return text + ": " + ", ".join(parts)
+
+
 def _estimator_failures(stats: dict) -> tuple[int, int]:
     stats = stats or {}
     return int(stats.get("failures", 0) or 0), int(stats.get("calls", 0) or 0)
@@ -179,8 +196,7 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
                          "worse than no motion): there is no motion to stabilize. "
                          "Try another --estimator (dis, camflow)")
     if failures:
-        warnings.append(f"the {motion.estimator} estimator failed on {failures} of {calls} frame "
-                        "pairs; the identity motion was used there")
+        warnings.append(failure_note(motion.estimator, motion.stats, config.max_fill_gap))
     decoded = getattr(source, "decoded_count", None)
     if source.count_hint and decoded is not None and decoded < source.count_hint:
         warnings.append(f"the container holds {source.count_hint} frames but only {decoded} "
