@@ -2,11 +2,15 @@
 
 :func:`refinement_figure`: the Aloe stereo pair, the shipped network's error, the refined
 error and the refinement's inlier weights (docs/refinement.md).
+:func:`loss_curve`: a training run's loss and speed from its workdir's ``metrics.jsonl``
+(docs/model_card.md).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import json
 
 import numpy as np
 
@@ -14,7 +18,31 @@ from camflow_jax.data import datasets
 from camflow_jax.experiments import real
 from camflow_jax.predictor import Predictor
 
-__all__ = ["refinement_figure"]
+__all__ = ["refinement_figure", "loss_curve"]
+
+
+def loss_curve(workdir, out_path, title: str = "") -> list[dict]:
+    """The motion loss and pairs/s of the run in ``workdir`` against its steps (one point per
+    logged step), written to ``out_path`` (PNG); returns the points."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in (Path(workdir) / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if "motion" in r]
+    if not rows:
+        raise ValueError(f"{workdir}: metrics.jsonl has no logged training step")
+    steps = [r["step"] for r in rows]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.2))
+    ax1.plot(steps, [r["motion"] for r in rows], "o-")
+    ax1.set(xlabel="step", ylabel="motion loss (Laplace NLL)", yscale="log", title=title or None)
+    ax2.plot(steps[1:], [r["pairs_per_sec"] for r in rows[1:]], "o-")
+    ax2.set(xlabel="step", ylabel="pairs/s since the last log", ylim=(0, 1.15 * max(r["pairs_per_sec"] for r in rows)))
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=110)
+    plt.close(fig)
+    return rows
 
 
 def refinement_figure(data, out_path, width: int = 576, predictor=None) -> dict:

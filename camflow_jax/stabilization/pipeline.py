@@ -48,7 +48,7 @@ __all__ = ["StabilizerConfig", "Motion", "Plan", "working_size", "estimation_siz
 
 
 #: Good pairs on each side whose mean fills a run of failed pairs (:func:`fill_failed_pairs`).
-FILL_NEIGHBOURS = 4
+FILL_NEIGHBOURS = 8
 
 
 @dataclasses.dataclass(frozen=True)
