@@ -106,8 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args) -> int:
+    # every --checkpoint entry well formed and present, said before anything is loaded
+    ckpts = [path for _, path in parse_checkpoints(args.checkpoint, must_exist=True)]
     if args.out is not None:  # refused or unwritable: said before the evaluation runs
-        ckpts = [path for _, path in parse_checkpoints(args.checkpoint)]
         atomic.check_output_dir(args.out, OUTPUT_FILES, args.overwrite,
                                    inputs=[args.data, args.depth_dir, args.list_file] + ckpts)
     methods = args.methods
