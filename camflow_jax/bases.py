@@ -53,10 +53,16 @@ __all__ = [
 ]
 
 
+def _is_whole(v) -> bool:
+    """A Python or numpy integer (not a bool, not a float even when integral)."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
 def _check_size(fn: str, h, w) -> tuple[int, int]:
     """``(h, w)`` as ints: whole numbers >= 2 (a grid of one row or column has no extent to
-    normalise); anything else is a ValueError naming ``fn`` and the values."""
-    ok = all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 2 for v in (h, w))
+    normalise); Python and numpy integers are accepted, floats (even ``8.0``), bools and
+    strings are not. Anything else is a ValueError naming ``fn`` and the values."""
+    ok = all(_is_whole(v) and v >= 2 for v in (h, w))
     if not ok:
         raise ValueError(f"{fn}: h and w must be whole numbers >= 2, got h={h!r}, w={w!r}")
     return int(h), int(w)
@@ -108,6 +114,8 @@ def homography_bases(h: int, w: int) -> jax.Array:
     """The 12 second-order homography bases ``[12, h, w, 2]`` (orthogonal, max |value| = 1).
 
     Order: (1,0) (x,0) (y,0) (xy,0) (x^2,0) (y^2,0) then the same six monomials in v.
+    ``h``, ``w``: whole numbers >= 2 (Python or numpy integers; floats, bools and smaller sizes
+    are a ValueError naming the function and the values).
     """
     h, w = _check_size("homography_bases", h, w)
     mono = ["1", "x", "y", "xy", "xx", "yy"]
@@ -190,10 +198,14 @@ def stochastic_bases(h: int, w: int, n: int = 12, seed: int = 0, *, draws_per_ba
         complement of the 12 homography bases first, so the stochastic set adds new directions
         instead of re-spanning the physical ones. ``False`` (with ``min_denominator=0``)
         reproduces the raw paper recipe.
+
+    ``h``, ``w`` (>= 2), ``n``, ``draws_per_basis`` (>= 1) and ``seed`` must be whole numbers
+    (Python or numpy integers): floats, even integral ones like ``2.0``, and bools are a
+    ValueError, never truncated.
     """
     h, w = _check_size("stochastic_bases", h, w)
     counts = (n, draws_per_basis, seed)
-    if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in counts) or n < 1 \
+    if not all(_is_whole(v) for v in counts) or n < 1 \
             or draws_per_basis < 1:
         raise ValueError(f"stochastic_bases: need whole numbers n >= 1, draws_per_basis >= 1 and seed, got "
                          f"n={n!r}, draws_per_basis={draws_per_basis!r}, seed={seed!r}")
@@ -349,8 +361,14 @@ def static_bases(h: int, w: int, num_homography: int = 12, num_stochastic: int =
                  seed: int = 0, **stochastic_kwargs) -> jax.Array:
     """The depth-independent part of a basis set: [homography | stochastic] ``[N, h, w, 2]``.
 
-    ``num_homography`` is 12 (second order), 8 (first order) or 0; ``num_stochastic`` >= 0.
+    ``num_homography`` is 12 (second order), 8 (first order) or 0; ``num_stochastic`` >= 0;
+    both whole numbers (Python or numpy integers; floats and bools are a ValueError).
     """
+    if not (_is_whole(num_homography) and num_homography in (0, 8, 12)):
+        raise ValueError(f"num_homography must be 0, 8 or 12, got {num_homography!r}")
+    if not (_is_whole(num_stochastic) and num_stochastic >= 0):
+        raise ValueError(f"static_bases: num_stochastic must be a whole number >= 0, got "
+                         f"{num_stochastic!r}")
     parts = []
     if num_homography == 12:
         parts.append(homography_bases(h, w))

@@ -74,20 +74,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m camflow_jax.estimate",
                                 description="Estimate the camera motion between two images.",
                                 formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("img1")
-    p.add_argument("img2")
-    p.add_argument("-o", "--out", required=True, help="output folder")
+    p.add_argument("img1", type=harness.path_arg)
+    p.add_argument("img2", type=harness.path_arg)
+    p.add_argument("-o", "--out", required=True, type=harness.path_arg, help="output folder")
     p.add_argument("-y", "--overwrite", action="store_true",
                    help="replace an existing result in the output folder")
-    p.add_argument("--checkpoint", default=None, help="camflow_jax checkpoint (inference dir or workdir)")
+    p.add_argument("--checkpoint", default=None, type=harness.path_arg, help="camflow_jax checkpoint (inference dir or workdir)")
     p.add_argument("--method", default="camflow",
                    help="an estimator (default camflow: --checkpoint, or the shipped model without "
                         "it, with test-time refinement):\n" + estimators.describe())
     p.add_argument("--no-refine", action="store_true",
                    help="camflow without test-time refinement (the network alone: camflow_net)")
     harness.add_refine_size_flag(p)
-    p.add_argument("--depth1", default=None, help="depth of image 1 (CamFlow+)")
-    p.add_argument("--depth2", default=None, help="depth of image 2 (CamFlow+)")
+    p.add_argument("--depth1", default=None, type=harness.path_arg, help="depth of image 1 (CamFlow+)")
+    p.add_argument("--depth2", default=None, type=harness.path_arg, help="depth of image 2 (CamFlow+)")
     p.add_argument("--intrinsics", type=harness.intrinsics_arg, default=None,
                    help="fx,fy,cx,cy of the input images in pixels (camflow only, with depth)")
     harness.add_verbose_flag(p)

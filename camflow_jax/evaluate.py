@@ -68,13 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m camflow_jax.evaluate",
                                 description="Evaluate camera-motion estimators on a benchmark.")
     p.add_argument("--dataset", required=True, choices=DATASETS)
-    p.add_argument("--data", default=None, help="benchmark path (synthetic: optional texture folder)")
+    p.add_argument("--data", default=None, type=harness.path_arg, help="benchmark path (synthetic: optional texture folder)")
     p.add_argument("--methods", default="identity,sift_magsac",
                    help="comma-separated estimator names (" + ",".join(estimators.NAMES)
                    + ", camflow:LABEL) or oracles (" + ",".join(ORACLES) + ")")
-    p.add_argument("--checkpoint", default=None,
+    p.add_argument("--checkpoint", default=None, type=harness.path_arg,
                    help="checkpoint dir for 'camflow'; several as label=DIR,label2=DIR2")
-    p.add_argument("-o", "--out", default=None, help="output folder for results.json/.csv/.md")
+    p.add_argument("-o", "--out", default=None, type=harness.path_arg, help="output folder for results.json/.csv/.md")
     p.add_argument("-y", "--overwrite", action="store_true",
                    help="replace an existing result in the output folder")
     p.add_argument("--num", type=_positive_int, default=None,
@@ -82,10 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1000, help="synthetic held-out seed")
     p.add_argument("--size", type=_parse_size, default=(320, 576), help="synthetic image size HxW")
     # Flags are spelled with hyphens like the other tools; the underscore forms still work.
-    p.add_argument("--depth-dir", "--depth_dir", dest="depth_dir", default=None,
+    p.add_argument("--depth-dir", "--depth_dir", dest="depth_dir", default=None, type=harness.path_arg,
                    help="per-sample depth files (see data/benchmarks.py)")
     p.add_argument("--intrinsics", type=harness.intrinsics_arg, default=None, help="fx,fy,cx,cy override")
-    p.add_argument("--list-file", "--list_file", dest="list_file", default=None,
+    p.add_argument("--list-file", "--list_file", dest="list_file", default=None, type=harness.path_arg,
                    help="CAHomo pair list (default test.txt)")
     p.add_argument("--iqa-form", "--iqa_form", dest="iqa_form", default="masked",
                    choices=("masked", "zeroed"))
@@ -106,8 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args) -> int:
+    # every --checkpoint entry well formed and present, said before anything is loaded
+    ckpts = [path for _, path in parse_checkpoints(args.checkpoint, must_exist=True)]
     if args.out is not None:  # refused or unwritable: said before the evaluation runs
-        ckpts = [path for _, path in parse_checkpoints(args.checkpoint)]
         atomic.check_output_dir(args.out, OUTPUT_FILES, args.overwrite,
                                    inputs=[args.data, args.depth_dir, args.list_file] + ckpts)
     methods = args.methods

@@ -102,7 +102,15 @@ MAX_SQUASH = 2.0
 
 
 # ----------------------------------------------------------------------------- input checks
+#: Float images may leave 0..255 by this much (resampling overshoot, e.g. bicubic resizing).
+FLOAT_SLACK = 1.0
+
+
 def _check_image(img, name: str) -> np.ndarray:
+    """``img`` as ``[H, W, 3]`` after the checks of :meth:`Predictor.__call__` (ValueError
+    naming ``name``): uint8, unsigned or non-negative signed integers up to 255, or float in
+    0..255 (within :data:`FLOAT_SLACK`). A float image whose values all lie in [0, 1] (and not
+    all 0) is refused: read as 0..255 it would be almost black; scale it by 255 first."""
     a = np.asarray(img)
     if a.dtype.kind not in "uif":
         raise ValueError(f"{name} must be a numeric image, got dtype {a.dtype}")
@@ -116,9 +124,20 @@ def _check_image(img, name: str) -> np.ndarray:
         raise ValueError(f"{name} is too small: {a.shape[:2]}")
     if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
         raise ValueError(f"{name} contains NaN or infinite values")
-    if a.dtype.kind in "ui" and a.dtype.itemsize > 1 and a.max(initial=0) > 255:
+    lo, hi = a.min(), a.max()
+    if a.dtype.kind == "i" and lo < 0:
+        raise ValueError(f"{name} is a signed {a.dtype} image with negative values (min {lo}); "
+                         "images are 0..255: give uint8, or float in 0..255")
+    if a.dtype.kind in "ui" and a.dtype.itemsize > 1 and hi > 255:
         raise ValueError(f"{name} looks like a {a.dtype} image with values above 255; "
                          "convert it to 8-bit (0..255) first")
+    if a.dtype.kind == "f":
+        if 0 < hi <= 1.0 and lo >= 0:
+            raise ValueError(f"{name} is a float image with values in [0, 1] (max {float(hi):g}); "
+                             "float images are read as 0..255: multiply it by 255 first")
+        if lo < -FLOAT_SLACK or hi > 255 + FLOAT_SLACK:
+            raise ValueError(f"{name} is a float image with values in [{float(lo):g}, "
+                             f"{float(hi):g}]; float images must be in 0..255: scale it first")
     return a
 
 
@@ -386,7 +405,10 @@ class Predictor:
 
         Args:
           img1, img2: ``[H0, W0, 3]`` (or gray ``[H0, W0]``), uint8 or float in 0..255, in
-            ``channel_order``; any size, portrait or landscape.
+            ``channel_order``; any size, portrait or landscape. Refused (ValueError naming the
+            argument): float images whose values all lie in [0, 1] (scale them by 255 first;
+            an all-zero image is accepted), float values outside [-1, 256], negative values of
+            a signed integer image (int8 included), integers above 255, NaN or infinity.
           depth1, depth2: optional depth maps ``[H0, W0]`` aligned with each image (CamFlow+).
           intrinsics: (fx, fy, cx, cy) of the input images in pixels (default for a depth
             model without them: f = max(H0, W0), principal point at the centre).

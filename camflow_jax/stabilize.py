@@ -73,17 +73,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m camflow_jax.stabilize",
                                 description=__doc__.split("\n\n")[1],
                                 formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("input", help="input video file or folder of frames")
-    p.add_argument("-o", "--output", required=True,
+    p.add_argument("input", type=harness.path_arg, help="input video file or folder of frames")
+    p.add_argument("-o", "--output", required=True, type=harness.path_arg,
                    help="output video (.mp4/.m4v/.mov/.avi/.mkv) or a folder for PNG frames")
     p.add_argument("--estimator", default="sift_ransac",
                    help="camera-motion estimator (default: sift_ransac):\n" + estimators.describe())
     p.add_argument("--no-refine", action="store_true",
                    help="camflow without test-time refinement (the network alone: camflow_net)")
     harness.add_refine_size_flag(p)
-    p.add_argument("--checkpoint", help="CamFlow checkpoint or training workdir (camflow only; default: "
+    p.add_argument("--checkpoint", type=harness.path_arg, help="CamFlow checkpoint or training workdir (camflow only; default: "
                                         "the shipped model)")
-    p.add_argument("--depth", metavar="DIR", help="camflow: a folder with one depth map per frame (.npy or "
+    p.add_argument("--depth", metavar="DIR", type=harness.path_arg, help="camflow: a folder with one depth map per frame (.npy or "
                                                   "16-bit PNG, any global scale) for CamFlow+'s depth bases")
     p.add_argument("--intrinsics", type=harness.intrinsics_arg, metavar="fx,fy,cx,cy", help="camflow with --depth: camera intrinsics in "
                                                               "pixels of the input frames")
@@ -101,14 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fill for pixels with no source (default: black)")
     p.add_argument("--fps", type=_fps, help="frame rate for frame folders (default 30) or to "
                                              "override the container's")
-    p.add_argument("--export-motion", "--save-motion", dest="export_motion", metavar="FILE",
+    p.add_argument("--export-motion", "--save-motion", dest="export_motion", metavar="FILE", type=harness.path_arg,
                    help="write the per-frame motion, camera path, smoothed path and applied\n"
                         "correction (.json, .csv or .npz; the .npz also holds the dense\n"
                         "motion; docs/stabilization.md, 'Exporting the motion')")
-    p.add_argument("--path", "--load-motion", dest="path", metavar="FILE",
+    p.add_argument("--path", "--load-motion", dest="path", metavar="FILE", type=harness.path_arg,
                    help="render with the smoothed path of a motion file (e.g. an edited\n"
                         "--export-motion file); its motion replaces estimation when present")
-    p.add_argument("--report", metavar="PREFIX", help="path prefix of the JSON and plots "
+    p.add_argument("--report", metavar="PREFIX", type=harness.path_arg, help="path prefix of the JSON and plots "
                                                       "(default: OUTPUT without extension)")
     p.add_argument("--no-metrics", action="store_true", help="skip metrics (faster)")
     p.add_argument("--no-plots", action="store_true", help="skip the plots")

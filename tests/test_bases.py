@@ -209,6 +209,11 @@ def test_combine_matches_numpy():
     (lambda: B.stochastic_bases(2.5, 8, 4), "stochastic_bases: h and w must be whole numbers >= 2, got h=2.5"),
     (lambda: B.stochastic_bases(8, 16, 2.5), "need whole numbers n >= 1"),
     (lambda: B.static_bases(True, 16), "h and w must be whole numbers"),
+    (lambda: B.stochastic_bases(8, 16, 2.0), "need whole numbers n >= 1"),
+    (lambda: B.static_bases(8, 16, num_stochastic=-1), "num_stochastic must be a whole number >= 0, got -1"),
+    (lambda: B.static_bases(8, 16, num_stochastic=2.5), "num_stochastic must be a whole number >= 0, got 2.5"),
+    (lambda: B.static_bases(8, 16, num_homography=12.0), "num_homography must be 0, 8 or 12, got 12.0"),
+    (lambda: B.hybrid_bases(8, 16, num_homography=True), "num_homography must be 0, 8 or 12, got True"),
     (lambda: B.depth_translational_bases(np.ones((8, 16)), [np.nan, 10, 4, 4]), "K must be 4 finite numbers"),
     (lambda: B.depth_translational_bases(np.ones((8, 16)), [10, np.inf, 4, 4]), "K must be 4 finite numbers"),
     (lambda: B.depth_translational_bases(np.ones((8, 16)), [0, 10, 4, 4]), "with fx, fy > 0"),
@@ -218,6 +223,16 @@ def test_bad_basis_arguments_are_refused_in_our_words(call, needle):
     were an internal broadcasting TypeError, a silent truncation or non-finite B."""
     with pytest.raises(ValueError, match=re.escape(needle)):
         call()
+
+
+def test_numpy_integer_sizes_and_counts_are_python_integers():
+    """numpy integers (e.g. a shape read from an array) are accepted and give exactly the bases
+    of the same Python integers."""
+    np.testing.assert_array_equal(np.asarray(B.homography_bases(np.int64(8), np.int32(12))),
+                                  np.asarray(B.homography_bases(8, 12)))
+    np.testing.assert_array_equal(B.stochastic_bases(np.int64(8), 12, np.int16(3), np.uint8(1)),
+                                  B.stochastic_bases(8, 12, 3, 1))
+    assert B.static_bases(8, 12, np.int64(8), np.int64(2)).shape == (10, 8, 12, 2)
 
 
 def test_traced_intrinsics_are_left_to_the_caller():

@@ -354,6 +354,30 @@ def test_stabilize_numeric_flags_are_checked(tmp_path, flag, value, capsys):
     assert e.value.code == 2 and flag in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("tool,argv,flag", [
+    (estimate, ["a.png", "b.png", "-o", ""], "-o/--out"),
+    (estimate, ["a.png", "b.png", "-o", "o", "--checkpoint", ""], "--checkpoint"),
+    (estimate, ["", "b.png", "-o", "o"], "img1"),
+    (stabilize, ["in.avi", "-o", ""], "-o/--output"),
+    (stabilize, ["in.avi", "-o", "o.avi", "--export-motion", ""], "--export-motion/--save-motion"),
+    (stabilize, ["in.avi", "-o", "o.avi", "--report", " "], "--report"),
+    (stabilize, ["in.avi", "-o", "o.avi", "--path", ""], "--path/--load-motion"),
+    (ev, ["--dataset=cahomo", "--data=c", "-o", ""], "-o/--out"),
+    (ev, ["--dataset=cahomo", "--data=c", "--checkpoint="], "--checkpoint"),
+])
+def test_empty_paths_are_refused_naming_the_flag(tmp_path, monkeypatch, tool, argv, flag, capsys):
+    """Issue 44: ``-o ""`` ended in "error: no such file or directory" naming no flag, and an
+    empty ``--export-motion`` / ``--report`` was ignored silently."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        tool.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].endswith(f"error: argument {flag}: empty path"
+                                                 + (" (' ')" if " " in argv else "")), err
+    assert os.listdir(tmp_path) == []
+
+
 def _corrupt_frame(path: Path, index: int) -> None:
     """Scrambles the JPEG data of one frame of an MJPG AVI (headers kept)."""
     data = bytearray(path.read_bytes())

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import struct
 
 import cv2
@@ -203,6 +204,60 @@ def test_portrait_rotation_against_known_homography():
     assert _interior_epe(out["flow_b"], fx.homography_flow(np.linalg.inv(H), h, w)) < 0.3
     Hn = out["homography"] / out["homography"][2, 2]
     assert _interior_epe(fx.homography_flow(Hn, h, w), fx.homography_flow(H, h, w)) < 0.3
+
+
+class _RecordingPredictor(Predictor):
+    """No network: records the images the backend would see (the input checks are under test)."""
+
+    refine_config = None
+    height, width = 64, 128
+
+    def __init__(self):
+        self.num_depth = 0
+        self._warned_no_depth = False
+        self.seen = []
+
+    def _predict_landscape(self, img1, img2, *_rest):
+        self.seen.append((img1, img2))
+        z = np.zeros(img1.shape[:2] + (2,), np.float32)
+        return {"flow_f": z, "flow_b": z, "coeffs_f": np.zeros(1), "coeffs_b": np.zeros(1),
+                "homography": np.eye(3)}
+
+
+@pytest.mark.parametrize("make, needle", [
+    (lambda u: u / 255.0, "img1 is a float image with values in [0, 1] (max 1); float images are "
+                          "read as 0..255: multiply it by 255 first"),
+    (lambda u: (u.astype(np.int16) - 128).astype(np.int8), "img1 is a signed int8 image with "
+                                                           "negative values (min -128)"),
+    (lambda u: u.astype(np.int32) - 3, "img1 is a signed int32 image with negative values (min -3)"),
+    (lambda u: u * 257.0, "img1 is a float image with values in [0, 65535]; float images must be in 0..255"),
+    (lambda u: u - 20.0, "img1 is a float image with values in [-20, 235]"),
+])
+def test_predictor_refuses_images_on_another_scale(make, needle):
+    """Issue 44: [0, 1] float images were read as 0..255 (almost black) and int8 images with
+    negative values were accepted; both are ValueErrors naming the argument now."""
+    u = np.random.default_rng(0).integers(0, 256, (32, 64, 3)).astype(np.uint8)
+    u[0, 0], u[0, 1] = 0, 255
+    pred = _RecordingPredictor()
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        pred(make(u), u)
+    with pytest.raises(ValueError, match="img2 is a"):
+        pred(u, make(u))
+    assert pred.seen == []
+
+
+def test_predictor_accepts_images_in_0_255():
+    """What the refusals point to is accepted and reaches the network unchanged: float in
+    0..255 (the [0, 1] image times 255), non-negative int8/int16, an all-black float image."""
+    u = np.random.default_rng(1).integers(0, 128, (32, 64, 3)).astype(np.uint8)
+    v = np.roll(u, 3, axis=1)
+    pred = _RecordingPredictor()
+    for a, b in ((u / 255.0 * 255.0, v.astype(np.float32)), (u.astype(np.int8), v.astype(np.int16)),
+                 (np.zeros(u.shape), v), (u.astype(np.float32) + 0.5, v)):
+        pred(a, b)
+        np.testing.assert_array_equal(pred.seen[-1][0], a)
+        np.testing.assert_array_equal(pred.seen[-1][1], b)
+    np.testing.assert_allclose(pred.seen[0][0], u, atol=1e-9)
 
 
 # ----------------------------------------------------------------------------- real network

@@ -116,6 +116,36 @@ def test_cli_errors_are_clear(tmp_path, capsys):
     assert methods.parse_checkpoints("b8=/c/8, /c/b24/") == [("b8", "/c/8"), ("b24", "/c/b24/")]
 
 
+def test_malformed_or_unused_checkpoint_entries_are_refused(tmp_path, capsys):
+    """Issue 44: in ``--checkpoint a=DIR,b`` the entry ``b`` (no such checkpoint) was ignored
+    silently; every entry must be well formed and exist, and some method must use them."""
+    fx.make_cahomo(str(tmp_path / "c"), pairs_per_video=1)
+    ckpt = tmp_path / "ck"
+    ckpt.mkdir()
+    base = ["--dataset=cahomo", f"--data={tmp_path / 'c'}", "--no-progress", "--num=1",
+            f"--out={tmp_path / 'o'}"]
+
+    def refused(spec, methods_, *expect):
+        assert ev.main(base + [f"--methods={methods_}", f"--checkpoint={spec}"]) == 2
+        err = capsys.readouterr().err
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+        for e in expect:
+            assert e in lines[0], lines[0]
+        assert not (tmp_path / "o").exists()
+
+    for m in ("identity", "camflow:a"):
+        refused(f"a={ckpt},b", m, "--checkpoint entry 'b': no checkpoint at 'b'")
+    refused(f"={ckpt}", "camflow", f"--checkpoint entry '={ckpt}' is malformed")
+    refused("a=", "camflow", "--checkpoint entry 'a=' is malformed")
+    refused(f"{ckpt}", "identity,sift_ransac", "checkpoints ['ck'] (--checkpoint) are used by no method")
+    # the library's own spelling check (no file system) and an unused checkpoint there too
+    with pytest.raises(ValueError, match="entry 'x=' is malformed"):
+        methods.parse_checkpoints("a=/c/8,x=")
+    with pytest.raises(ValueError, match=r"checkpoints \['a', 'b'\] \(--checkpoint\) are used by no method"):
+        methods.build_methods(["identity", "gt_homography"], "cahomo", f"a={ckpt},b={ckpt}")
+
+
 def test_cli_runs_and_prints_table(tmp_path, capsys):
     fx.make_cahomo(str(tmp_path / "c"), pairs_per_video=1)
     rc = ev.main(["--dataset=cahomo", f"--data={tmp_path / 'c'}", "--methods=identity,orb_ransac",

@@ -322,3 +322,68 @@ def test_bad_motion_files_are_one_line_errors(tmp_path, clip, capsys):
                            str(tmp_path / "m.yaml")] + args) == 2
     assert "m.yaml" in _one_error_line(capsys.readouterr().err)
     assert not os.path.exists(tmp_path / "q")
+
+
+def test_motion_files_for_another_grid_or_out_of_order_are_refused(tmp_path, clip, capsys):
+    """Issue 44: dense flows of another working grid were stretched onto the frames, and
+    swapped per-frame entries rendered the wrong frames; both are one-line errors now."""
+    src = _folder(tmp_path / "in", clip.frames[:6])
+    args = ["--estimator=sift_ransac"] + FAST
+    for ext in (".npz", ".json", ".csv"):
+        assert stabilize.main([str(src), "-o", str(tmp_path / f"a{ext[1:]}"), "--export-motion",
+                               str(tmp_path / f"m{ext}")] + args) == 0
+    capsys.readouterr()
+
+    def refused(path, *expect):
+        rc = stabilize.main([str(src), "-o", str(tmp_path / "o"), "--path", str(path)] + args)
+        line = _one_error_line(capsys.readouterr().err)
+        assert rc == 2 and str(path) in line, line
+        for e in expect:
+            assert e in line, line
+        assert not (tmp_path / "o").exists()
+
+    # 64x96 frames at the default work_scale 0.25: a 16x24 working grid (by hand).
+    z = dict(np.load(tmp_path / "m.npz"))
+    assert z["flows"].shape == (5, 16, 24, 2)
+    for name, flows in (("narrow.npz", z["flows"][:, :, :21]),
+                        ("tall.npz", np.concatenate([z["flows"], z["flows"][:, :2]], axis=1))):
+        np.savez(tmp_path / name, **dict(z, flows=flows))
+        refused(tmp_path / name, "flows has shape", f"{list(flows.shape)}", "expected [5, 16, 24, 2]")
+    # version 0 (flows only) is checked the same way
+    np.savez(tmp_path / "v0.npz", flows=z["flows"][:, :, :21], frame_size=np.array([64, 96]),
+             fps=np.float64(30), estimator=np.str_("sift_ransac"))
+    refused(tmp_path / "v0.npz", "flows has shape [5, 16, 21, 2], expected [5, 16, 24, 2]")
+    np.savez(tmp_path / "v0ok.npz", flows=z["flows"], frame_size=np.array([64, 96]),
+             fps=np.float64(30), estimator=np.str_("sift_ransac"))
+    assert stabilize.main([str(src), "-o", str(tmp_path / "ok"), "--path",
+                           str(tmp_path / "v0ok.npz")] + args) == 0
+
+    good = json.loads((tmp_path / "m.json").read_text())
+    doc = json.loads(json.dumps(good))
+    doc["frames"][1], doc["frames"][2] = doc["frames"][2], doc["frames"][1]
+    (tmp_path / "swap.json").write_text(json.dumps(doc))
+    refused(tmp_path / "swap.json", "frame entry 1 has index 2, expected 1")
+    doc = json.loads(json.dumps(good))
+    doc["frames"][4]["index"] = 3  # repeated
+    (tmp_path / "rep.json").write_text(json.dumps(doc))
+    refused(tmp_path / "rep.json", "frame entry 4 has index 3, expected 4")
+    doc = json.loads(json.dumps(good))
+    del doc["frames"][3]["index"]
+    (tmp_path / "noidx.json").write_text(json.dumps(doc))
+    refused(tmp_path / "noidx.json", "frame entry 3 has no index")
+    doc = json.loads(json.dumps(good))
+    doc["frames"][0]["index"] = "0"
+    (tmp_path / "stridx.json").write_text(json.dumps(doc))
+    refused(tmp_path / "stridx.json", "frame entry 0 has index '0', not a whole number")
+
+    lines = (tmp_path / "m.csv").read_text().splitlines()
+    head = [ln for ln in lines if ln.startswith("#")]
+    body = [ln for ln in lines if not ln.startswith("#")]
+    rows = body[1:]
+    rows[2], rows[3] = rows[3], rows[2]
+    (tmp_path / "swap.csv").write_text("\n".join(head + body[:1] + rows) + "\n")
+    refused(tmp_path / "swap.csv", "frame entry 2 has frame 3, expected 2")
+    # the unedited files (in order) still render
+    for ext in (".json", ".csv"):
+        assert stabilize.main([str(src), "-o", str(tmp_path / f"r{ext[1:]}"), "--path",
+                               str(tmp_path / f"m{ext}")] + args) == 0

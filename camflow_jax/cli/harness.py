@@ -9,7 +9,7 @@
   (temporaries removed), exit 130/143; a traceback only with ``--verbose``
   (:func:`add_verbose_flag`);
 * shared flags and argparse types: ``--verbose``, ``--refine-size``, finite numbers, whole
-  numbers with a lower bound, ``fx,fy,cx,cy``.
+  numbers with a lower bound, ``fx,fy,cx,cy``, non-empty paths.
 
 Outputs are written by :mod:`camflow_jax.io.atomic` (never half a result, never the input, never
 an existing file without ``-y``); numeric inputs are checked by :mod:`camflow_jax.geometry.checks`.
@@ -164,6 +164,16 @@ def int_at_least(lo: int, unit: str = "", why: str = ""):
         return v
 
     return parse
+
+
+def path_arg(text: str) -> str:
+    """argparse ``type=`` of every file or folder flag: a non-empty path. ``-o ""`` used to end
+    in ``error: no such file or directory`` naming no flag (or, for optional outputs such as
+    ``--export-motion ""``, to be ignored silently); argparse now names the flag:
+    ``argument -o/--output: empty path``."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty path" if not text else f"empty path ({text!r})")
+    return text
 
 
 def intrinsics_arg(text: str) -> tuple[float, ...]:

@@ -48,9 +48,12 @@ class Method:
         return self.run(sample, need_backward)
 
 
-def parse_checkpoints(spec) -> list[tuple[str, str]]:
+def parse_checkpoints(spec, must_exist: bool = False) -> list[tuple[str, str]]:
     """``"a=DIR1,b=DIR2"`` / ``"DIR"`` / list -> ``[(label, path)]`` (label defaults to the
-    directory's base name)."""
+    directory's base name; empty items between commas are skipped).
+
+    ValueError naming the entry for an empty label or path (``=DIR``, ``a=``), repeated labels,
+    and, with ``must_exist``, a path that does not exist (``a=DIR,b``: ``b`` is no folder)."""
     if spec is None or spec == "" or spec == []:
         return []
     items = spec.split(",") if isinstance(spec, str) else list(spec)
@@ -62,7 +65,14 @@ def parse_checkpoints(spec) -> list[tuple[str, str]]:
         label, sep, path = item.partition("=")
         if not sep:
             path, label = label, os.path.basename(os.path.normpath(label))
-        out.append((label.strip(), path.strip()))
+        label, path = label.strip(), path.strip()
+        if not label or not path:
+            raise ValueError(f"--checkpoint entry {item!r} is malformed: entries are DIR or "
+                             "LABEL=DIR, comma-separated")
+        if must_exist and not os.path.exists(path):
+            raise ValueError(f"--checkpoint entry {item!r}: no checkpoint at {path!r} (no such "
+                             "file or folder; entries are DIR or LABEL=DIR, comma-separated)")
+        out.append((label, path))
     labels = [lab for lab, _ in out]
     if len(set(labels)) != len(labels):
         raise ValueError(f"checkpoint labels must be distinct, got {labels}")
@@ -156,12 +166,36 @@ def _camflow_rows(name: str, ckpts: list[tuple[str, str]], channel_order: str,
     return rows
 
 
+def _used_labels(names: Sequence[str], ckpts: list[tuple[str, str]]) -> set[str]:
+    """The checkpoint labels the method names ask for: all of them for a plain ``camflow`` /
+    ``camflow_net``, one for ``camflow:LABEL``."""
+    used: set[str] = set()
+    for name in names:
+        if name in ORACLES:
+            continue
+        try:
+            canonical, _ = estimators.resolve(name)
+        except ValueError:
+            continue
+        if estimators.is_camflow(canonical):
+            label = canonical.partition(":")[2]
+            used |= {label} if label else {lab for lab, _ in ckpts}
+    return used
+
+
 def build_methods(names: Sequence[str], dataset: str, checkpoints=None,
                   channel_order: str = "rgb", refine_size: int | None = None) -> list[Method]:
     """The :class:`Method` rows for ``names`` (module doc). Old registry names (``sift``) work
     with a note; unknown names: ValueError naming the valid ones. ``refine_size``: the refined
-    camflow rows refine at that size (``RefineConfig.at_size``; ValueError without one)."""
+    camflow rows refine at that size (``RefineConfig.at_size``; ValueError without one).
+    Checkpoints given when no method uses any (no camflow name) are a ValueError naming them
+    (they would be ignored silently); ``camflow:LABEL`` may pick some of several."""
     ckpts = parse_checkpoints(checkpoints)
+    if ckpts and not _used_labels(names, ckpts):
+        labels = [lab for lab, _ in ckpts]
+        raise ValueError(f"checkpoints {labels} (--checkpoint) are used by no method in "
+                         f"{list(names)}: add camflow (every checkpoint) or camflow:{labels[0]} to "
+                         "the methods, or drop --checkpoint")
     forward_only = dataset != "cahomo"  # only CAHomo's protocol reads the backward flow
     out: list[Method] = []
     for name in names:

@@ -298,6 +298,19 @@ def write(path: str, rec: MotionRecord) -> None:
             wr.writerow(row)
 
 
+def _whole(cell: str):
+    """A CSV cell as an int when it is a whole number (``3``, ``3.0``), else the cell (None
+    when empty)."""
+    cell = cell.strip()
+    if not cell:
+        return None
+    try:
+        v = float(cell)
+    except ValueError:
+        return cell
+    return int(v) if np.isfinite(v) and v == int(v) else cell
+
+
 def _cell(v) -> str:
     return "" if v is None else repr(float(v))
 
@@ -308,7 +321,9 @@ class _Bad(ValueError):
 
 def read(path: str) -> MotionRecord:
     """Reads and validates a motion file (any of :data:`FORMATS`). One-line ValueError for a
-    damaged file, an unknown version, wrong shapes or frame counts, non-finite numbers."""
+    damaged file, an unknown version, wrong shapes or frame counts, frame entries out of order
+    (JSON ``index`` / CSV ``frame`` not 0..n-1), non-finite numbers. The working grid of
+    ``flows`` is checked by the renderer, which knows the stabilizer settings."""
     kind = _kind(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"motion file not found: {path}")
@@ -378,6 +393,19 @@ def _stack(rows, what, n):
     return _array(rows[:n], what)
 
 
+def _check_order(indices, what: str) -> None:
+    """Each frame entry's own number (JSON ``index``, CSV ``frame``) must be its position,
+    0..n-1: entries swapped, repeated or missing would render the wrong frames."""
+    for t, i in enumerate(indices):
+        if i is None:
+            raise _Bad(f"frame entry {t} has no {what} (every entry must say which frame it is)")
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise _Bad(f"frame entry {t} has {what} {i!r}, not a whole number")
+        if i != t:
+            raise _Bad(f"frame entry {t} has {what} {i}, expected {t}: entries must list frames "
+                       f"0..{len(indices) - 1} in order, each once")
+
+
 def _record(meta, cols, flows=None) -> MotionRecord:
     n = meta["num_frames"]
     fps = meta.get("fps", 30.0)
@@ -406,6 +434,7 @@ def _from_doc(doc) -> MotionRecord:
         extra = set(f) - known
         if extra:
             raise _Bad(f"frame {t} has unknown keys {sorted(extra)}")
+    _check_order([f.get("index") for f in frames], "index")
     get = lambda k: [f.get(k) for f in frames]  # noqa: E731
     cols = {m: _stack(get(m), m, n) for m in ("camera_path", "smoothed_path", "correction")}
     cols["pair_homography"] = _stack(get("pair_homography"), "pair_homography", n - 1)
@@ -449,6 +478,9 @@ def _read_csv(path) -> MotionRecord:
     for t, r in enumerate(rows):
         if len(r) != len(header):
             raise _Bad(f"row {t} has {len(r)} cells, the header {len(header)}")
+    if "frame" not in idx:
+        raise _Bad("no frame column (every row must say which frame it is)")
+    _check_order([_whole(r[idx["frame"]]) for r in rows], "frame")
 
     def num(cell, what):
         if cell.strip() == "":

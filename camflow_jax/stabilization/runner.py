@@ -121,13 +121,21 @@ def stabilize_video(input_path: str, output_path: str, estimator,
                     with_plots, export_motion, motion_path, low_hz, scratch, bar)
 
 
-def _recorded_motion(record, config) -> pipeline.Motion:
+def _recorded_motion(record, config, motion_path: str = "the motion file") -> pipeline.Motion:
     """The motion of a motion file: its dense flows (NPZ: exactly the original run's), else
-    the flows of its per-pair homographies on the working grid."""
+    the flows of its per-pair homographies on the working grid. Dense flows on another grid
+    than ``config``'s working grid for the frame size are refused (ValueError): rendered, they
+    would be stretched onto the frame."""
     flows = record.flows
+    h, w = pipeline.working_size(*record.frame_size, config)
     if flows is None:
-        h, w = pipeline.working_size(*record.frame_size, config)
         flows = motion_file.homography_flows(record.pair_homography, *record.frame_size, h, w)
+    elif tuple(flows.shape[1:3]) != (h, w):
+        want = [flows.shape[0], h, w, 2]
+        raise ValueError(f"{motion_path}: flows has shape {list(flows.shape)}, expected {want} "
+                         f"(the working grid of {record.frame_size[1]}x{record.frame_size[0]} "
+                         f"frames at work_scale {config.work_scale:g}, max_work_side "
+                         f"{config.max_work_side}); the file was written for another grid")
     return pipeline.Motion(flows, tuple(record.frame_size), record.fps, record.estimator,
                            dict(record.stats or {}), coefficients=record.coefficients)
 
@@ -178,7 +186,7 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
                          f"{record.frame_size[0]} frames; the input is "
                          f"{source.width}x{source.height}")
     if record is not None and record.has_motion:
-        motion = _recorded_motion(record, config)
+        motion = _recorded_motion(record, config, motion_path)
     else:
         if estimator is None:
             raise ValueError(f"{motion_path} holds no per-pair motion: an estimator is needed")
