@@ -3,10 +3,10 @@ held-out SyntheticScenes(seed=4242, categories=("RE",)) frames img1 warped by th
 camera-motion homography label (cv2.warpPerspective, INTER_LINEAR, BORDER_REFLECT), so the truth
 is the exact homography flow; interior EPE (margin h // 16). No depth is given (none is defined
 for a warped image).
-Usage: python docs/refinement/homography_pairs.py N OUT.json
+Usage: python docs/refinement/homography_pairs.py N OUT.json [--checkpoint DIR]
+(without --checkpoint: the shipped model)
 """
 import json
-import sys
 import time
 
 import cv2
@@ -25,9 +25,10 @@ def interior_epe(flow, truth, margin):
     return float(np.hypot(d[..., 0], d[..., 1]).mean())
 
 
-def main(n, out):
+def main(n, out, checkpoint=None):
     scenes = SyntheticScenes(seed=4242, num_samples=n, height=H_, width=W_, categories=("RE",))
-    ests = {m: estimators.get(m) for m in METHODS}
+    ests = {m: estimators.get(m, **({"checkpoint": checkpoint} if checkpoint and m.startswith("camflow") else {}))
+            for m in METHODS}
     ests["camflow"]._predictor = ests["camflow_net"].predictor  # one loaded model
     rows = []
     for i in range(n):
@@ -55,4 +56,10 @@ def main(n, out):
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), sys.argv[2])
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("n", type=int)
+    ap.add_argument("out")
+    ap.add_argument("--checkpoint", default=None, help="CamFlow checkpoint dir (default: the shipped model)")
+    args = ap.parse_args()
+    main(args.n, args.out, args.checkpoint)

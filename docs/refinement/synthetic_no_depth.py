@@ -3,10 +3,9 @@
 The evaluation passes each sample's depth1/depth2/K to CamFlow (evaluation/methods.py); this
 wrapper removes them, so the Predictor uses its constant-depth fallback. Everything else is
 `camflow_jax.evaluation.evaluate` unchanged (rows camflow + camflow_net).
-Usage: python docs/refinement/synthetic_no_depth.py OUT_DIR
+Usage: python docs/refinement/synthetic_no_depth.py OUT_DIR [--checkpoint DIR]
+(without --checkpoint: the shipped model)
 """
-import sys
-
 from camflow_jax.data import datasets
 from camflow_jax.evaluation import benchmark
 
@@ -27,6 +26,11 @@ class NoDepth:
 
 
 if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out_dir")
+    ap.add_argument("--checkpoint", default=None, help="CamFlow checkpoint dir (default: the shipped model)")
+    args = ap.parse_args()
     src = datasets.load_dataset("synthetic", None, num=100, seed=1000, size=(320, 576))
     benchmark.evaluate("synthetic", "camflow", num=100, seed=1000, size=(320, 576), source=NoDepth(src),
-                       out_dir=sys.argv[1], progress=False)
+                       out_dir=args.out_dir, checkpoints=args.checkpoint, progress=False)
