@@ -167,17 +167,27 @@ def test_predictor_functions_export_for_gpu_and_tpu(small_predictor):
     assert len(seen) == 6  # forward x2, static bases pyramid, images, one direction, homography
 
 
-def test_captured_calls_are_the_ones_the_predictor_runs(small_predictor):
+def test_captured_calls_are_the_ones_the_predictor_runs(small_predictor, monkeypatch):
     """The capture answers with zeros without running anything; the functions it records,
     run for real, give the Predictor's own flows (an independent check that the export above
-    covered what the Predictor computes)."""
+    covered what the Predictor computes).
+
+    The Predictor runs with this package's caches off, so its forward is the plain ``jax.jit``
+    the capture records (an :class:`~camflow_jax.compilation.exported.ExportedJit` would compile
+    its exported twin, a second compilation of the same network; test_compile_cache holds the
+    two bit-identical): what is checked is that the recorded function and arguments, and the
+    Predictor's own pre- and post-processing around them, give its flows."""
+    from camflow_jax.compilation import cache
     from camflow_jax.experiments import accel
+
+    monkeypatch.setenv(cache.OPT_OUT_ENV, "1")
     a, b, cam = _pair()
     calls = accel.capture_jitted_calls(small_predictor, a, b, **cam, refine=False)
     assert [c.name for c in calls] == ["_forward"]
     out = calls[0].fn(*calls[0].args, **calls[0].kwargs)
     ref = small_predictor(a, b, **cam, refine=False)
     np.testing.assert_allclose(np.asarray(out["flow_f"]), ref["flow_f"], atol=1e-5)
+    assert small_predictor._forward.how()[-1] == "jit"  # the recorded function itself ran
     assert "logvar_f" not in ref and "logvar_f" not in out  # flows-only by default
 
 

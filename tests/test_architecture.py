@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from camflow_jax.experiments import architecture as arch
+from test_train import _losses
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIS = {"camflow_jax.train", "camflow_jax.estimate", "camflow_jax.evaluate", "camflow_jax.stabilize"}
@@ -62,17 +63,27 @@ def test_imports_point_down_the_layers(edges):
             assert e.source.startswith("camflow_jax.experiments"), e
 
 
-def test_a_config_walks_through_at_most_eight_modules(tmp_path, cache):
-    """The modules whose functions receive the config (or a part of it) during a one-step
-    training run with a held-out evaluation (the training tests' tiny net: one compilation
-    shared through the session's cache)."""
+def test_a_config_walks_through_at_most_eight_modules(tmp_path, cache, four_steps_one_device):
+    """The modules whose functions receive the config (or a part of it) during a training run
+    with a held-out evaluation: the session's 4-step reference run (conftest.four_steps_one_device,
+    the training tests' tiny net) resumed in this process from its step-2 checkpoint, so steps 3
+    and 4 and the evaluation run for real with the reference's programs, read from the session's
+    compilation cache instead of compiled again (the walk's profiler roughly doubles the
+    Python-side tracing; a compilation would more than double the test)."""
+    import shutil
+
     from camflow_jax.configs import smoke
     from camflow_jax.training import loop
 
-    config = smoke.get_config()
-    config.update_from_flattened_dict({"batch_size": 4, "num_steps": 1, "data.num_train": 8, "data.num_eval": 2,
-                                       "model.depths": (1,), "model.layer_depth": (1,), "model.num_heads": (2,),
-                                       "model.width": 64})
-    walk = arch.config_walk(lambda c: loop.train_and_evaluate(c, tmp_path / "wd"), config)
+    wd = tmp_path / "wd"
+    shutil.copytree(four_steps_one_device, wd)
+    shutil.rmtree(wd / "checkpoints" / "4")
+    config = smoke.get_config()  # test_train.COMMON + EVAL, num_steps=4: the reference's config
+    config.update_from_flattened_dict({"batch_size": 4, "checkpoint_every": 2, "num_steps": 4, "data.num_train": 8,
+                                       "data.num_eval": 2, "model.depths": (1,), "model.layer_depth": (1,),
+                                       "model.num_heads": (2,), "model.width": 64})
+    walk = arch.config_walk(lambda c: loop.train_and_evaluate(c, wd), config)
+    assert [r["step"] for r in _losses(wd)] == [1, 2, 3, 4]  # steps 3 and 4 trained here
+    assert (wd / "eval_4.json").is_file()
     assert {"camflow_jax.training.loop", "camflow_jax.data.datasets", "camflow_jax.training.heldout"} <= set(walk), walk
     assert len(walk) <= 8, walk
