@@ -196,3 +196,13 @@ def test_compare_with_vidstab_small():
         assert r["hf_out_px"] < r["hf_in_px"]
         assert r["border_fraction"] < 0.01
         assert np.isfinite(r["ms_per_frame"])
+
+
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs ffmpeg (apt-get install ffmpeg)")
+def test_compare_with_vidstab_path_in_estimator_name():
+    # a registry name such as camflow:/dir/ckpt names the estimator; its slashes are no folders
+    named = {"obj": clips.moving_object_clip(10, 64, 96, seed=0)}
+    rows = benchmark.compare_with_vidstab(
+        named, {"x:/no/such/dir": lambda: est_lib.make_estimator("sift_ransac")}, vidstab=False, log=None)
+    assert [r["method"] for r in rows] == ["x:/no/such/dir"]
+    assert np.isfinite(rows[0]["hf_out_px"])

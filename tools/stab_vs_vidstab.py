@@ -5,7 +5,8 @@
 
 Clips: OpenCV's vtest.avi (``apt-get install opencv-doc``; ``--video`` for another still-camera
 video) shaken by a seeded known motion, and the synthetic moving-object clip with and without
-its object (``--synthetic-size``, ``--synthetic-frames``; ``--no-synthetic`` skips them). The
+its object (``--synthetic-size``, ``--synthetic-frames``; ``--no-synthetic`` skips them).
+``--checkpoint DIR``: the model the camflow estimators run (default: the shipped one). The
 work is :func:`camflow_jax.experiments.stabilization.compare_with_vidstab`; this script parses
 arguments and prints the table (with the load average: timings on a shared machine are
 indicative).
@@ -38,6 +39,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--estimators", default="sift_ransac,camflow",
                    help="comma-separated registry names (camflow_jax.estimators.registry)")
+    p.add_argument("--checkpoint", default=None,
+                   help="CamFlow checkpoint for the camflow / camflow_net estimators (default: the shipped model)")
     p.add_argument("--video", help="a still-camera video to shake (default: OpenCV's vtest.avi)")
     p.add_argument("--frames", type=harness.int_at_least(8), default=120)
     p.add_argument("--size", type=_size, default=(288, 384), help="HxW the video is scaled to")
@@ -69,7 +72,7 @@ def main(argv=None) -> int:
             for obj in (True, False):
                 named["moving_object" if obj else "no_object"] = clips.moving_object_clip(
                     args.synthetic_frames, h, w, seed=args.seed, with_object=obj)
-        factories = {n: est_lib.make_estimator(n).fresh for n in names}
+        factories = {n: est_lib.make_estimator(n, checkpoint=args.checkpoint).fresh for n in names}
         load0 = benchmark.load_average()
         rows = benchmark.compare_with_vidstab(named, factories, vidstab=not args.no_vidstab,
                                               log=lambda m: print(m, file=sys.stderr, flush=True))

@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -372,7 +373,7 @@ def compare_with_vidstab(named_clips: dict, estimators: dict,
                 if clip.pair_homographies is not None:
                     row["pair_error_px"] = clips_lib.pair_motion_error(
                         motion.flows, clip.pair_homographies, h, w)
-                dst = os.path.join(tmp, f"{cname}_{name.replace(':', '_')}.mkv")
+                dst = os.path.join(tmp, f"{cname}_{re.sub(r'[^A-Za-z0-9._-]', '_', name)}.mkv")  # camflow:PATH
                 encode_lossless(out, dst, clip.fps)
                 row.update(score_output(frames_in, decode_video(dst), clip.fps, clip.jitter))
                 rows.append(row)
