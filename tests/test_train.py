@@ -143,8 +143,13 @@ def test_a_workdir_extended_stopped_and_resumed_matches_the_uninterrupted_run(tm
     assert "step 1/4" not in second and "step 4/4" not in second
     assert json.loads((wd / "summary.json").read_text())["stopped_early"] is True
     assert (wd / "checkpoints" / "3").is_dir()
+    # The changed setting is named, and the config that trained steps 1-2 is kept beside the new one.
+    assert "note: resuming with 2 changed setting(s) (num_steps: 2 -> 4; stop_after_seconds: 0.0 -> 1e-06)" in second
+    assert json.loads((wd / "config_until_step_2.json").read_text())["stop_after_seconds"] == 0
+    assert json.loads((wd / "config.json").read_text())["stop_after_seconds"] == 1e-6
     third = _train(wd, "--config.num_epochs=2", "--config.num_steps=1", cache=cache).stdout
     assert "at step 3" in third and "step 4/4" in third
+    assert "kept in config_until_step_3.json" in third and "num_epochs: 0 -> 2" in third
     summary = json.loads((wd / "summary.json").read_text())
     assert summary["final_step"] == 4 and summary["stopped_early"] is False
     assert [r["step"] for r in _losses(wd)] == [1, 2, 3, 4]
@@ -316,6 +321,17 @@ def test_a_second_trainer_on_the_same_workdir_is_refused(tmp_path, cache):
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running trainer holds it
         proc = _train(wd, "--config.num_steps=1", cache=cache, check=False)
     _one_line_error(proc, "in use by another trainer")
+
+
+def test_config_changes_name_every_differing_setting():
+    from camflow_jax.training import workdir
+
+    old = json.dumps({"batch_size": 4, "optim": {"learning_rate": 1e-4, "b1": 0.9}, "gone": 1})
+    new = json.dumps({"batch_size": 8, "optim": {"learning_rate": 1e-4, "b1": 0.5}, "added": True})
+    assert workdir.config_changes(old, new) == ["added: - -> True", "batch_size: 4 -> 8", "gone: 1 -> -",
+                                                "optim.b1: 0.9 -> 0.5"]
+    assert workdir.config_changes(new, new) == []
+    assert workdir.config_changes("{not json", new) == ["config.json: unreadable -> new"]
 
 
 def test_num_epochs_counts_whole_batches_of_the_training_set():

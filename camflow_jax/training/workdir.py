@@ -5,7 +5,8 @@ Layout (docs/training.md, "Outputs"): ``config.json``, ``model.json`` (loadable 
 :func:`camflow_jax.models.checkpoint.load_model`), ``static_bases.npy``, ``checkpoints/<step>/``
 (:mod:`camflow_jax.training.state`), ``metrics.jsonl`` (one JSON object per logged step),
 ``events.out.tfevents.*`` (the same scalars and the evaluations, for ``tensorboard --logdir``),
-``eval_<step>.json``, ``summary.json``, ``.lock``.
+``eval_<step>.json``, ``summary.json``, ``.lock``; ``config_until_step_<N>.json`` when a run
+resumed with changed settings.
 """
 
 from __future__ import annotations
@@ -112,9 +113,50 @@ def log(msg: str) -> None:
         print(msg, flush=True)
 
 
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def config_changes(old_json: str, new_json: str) -> list[str]:
+    """``key: old -> new`` for every setting (dotted path) that differs between two
+    ``config.json`` texts; settings only one side has count as changed (``-`` for absent)."""
+    try:
+        old, new = _flat(json.loads(old_json)), _flat(json.loads(new_json))
+    except ValueError:
+        return ["config.json: unreadable -> new"]
+    return [f"{k}: {old.get(k, '-')} -> {new.get(k, '-')}" for k in sorted(set(old) | set(new))
+            if old.get(k, "-") != new.get(k, "-")]
+
+
+def keep_earlier_config(workdir: Path, config_json: str) -> None:
+    """Before a resumed run replaces ``config.json``: when its settings differ from the ones
+    that trained the checkpoints, says which (one note line) and keeps the earlier file as
+    ``config_until_step_<latest checkpoint>.json``. A workdir with no checkpoint (nothing was
+    trained with the old file) is just written over."""
+    path, latest = workdir / "config.json", checkpoint.latest_step(workdir / "checkpoints")
+    if latest is None or not path.is_file():
+        return
+    old = path.read_text()
+    changes = config_changes(old, config_json)
+    if not changes:
+        return
+    kept = workdir / f"config_until_step_{latest}.json"
+    if not kept.exists():
+        write_text(kept, old)
+    log(f"note: resuming with {len(changes)} changed setting(s) ({'; '.join(changes)}); the settings of the "
+        f"checkpoints up to step {latest} are kept in {kept.name}")
+
+
 def write_metadata(workdir: Path, config_json: str, model_config: Mapping[str, Any], bases: np.ndarray) -> None:
-    """``config.json`` (the training config as JSON text), ``model.json`` and
+    """``config.json`` (the training config as JSON text; a resumed run's changed settings are
+    noted and the earlier file kept: :func:`keep_earlier_config`), ``model.json`` and
     ``static_bases.npy`` (process 0 only)."""
+    keep_earlier_config(workdir, config_json)
     write_text(workdir / "config.json", config_json)
     with naming(workdir / "model.json"):
         checkpoint.write_model_json(workdir, model_config)
