@@ -107,7 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "motion; docs/stabilization.md, 'Exporting the motion')")
     p.add_argument("--path", "--load-motion", dest="path", metavar="FILE", type=harness.path_arg,
                    help="render with the smoothed path of a motion file (e.g. an edited\n"
-                        "--export-motion file); its motion replaces estimation when present")
+                        "--export-motion file); its motion replaces estimation when present.\n"
+                        "A file exported from another video (its source fingerprint: frame\n"
+                        "times and pictures) is refused")
+    p.add_argument("--ignore-fingerprint", action="store_true",
+                   help="apply a --path file whose source fingerprint does not match the input\n"
+                        "(a warning instead of an error)")
     p.add_argument("--report", metavar="PREFIX", type=harness.path_arg, help="path prefix of the JSON and plots "
                                                       "(default: OUTPUT without extension)")
     p.add_argument("--no-metrics", action="store_true", help="skip metrics (faster)")
@@ -183,13 +188,17 @@ def _run(args) -> int:
                                                  args.estimator.partition(":")[2] or None])
     if args.export_motion:
         motion_file.check_extension(args.export_motion)
+    if args.ignore_fingerprint and not args.path:
+        print("note: --ignore-fingerprint has no effect without --path", file=sys.stderr)
     has_motion = bool(args.path) and motion_file.read(args.path).has_motion
     est = None if has_motion else _estimator(args, estimators)
     result = runner.stabilize_video(
         args.input, args.output, est, config, overwrite=args.overwrite, fps=args.fps,
         with_metrics=not args.no_metrics, with_plots=not args.no_plots, report=args.report,
         export_motion=args.export_motion, motion_path=args.path,
-        progress=not args.quiet, checked=True)
+        progress=not args.quiet, checked=True, ignore_fingerprint=args.ignore_fingerprint)
+    for w in result.get("notes", []):
+        print(f"note: {w}", file=sys.stderr)
     for w in result.get("warnings", []):
         print(f"warning: {w}", file=sys.stderr)
     if not args.quiet:
