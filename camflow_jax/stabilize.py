@@ -12,7 +12,9 @@ frame rates too, in .mp4/.m4v/.mov/.mkv; .avi is written at the mean rate); the 
 copied (transcoded to AAC, with a note, where the container cannot hold it). Video output is
 H.264 (libx264) except .avi (Motion-JPEG). ``--export-motion FILE`` writes the camera motion,
 path, smoothed path and applied correction (JSON/CSV/NPZ); ``--path FILE`` renders with a
-(possibly edited) smoothed path from such a file. Existing files are never replaced without ``-y``, not even by a run that
+(possibly edited) smoothed path from such a file, refused when the file was exported from
+another video (``--ignore-fingerprint`` applies it anyway). Rotated (phone) videos are read and
+written upright. Existing files are never replaced without ``-y``, not even by a run that
 finishes second. Failures: one ``error:`` line, exit 2 (``--verbose`` adds the traceback);
 SIGINT / SIGTERM: partial outputs and temporaries removed, exit 130 / 143.
 

@@ -15,6 +15,8 @@ down, pixel centres at integers), normalized so that entry [2][2] is 1:
   warp actually rendered, which is a dense field (``correction_fit_rms_px``: its distance from
   the fit, in pixels).
 * ``coefficients`` (optional): the estimator's motion-basis coefficients per pair.
+* ``source`` (header, optional): the fingerprint of the video the motion was measured on
+  (:mod:`camflow_jax.stabilization.fingerprint`); ``--path`` refuses another video's file.
 
 The NPZ encoding also holds ``flows``, the dense per-pair motion on the working grid
 (``working_size``), so a re-run from it renders exactly what the original run rendered; an NPZ
