@@ -456,12 +456,15 @@ def test_motion_files_are_bound_to_their_video(tmp_path, clip, capsys):
     _h264(tmp_path / "b.mp4", b)                                    # another video
     _h264(tmp_path / "slow.mp4", a, fps=20)                         # the pictures, other times
     _h264(tmp_path / "c.mp4", np.concatenate([a[:5], b[5:]]))       # frame 0 and times alike
+    _h264(tmp_path / "long.mp4", clip.frames[:n + 2])               # longer
     frames = _decoded(tmp_path / "a.mp4")
     args = ["--estimator=identity"] + FAST
     for ext in (".json", ".csv", ".npz"):
         m = tmp_path / f"m{ext}"
         assert stabilize.main([str(tmp_path / "a.mp4"), "-o", str(tmp_path / f"e{ext[1:]}.mp4"),
                                "--export-motion", str(m)] + args) == 0
+        assert stabilize.main([str(tmp_path / "long.mp4"), "-o", str(tmp_path / f"l{ext[1:]}.mp4"),
+                               "--export-motion", str(tmp_path / f"mlong{ext}")] + args) == 0
         fp = motion_file.read(str(m)).source
         assert fp["name"] == "a.mp4" and fp["scheme"] == 1
         assert fp["times_sha256"] == _times_sha256(tmp_path / "a.mp4")
@@ -485,6 +488,15 @@ def test_motion_files_are_bound_to_their_video(tmp_path, clip, capsys):
             assert rc == 2 and f"{m} was exported from another video (a.mp4), not " in line, line
             assert expect in line and line.endswith("Pass --ignore-fingerprint to apply it anyway")
             assert not (tmp_path / "o.mp4").exists() and not (tmp_path / "o.json").exists()
+        # another length: the frame-count rule (no flag overrides it) speaks first
+        rc = stabilize.main([str(tmp_path / "b.mp4"), "-o", str(tmp_path / "o.mp4"), "--path",
+                             str(tmp_path / f"mlong{ext}"), "--ignore-fingerprint"] + args)
+        line = _one_error_line(capsys.readouterr().err)
+        assert rc == 2 and "the input has 10 frames but the motion loaded from" in line, line
+        assert "covers 12" in line and "fingerprint" not in line
+        rc = stabilize.main([str(tmp_path / "b.mp4"), "-o", str(tmp_path / "o.mp4"), "--path",
+                             str(tmp_path / f"mlong{ext}")] + args)
+        assert rc == 2 and _one_error_line(capsys.readouterr().err) == line
         # the override: applied, with one warning line naming what differs
         assert stabilize.main([str(tmp_path / "b.mp4"), "-o", str(tmp_path / "forced.mp4"), "-y",
                                "--path", str(m), "--ignore-fingerprint"] + args) == 0

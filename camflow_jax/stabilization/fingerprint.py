@@ -130,14 +130,18 @@ def validate(fp, num_frames: int) -> str | None:
 class Check:
     """Compares an input with a motion file's fingerprint (module doc); the one rule.
 
-    ``start(times, frame0)`` before any work, ``frame(t, frame)`` for each rendered frame,
-    ``finish()`` after the last. A difference raises ValueError at once (one line naming the
-    file, the video it was exported from and what differs); with ``ignore`` all differences
-    become one line in :attr:`warnings` at ``finish()``. :attr:`notes` says when there is
+    ``start(times, frame0, count)`` before any work, ``frame(t, frame)`` for each rendered
+    frame, ``finish()`` after the last. A difference raises ValueError (one line naming the
+    file, the video it was exported from and what differs): at ``start`` when the input holds
+    ``num_frames`` frames (``count``, the container's packets or the folder's images), else
+    at ``finish``, so that the frame-count rule, which no flag overrides, speaks first. With
+    ``ignore`` all differences become one line in :attr:`warnings` at ``finish()``. :attr:`notes` says when there is
     nothing to check, or when the pictures match but their bytes do not."""
 
-    def __init__(self, fp: dict | None, motion_path: str, input_path: str, ignore: bool = False):
+    def __init__(self, fp: dict | None, motion_path: str, input_path: str, num_frames: int,
+                 ignore: bool = False):
         self.fp, self.path, self.input, self.ignore = fp, str(motion_path), str(input_path), bool(ignore)
+        self.num_frames = int(num_frames)
         self.notes: list[str] = []
         self.warnings: list[str] = []
         self._frames = {f["index"]: f for f in (fp or {}).get("frames", [])}
@@ -150,7 +154,7 @@ class Check:
                               "recorded one, or by hand): it is not checked against the input; "
                               "only its frame size and count are")
 
-    def start(self, times: dict, frame0: np.ndarray | None) -> None:
+    def start(self, times: dict, frame0: np.ndarray | None, count: int | None = None) -> None:
         if self.fp is None:
             return
         want, got = self.fp.get("times_sha256"), times.get("times_sha256")
@@ -159,7 +163,8 @@ class Check:
                            f"{self.fp.get('duration_s') or 0:.3f} s in the file)")
         if frame0 is not None:
             self._compare(0, frame0)
-        self._raise()
+        if count is None or count == self.num_frames:
+            self._raise()
 
     def frame(self, t: int, frame: np.ndarray) -> None:
         if self.fp is not None and t in self._frames and t not in self._done:

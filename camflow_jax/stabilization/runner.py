@@ -207,10 +207,11 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
                          f"{source.width}x{source.height}")
     check = None
     if record is not None:  # bound to its video: refused before any work when it is another's
-        check = fingerprint.Check(record.source, motion_path, input_path,
+        check = fingerprint.Check(record.source, motion_path, input_path, record.num_frames,
                                   ignore_fingerprint)
         check.start(fingerprint.timing(stamps, record.num_frames),
-                    _first_frame(source) if record.source is not None else None)
+                    _first_frame(source) if record.source is not None else None,
+                    source.count_hint)
     if record is not None and record.has_motion:
         motion = _recorded_motion(record, config, motion_path)
     else:
