@@ -72,6 +72,7 @@ def _fmt(v) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     from camflow_jax.estimators import registry as estimators
+    from camflow_jax.stabilization import fingerprint
     p = argparse.ArgumentParser(prog="python -m camflow_jax.stabilize",
                                 description=__doc__.split("\n\n")[1],
                                 formatter_class=argparse.RawTextHelpFormatter)
@@ -112,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "--export-motion file); its motion replaces estimation when present.\n"
                         "A file exported from another video (its source fingerprint: frame\n"
                         "times and pictures) is refused")
-    p.add_argument("--ignore-fingerprint", action="store_true",
+    p.add_argument(fingerprint.IGNORE_FLAG, action="store_true",
                    help="apply a --path file whose source fingerprint does not match the input\n"
                         "(a warning instead of an error)")
     p.add_argument("--report", metavar="PREFIX", type=harness.path_arg, help="path prefix of the JSON and plots "
@@ -173,7 +174,7 @@ def main(argv=None) -> int:
 
 def _run(args) -> int:
     try:
-        from camflow_jax.stabilization import estimators, motion_file, pipeline, profiles, runner
+        from camflow_jax.stabilization import estimators, fingerprint, motion_file, pipeline, profiles, runner
     except ImportError as e:  # e.g. an optional plotting dependency
         raise ValueError(f"missing dependency: {e}") from e
 
@@ -191,7 +192,7 @@ def _run(args) -> int:
     if args.export_motion:
         motion_file.check_extension(args.export_motion)
     if args.ignore_fingerprint and not args.path:
-        print("note: --ignore-fingerprint has no effect without --path", file=sys.stderr)
+        print(f"note: {fingerprint.IGNORE_FLAG} has no effect without --path", file=sys.stderr)
     has_motion = bool(args.path) and motion_file.read(args.path).has_motion
     est = None if has_motion else _estimator(args, estimators)
     result = runner.stabilize_video(

@@ -25,8 +25,10 @@ frames); the fingerprint adds what tells two such videos apart:
 * ``name``: the exported video's file name, for messages only (a renamed video matches).
 
 The frames are hashed as the render pass decodes them, so exporting costs no extra decoding;
-checking compares the timing and frame 0 before any work, and the middle and last frames as
-the render pass reaches them, failing before any output is moved into place.
+checking (:class:`Check`, the one rule) compares the timing and frame 0 before any work, and
+the middle and last frames as the render pass reaches them; a difference is refused before any
+work when it is known then and the input holds the file's number of frames, else after the
+render pass (where the frame-count rule speaks first), before any output is moved into place.
 """
 
 from __future__ import annotations
