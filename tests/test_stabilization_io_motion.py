@@ -681,6 +681,25 @@ def test_mirrored_videos_are_read_as_ffmpeg_shows_them(tmp_path, clip):
 
 
 @needs_display_matrix
+def test_older_pyav_rotation_sources_read_as_the_frame_matrix(tmp_path, clip):
+    """PyAV 12-13 gave the rotation as stream.side_data['DISPLAYMATRIX'] (ffprobe's sign), older
+    FFmpeg the 'rotate' tag (clockwise): both give the matrix FFmpeg attaches to the frames."""
+    from types import SimpleNamespace as NS
+    for ccw in (90, -90, 180):
+        src = _h264(tmp_path / f"r{ccw}.mp4", clip.frames[:2], rotation=ccw)
+        with av.open(str(src)) as c:
+            frame = next(c.decode(video=0))
+        real = video_io._display_matrix(frame, NS(metadata={}))
+        assert real is not None
+        bare = NS(side_data=())  # a frame without side data
+        side = video_io._display_matrix(bare, NS(side_data={"DISPLAYMATRIX": float(ccw)}, metadata={}))
+        tag = video_io._display_matrix(bare, NS(metadata={"rotate": str(-ccw % 360)}))
+        np.testing.assert_allclose(side, real, atol=1e-9)
+        np.testing.assert_allclose(tag, real, atol=1e-9)
+    assert video_io._display_matrix(NS(side_data=()), NS(metadata={"rotate": "0"})) is None
+
+
+@needs_display_matrix
 def test_a_display_matrix_that_is_no_quarter_turn_is_refused(tmp_path, clip, capsys):
     src = _h264(tmp_path / "tilted.mp4", clip.frames[:4], rotation=45)
     assert stabilize.main([str(src), "-o", str(tmp_path / "o.mp4"), "--estimator=identity"]

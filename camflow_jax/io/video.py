@@ -26,8 +26,8 @@ frame count (the container's own count is often a guess) and their presentation 
   read upright, as players, ``ffmpeg`` and OpenCV show them: quarter turns and mirrors are
   applied to the decoded pixels (exactly, no resampling), ``height`` / ``width`` are the upright
   size and :attr:`FrameSource.rotation_note` says what was done. The matrix comes from the
-  decoded frame's side data (FFmpeg attaches the container's to every frame), else from the
-  legacy ``rotate`` tag. Outputs are written upright with no display matrix, so they play the
+  decoded frame's side data (FFmpeg attaches the container's to every frame), else from PyAV
+  12-13's stream side data or the legacy ``rotate`` tag (rotations only). Outputs are written upright with no display matrix, so they play the
   same everywhere (frame folders included). Any other angle is refused (re-encode upright).
 
 A *sink* is a video file (by extension, see :data:`VIDEO_EXTENSIONS`) or a folder of
@@ -315,23 +315,32 @@ class FrameSource:
 def _display_matrix(frame, stream) -> np.ndarray | None:
     """The 2x2 part of a video's display matrix (libavutil/display.h: a coded pixel (x, y)
     is shown at (a x + c y, b x + d y); returned as [[a, c], [b, d]]), from the decoded
-    frame's side data (recent FFmpeg attaches the container's matrix to every frame), else
-    from the legacy ``rotate`` tag (degrees clockwise); None when there is neither."""
+    frame's side data (FFmpeg 7 and later attach the container's matrix to every frame; PyAV
+    14 and later read it as ``frame.rotation``), else the rotation alone: PyAV 12-13's
+    ``stream.side_data["DISPLAYMATRIX"]`` (degrees counter-clockwise, ffprobe's sign) or the
+    legacy ``rotate`` tag (degrees clockwise); None when there is none of them."""
     for sd in getattr(frame, "side_data", None) or ():
         kind = getattr(sd, "type", None)
         if str(getattr(kind, "name", kind)).endswith("DISPLAYMATRIX"):
             m = np.frombuffer(bytes(sd), np.int32).astype(np.float64)
             if m.size == 9:
                 return np.array([[m[0], m[3]], [m[1], m[4]]]) / 65536.0
-    tag = (getattr(stream, "metadata", None) or {}).get("rotate")
-    try:
-        cw = float(tag) if tag is not None else 0.0
-    except ValueError:
+    side = getattr(stream, "side_data", None)
+    ccw = side.get("DISPLAYMATRIX") if isinstance(side, dict) else None
+    if ccw is None:
+        tag = (getattr(stream, "metadata", None) or {}).get("rotate")
+        ccw = None if tag is None else -_number(tag)
+    if ccw is None or not np.isfinite(ccw) or float(ccw) % 360 == 0:
         return None
-    if not np.isfinite(cw) or cw % 360 == 0:
-        return None
-    a = np.deg2rad(-cw)  # counter-clockwise
+    a = np.deg2rad(float(ccw))
     return np.array([[np.cos(a), np.sin(a)], [-np.sin(a), np.cos(a)]])
+
+
+def _number(text) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return float("nan")
 
 
 def _orientation(frame, stream, path: str) -> tuple | None:
