@@ -20,7 +20,7 @@ import pytest
 
 from camflow_jax import stabilize
 from camflow_jax.io import video as video_io
-from camflow_jax.stabilization import clips, motion_file
+from camflow_jax.stabilization import clips, fingerprint, motion_file
 
 FAST = ["-q", "--no-metrics", "--no-plots"]
 
@@ -583,6 +583,41 @@ def test_a_fingerprint_allows_decoder_noise_not_another_picture(tmp_path, clip, 
     assert stabilize.main([str(_folder(tmp_path / "shifted", shifted)), "-o", str(tmp_path / "c"),
                            "--path", str(tmp_path / "m.json")] + args) == 2
     assert "frame 0 shows another picture" in _one_error_line(capsys.readouterr().err)
+
+
+def test_ten_bit_video_decodes_to_other_bytes_but_the_same_thumbnails(tmp_path, clip):
+    """Why the fingerprint compares thumbnails, not bytes: a 10-bit video (phones record them)
+    converted to 8-bit RGB by two of PyAV's own conversions (bilinear, bicubic) gives other
+    bytes, while the thumbnails stay well within the tolerance; a Check built on one decoding
+    accepts the other, with a note."""
+    path = tmp_path / "ten.mkv"
+    try:
+        out = av.open(str(path), "w")
+        v = out.add_stream("libx264", rate=25)
+        v.width, v.height, v.pix_fmt = 96, 64, "yuv420p10le"
+        for f in clip.frames[:6]:
+            for pk in v.encode(av.VideoFrame.from_ndarray(f, format="rgb24")):
+                out.mux(pk)
+        for pk in v.encode(None):
+            out.mux(pk)
+        out.close()
+    except (av.error.FFmpegError, ValueError) as e:
+        pytest.skip(f"this PyAV cannot write 10-bit H.264: {e}")
+    with av.open(str(path)) as c:
+        pairs = [(f.to_ndarray(format="rgb24"), f.to_ndarray(format="rgb24", interpolation="BICUBIC"))
+                 for f in c.decode(video=0)]
+    assert any(a.tobytes() != b.tobytes() for a, b in pairs)
+    worst = max(np.abs(_block_thumbnail(a) - _block_thumbnail(b)).max() for a, b in pairs)
+    assert worst < fingerprint.TOLERANCE / 2, worst
+    idx = fingerprint.sample_indices(len(pairs))
+    fp = fingerprint.build("ten.mkv", {"times_sha256": None, "duration_s": None},
+                           {i: fingerprint.frame_signature(pairs[i][0]) for i in idx})
+    check = fingerprint.Check(fp, "m.json", "ten.mkv", len(pairs))
+    check.start({"times_sha256": None}, pairs[0][1], len(pairs))
+    for t, (_, b) in enumerate(pairs):
+        check.frame(t, b)
+    check.finish()  # no error
+    assert check.warnings == [] and len(check.notes) == 1 and "the pictures match" in check.notes[0]
 
 
 # ----------------------------------------------------------------------------- rotation
