@@ -26,9 +26,10 @@ frame count (the container's own count is often a guess) and their presentation 
   read upright, as players, ``ffmpeg`` and OpenCV show them: quarter turns and mirrors are
   applied to the decoded pixels (exactly, no resampling), ``height`` / ``width`` are the upright
   size and :attr:`FrameSource.rotation_note` says what was done. The matrix comes from the
-  decoded frame's side data (FFmpeg attaches the container's to every frame), else from PyAV
-  12-13's stream side data or the legacy ``rotate`` tag (rotations only). Outputs are written upright with no display matrix, so they play the
-  same everywhere (frame folders included). Any other angle is refused (re-encode upright).
+  first decoded frame's side data (FFmpeg attaches the container's to every frame), else from
+  PyAV 12-13's stream side data or the legacy ``rotate`` tag (rotations only). Outputs are
+  written upright with no display matrix, so they play the same everywhere (frame folders
+  included). Any other angle is refused (re-encode upright).
 
 A *sink* is a video file (by extension, see :data:`VIDEO_EXTENSIONS`) or a folder of
 ``frame_000000.png`` files (a path without extension, or an existing folder); any other
