@@ -79,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--out", required=True, type=harness.path_arg, help="output folder")
     p.add_argument("-y", "--overwrite", action="store_true",
                    help="replace an existing result in the output folder")
-    p.add_argument("--checkpoint", default=None, type=harness.path_arg, help="camflow_jax checkpoint (inference dir or workdir)")
+    p.add_argument("--checkpoint", default=None, type=harness.path_arg,
+                   help="camflow_jax checkpoint (inference dir or workdir)")
     p.add_argument("--method", default="camflow",
                    help="an estimator (default camflow: --checkpoint, or the shipped model without "
                         "it, with test-time refinement):\n" + estimators.describe())
@@ -159,4 +160,4 @@ def _run(args) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.exit_process(main())

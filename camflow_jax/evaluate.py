@@ -35,7 +35,6 @@ if __name__ == "__main__":
 
 import argparse
 import os
-import sys
 from collections.abc import Sequence
 
 from camflow_jax.cli import harness
@@ -68,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m camflow_jax.evaluate",
                                 description="Evaluate camera-motion estimators on a benchmark.")
     p.add_argument("--dataset", required=True, choices=DATASETS)
-    p.add_argument("--data", default=None, type=harness.path_arg, help="benchmark path (synthetic: optional texture folder)")
+    p.add_argument("--data", default=None, type=harness.path_arg,
+                   help="benchmark path (synthetic: optional texture folder)")
     p.add_argument("--methods", default="identity,sift_magsac",
                    help="comma-separated estimator names (" + ",".join(estimators.NAMES)
                    + ", camflow:LABEL) or oracles (" + ",".join(ORACLES) + ")")
@@ -136,4 +136,4 @@ def _run(args) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.exit_process(main())

@@ -84,12 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-refine", action="store_true",
                    help="camflow without test-time refinement (the network alone: camflow_net)")
     harness.add_refine_size_flag(p)
-    p.add_argument("--checkpoint", type=harness.path_arg, help="CamFlow checkpoint or training workdir (camflow only; default: "
-                                        "the shipped model)")
-    p.add_argument("--depth", metavar="DIR", type=harness.path_arg, help="camflow: a folder with one depth map per frame (.npy or "
-                                                  "16-bit PNG, any global scale) for CamFlow+'s depth bases")
-    p.add_argument("--intrinsics", type=harness.intrinsics_arg, metavar="fx,fy,cx,cy", help="camflow with --depth: camera intrinsics in "
-                                                              "pixels of the input frames")
+    p.add_argument("--checkpoint", type=harness.path_arg,
+                   help="CamFlow checkpoint or training workdir (camflow only; default: the shipped model)")
+    p.add_argument("--depth", metavar="DIR", type=harness.path_arg,
+                   help="camflow: a folder with one depth map per frame (.npy or 16-bit PNG, any global scale) "
+                        "for CamFlow+'s depth bases")
+    p.add_argument("--intrinsics", type=harness.intrinsics_arg, metavar="fx,fy,cx,cy",
+                   help="camflow with --depth: camera intrinsics in pixels of the input frames")
     p.add_argument("--fov", type=float, metavar="DEG", help="camflow with --depth: horizontal field of view "
                                                             "instead of --intrinsics (default 60)")
     p.add_argument("--smoothing", type=_radius, default=30, metavar="N",
@@ -217,4 +218,4 @@ def _run(args) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.exit_process(main())

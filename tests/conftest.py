@@ -16,8 +16,15 @@ subprocess: a test run never reads or writes the per-user cache folder (~/.cache
 
 The training tests (test_train, test_train_reliability) also share one 4-step reference run
 for the whole session, so that the reference is trained once, whichever modules run.
+
+The suite runs in worker processes (pytest-xdist, ``-n auto --dist loadfile`` in
+pyproject.toml: one worker per core, at most 4, each test file on one worker; ``-n 0`` runs it
+in this process). The workers share the caches and the reference run of the process that
+started them, and the files that take longest are handed out first (:data:`LONGEST_FIRST`),
+so that no worker is left with a long file at the end while the others idle.
 """
 
+import fcntl
 import os
 import shutil
 import tempfile
@@ -25,10 +32,27 @@ from pathlib import Path
 
 import pytest
 
+#: Test files handed to the workers first, longest first (CPU seconds of the default tier on 2
+#: cores, 27 Nov 2026: the training subprocesses, then the refinement and the models); every
+#: other file follows in its usual order.
+LONGEST_FIRST = ("test_train.py", "test_refine.py", "test_models.py", "test_estimate.py", "test_train_reliability.py")
+
 MIN_TIME_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
 
 
+def _xdist_worker() -> bool:
+    return bool(os.environ.get("PYTEST_XDIST_WORKER"))
+
+
 def pytest_configure(config):
+    if _xdist_worker() and os.environ.get("CAMFLOW_JAX_CACHE_DIR"):
+        # A worker: the caches of the process that started it (its environment, set below
+        # before the workers were started), which removes them at the end.
+        import jax
+
+        jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", float(os.environ[MIN_TIME_ENV]))
+        return
     root = tempfile.mkdtemp(prefix="camflow-jax-cache-")
     config.add_cleanup(lambda: shutil.rmtree(root, ignore_errors=True))
     os.environ["CAMFLOW_JAX_CACHE_DIR"] = root  # inherited by every subprocess
@@ -48,6 +72,11 @@ def pytest_configure(config):
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(os.environ[MIN_TIME_ENV]))
 
 
+def pytest_collection_modifyitems(session, config, items):
+    order = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: order.get(item.path.name, len(order)))  # stable: each file keeps its order
+
+
 @pytest.fixture(scope="session")
 def cache():
     """The session's JAX persistent compilation cache (the training subprocesses' too: test_train._env)."""
@@ -58,10 +87,19 @@ def cache():
 def four_steps_one_device(tmp_path_factory, cache):
     """Workdir of an uninterrupted 4-step run on one device (checkpoints 2 and 4, evaluation at
     step 4, its stdout beside it): the reference that resumed and multi-device runs must match.
-    Tests copy it before changing anything."""
+    Tests copy it before changing anything. Trained once per run: the first worker that needs
+    it trains it, under a lock, in the folder the workers share; the others wait and read it."""
     from test_train import EVAL, _train
 
-    wd = tmp_path_factory.mktemp("ref")
-    proc = _train(wd, "--config.num_steps=4", EVAL, cache=cache)
-    (wd.parent / f"{wd.name}.stdout").write_text(proc.stdout)
+    root = tmp_path_factory.getbasetemp()
+    if _xdist_worker():
+        root = root.parent  # the run's folder, above each worker's own
+    wd = root / "ref4"
+    with open(root / "ref4.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / "ref4.done").exists():
+            shutil.rmtree(wd, ignore_errors=True)
+            proc = _train(wd, "--config.num_steps=4", EVAL, cache=cache)
+            (root / "ref4.stdout").write_text(proc.stdout)
+            (root / "ref4.done").touch()
     return wd

@@ -25,6 +25,7 @@ from test_cli_hardening import _digest  # noqa: E402  (one hash of files and fol
 
 from camflow_jax import estimate, stabilize
 from camflow_jax import evaluate as ev
+from camflow_jax.cli import harness
 from camflow_jax.io import atomic
 from camflow_jax.io import flo as flowio
 from camflow_jax.io import video as video_io
@@ -230,6 +231,50 @@ def test_estimate_stops_cleanly_on_sigterm(tmp_path):
     assert p.returncode == 143, err
     assert (_digest(tmp_path / "out"), _digest(a), _digest(b)) == before
     assert not _partials(tmp_path)
+
+
+_EXIT_SCRIPT = """
+import sys, threading, time
+from camflow_jax.cli import harness
+threading.Thread(target=time.sleep, args=(60,)).start()  # not a daemon: Python's shutdown waits for it
+sys.stdout.write("out-unflushed"); sys.stderr.write("err-unflushed")
+harness.exit_process(int(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("code", [130, 143])
+def test_an_interrupted_cli_ends_at_once_with_its_status_and_output(tmp_path, code):
+    """After SIGINT / SIGTERM the entry points end through ``harness.exit_process``: at once,
+    with 130 / 143 and their output flushed, without waiting for (or tearing down) threads that
+    are still working: threads inside an XLA compilation made Python's shutdown die with SIGSEGV
+    (the slow-tier test below interrupts a real compilation)."""
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT, str(code)], cwd=tmp_path, env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=50)
+    assert proc.returncode == code
+    assert time.monotonic() - t0 < 30  # the sleeping thread's 60 s were not waited for
+    assert (proc.stdout, proc.stderr) == ("out-unflushed", "err-unflushed")
+
+
+@pytest.mark.slow
+def test_a_signal_during_the_refinements_compilation_exits_cleanly(tmp_path):
+    """SIGINT / SIGTERM while the refined camflow compiles (caches off, so every program is
+    compiled; the refinement compiles its two directions in worker threads): rc 130 / 143 and
+    the one line, never SIGSEGV (10 of 10 tries died with rc -11 before exit_process), for
+    signals from the start of the network's compilation to well into the refinement's."""
+    a, b = _pair(tmp_path, 180, 320)
+    env = dict(_env(tmp_path), CAMFLOW_JAX_NO_CACHE="1", JAX_ENABLE_COMPILATION_CACHE="false")
+    for delay, sig in ((0.0, signal.SIGINT), (12.0, signal.SIGTERM), (25.0, signal.SIGINT)):
+        p = subprocess.Popen([sys.executable, "-m", "camflow_jax.estimate", a, b, "-o", "out", "-y"], cwd=tmp_path,
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(8.0 + delay)  # imports and the model first (about 8 s on 2 cores)
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=300)
+        if p.returncode == 0:  # finished before the signal (a fast machine): nothing to test at this delay
+            continue
+        assert p.returncode == harness.EXIT_INTERRUPTED[sig], (delay, p.returncode, err[-2000:])
+        assert f"interrupted by {sig.name}" in _one_error_line(err)
+        assert not (tmp_path / "out").exists() and not _partials(tmp_path)
 
 
 # ----------------------------------------------------------------------------- 7. kill -9

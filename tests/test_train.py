@@ -59,7 +59,7 @@ def _params(workdir):
 
 
 def _losses(workdir):
-    return [json.loads(l) for l in (Path(workdir) / "metrics.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in (Path(workdir) / "metrics.jsonl").read_text().splitlines()]
 
 
 def _stdout(workdir) -> str:
@@ -124,17 +124,30 @@ def test_end_of_run_tables_are_labelled(four_steps_one_device):
     assert out.count("| method |") == 2
 
 
-def test_resume_cli_continues_and_matches_uninterrupted(tmp_path, cache, four_steps_one_device):
-    wd = tmp_path / "resumed"
+def test_a_workdir_extended_stopped_and_resumed_matches_the_uninterrupted_run(tmp_path, cache, four_steps_one_device):
+    """One workdir through three runs of the CLI, each resuming the last, ends where the
+    uninterrupted 4-step reference ends (same losses, same weights):
+
+    1. ``num_steps=2``: ends at step 2 (checkpoint 2);
+    2. ``num_steps=4`` with ``stop_after_seconds``: resumes at step 2, stops after step 3 with
+       a checkpoint and ``stopped_early`` in its summary;
+    3. ``num_epochs=2`` with ``num_steps=1``: the epochs win (8 training pairs at batch 4 are 2
+       steps an epoch, so 4 steps; the lr schedule's epoch length is the reference's): resumes
+       at step 3 and ends at step 4.
+    """
+    wd = tmp_path / "w"
     first = _train(wd, "--config.num_steps=2", cache=cache)
     assert "step 2/2" in first.stdout
-    second = _train(wd, "--config.num_steps=4", cache=cache)
-    out = second.stdout
-    assert "resumed from" in out and "at step 2" in out
-    assert "step 3/4" in out and "step 4/4" in out and "step 1/4" not in out
-    assert (wd / "checkpoints" / "4").is_dir()
-    steps = [r["step"] for r in _losses(wd)]
-    assert steps == [1, 2, 3, 4]
+    second = _train(wd, "--config.num_steps=4", "--config.stop_after_seconds=1e-6", cache=cache).stdout
+    assert "resumed from" in second and "at step 2" in second and "stopping at step 3" in second
+    assert "step 1/4" not in second and "step 4/4" not in second
+    assert json.loads((wd / "summary.json").read_text())["stopped_early"] is True
+    assert (wd / "checkpoints" / "3").is_dir()
+    third = _train(wd, "--config.num_epochs=2", "--config.num_steps=1", cache=cache).stdout
+    assert "at step 3" in third and "step 4/4" in third
+    summary = json.loads((wd / "summary.json").read_text())
+    assert summary["final_step"] == 4 and summary["stopped_early"] is False
+    assert [r["step"] for r in _losses(wd)] == [1, 2, 3, 4]
     ref, got = _params(four_steps_one_device), _params(wd)
     assert ref.keys() == got.keys()
     for k in ref:
@@ -161,33 +174,6 @@ def _assert_same_run(wd, ref_wd):
             np.testing.assert_allclose(got[k], ref[k], rtol=1e-4, atol=1e-5, err_msg=k)
         else:
             np.testing.assert_allclose(got[k], ref[k], rtol=1e-3, atol=4 * 1e-4 + 1e-6, err_msg=k)
-
-
-def test_checkpoint_with_the_old_rng_entry_resumes(tmp_path, cache, four_steps_one_device):
-    """Workdirs written while the train state still had an (unused) ``rng`` entry resume."""
-    import shutil
-
-    import jax
-    import orbax.checkpoint as ocp
-
-    wd = tmp_path / "legacy"
-    shutil.copytree(four_steps_one_device, wd)
-    shutil.rmtree(wd / "checkpoints" / "4")  # the workdir of a run that stopped at step 2
-    item = wd / "checkpoints" / "2" / "state"
-    with ocp.StandardCheckpointer() as ck:  # rewrite step 2's state as the old trainer saved it
-        tree = ck.restore(item)
-        assert "rng" not in tree
-        tree["rng"] = np.asarray(jax.random.key_data(jax.random.key(7)))
-        ck.save(tmp_path / "old_state", tree, force=True)
-    with ocp.StandardCheckpointer() as ck:
-        assert "rng" in ck.metadata(tmp_path / "old_state").item_metadata.tree
-    shutil.rmtree(item)
-    shutil.copytree(tmp_path / "old_state", item)
-    out = _train(wd, "--config.num_steps=4", cache=cache).stdout
-    assert "resumed from" in out and "at step 2" in out and "unreadable" not in out
-    ref, got = _params(four_steps_one_device), _params(wd)
-    for k in ref:
-        np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
 
 # Slow tier: test_two_processes_match_single_process runs 2 devices in each of 2 processes, so
@@ -265,7 +251,29 @@ def test_divergence_stops_before_saving(tmp_path, cache):
     assert not list((wd / "checkpoints").glob("[0-9]*"))
 
 
+def _write_old_state(item, scratch):
+    """Rewrites the Orbax state at ``item`` as the trainer of earlier versions saved it: with an
+    (unused) ``rng`` entry, which the train state no longer has."""
+    import shutil
+
+    import jax
+    import orbax.checkpoint as ocp
+
+    with ocp.StandardCheckpointer() as ck:
+        tree = ck.restore(item)
+        assert "rng" not in tree
+        tree["rng"] = np.asarray(jax.random.key_data(jax.random.key(7)))
+        ck.save(scratch, tree, force=True)
+    with ocp.StandardCheckpointer() as ck:
+        assert "rng" in ck.metadata(scratch).item_metadata.tree
+    shutil.rmtree(item)
+    shutil.copytree(scratch, item)
+
+
 def test_damaged_latest_checkpoint_falls_back_and_is_kept(tmp_path, cache, four_steps_one_device):
+    """Every file of step 4's state is garbage: the trainer says so, moves it aside, resumes
+    from step 2 and saves step 4 again, giving the uninterrupted result. Step 2's state is
+    written as earlier versions wrote it (an unused ``rng`` entry): such workdirs resume too."""
     import shutil
 
     wd = tmp_path / "w"
@@ -273,8 +281,10 @@ def test_damaged_latest_checkpoint_falls_back_and_is_kept(tmp_path, cache, four_
     for f in (wd / "checkpoints" / "4" / "state").rglob("*"):
         if f.is_file() and f.stat().st_size > 0:
             f.write_bytes(b"\0" * 7)  # every file of step 4's state is now garbage
+    _write_old_state(wd / "checkpoints" / "2" / "state", tmp_path / "old_state")
     proc = _train(wd, "--config.num_steps=4", cache=cache)
     assert "checkpoint step 4 is unreadable" in proc.stdout and "at step 2" in proc.stdout
+    assert "step 2 is unreadable" not in proc.stdout  # the old entry is not damage
     assert len(list((wd / "checkpoints").glob("damaged_4_*"))) == 1  # moved aside, not deleted
     assert (wd / "checkpoints" / "4").is_dir()  # saved again
     assert [r["step"] for r in _losses(wd)] == [1, 2, 3, 4]  # no repeated steps
@@ -306,27 +316,6 @@ def test_a_second_trainer_on_the_same_workdir_is_refused(tmp_path, cache):
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running trainer holds it
         proc = _train(wd, "--config.num_steps=1", cache=cache, check=False)
     _one_line_error(proc, "in use by another trainer")
-
-
-def test_stop_after_seconds_checkpoints_and_resumes(tmp_path, cache, four_steps_one_device):
-    wd = tmp_path / "w"
-    first = _train(wd, "--config.num_steps=4", "--config.stop_after_seconds=1e-6", cache=cache)
-    assert "stopping at step 1" in first.stdout
-    assert json.loads((wd / "summary.json").read_text())["stopped_early"] is True
-    _train(wd, "--config.num_steps=4", cache=cache)
-    assert [r["step"] for r in _losses(wd)] == [1, 2, 3, 4]
-    ref, got = _params(four_steps_one_device), _params(wd)
-    for k in ref:
-        np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-6, err_msg=k)
-
-
-def test_num_epochs_sets_the_step_count(tmp_path, cache):
-    wd = tmp_path / "w"
-    # COMMON's 8 training pairs at batch 4: 2 steps per epoch; 3 epochs override num_steps=1.
-    # (The program is the reference's: the lr schedule's epoch length is the same.)
-    _train(wd, "--config.num_epochs=3", "--config.num_steps=1", "--config.checkpoint_every=0", cache=cache)
-    assert json.loads((wd / "summary.json").read_text())["final_step"] == 6
-    assert [r["step"] for r in _losses(wd)] == [1, 2, 3, 4, 5, 6]
 
 
 def test_num_epochs_counts_whole_batches_of_the_training_set():

@@ -8,9 +8,10 @@
 Stereo on Middlebury 'Aloe' and video on vtest.avi (docs/real_images.md). This script parses
 the arguments and prints; the experiments are :mod:`camflow_jax.experiments.real`, the tables
 :func:`camflow_jax.evaluation.reports.real_markdown`. ``--methods`` and ``--estimators`` take
-the estimator registry's names (:mod:`camflow_jax.estimators.registry`; old names such as ``sift`` work
-with a note); ``--methods`` also takes the evaluation-only oracles. The CamFlow rows use ``--checkpoint`` or, without it, the model shipped
-in the package; when neither exists they are skipped with a note.
+the estimator registry's names (:mod:`camflow_jax.estimators.registry`; old names such as
+``sift`` work with a note); ``--methods`` also takes the evaluation-only oracles. The CamFlow
+rows use ``--checkpoint`` or, without it, the model shipped in the package; when neither exists
+they are skipped with a note.
 
 Exit status: 0, or 2 with one line when the data (or an argument) is missing or a file cannot
 be read or written (``--verbose`` adds the traceback); 130 / 143 after SIGINT / SIGTERM. The two
@@ -124,4 +125,4 @@ def _run(args, argv) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.exit_process(main())

@@ -88,4 +88,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.exit_process(main())

@@ -7,7 +7,7 @@
   (:data:`camflow_jax.io.errors.EXPECTED_ERRORS`) into one line
   (:func:`camflow_jax.io.errors.describe_error`), exit 2, and SIGINT/SIGTERM into a clean stop
   (temporaries removed), exit 130/143; a traceback only with ``--verbose``
-  (:func:`add_verbose_flag`);
+  (:func:`add_verbose_flag`); :func:`exit_process` ends the process with that status;
 * shared flags and argparse types: ``--verbose``, ``--refine-size``, finite numbers, whole
   numbers with a lower bound, ``fx,fy,cx,cy``, non-empty paths.
 
@@ -20,11 +20,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import signal
 import sys
 import threading
 import traceback
 from collections.abc import Callable, Iterator
+from typing import NoReturn
 
 from camflow_jax.estimators import registry as estimators
 from camflow_jax.io.errors import EXPECTED_ERRORS, describe_error
@@ -112,6 +114,24 @@ def run_cli(body: Callable[[], int | None], verbose: bool = False) -> int:
             traceback.print_exc()
         print(f"error: {describe_error(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def exit_process(status: int) -> NoReturn:
+    """Ends a command-line process with ``status`` (what :func:`run_cli` returned): every entry
+    point's ``sys.exit(main())`` is ``exit_process(main())``.
+
+    After SIGINT / SIGTERM (130 / 143) the process ends at once, once its output is flushed:
+    every cleanup already ran while :func:`run_cli` unwound, but other threads may still be
+    inside XLA (the refinement compiles its two directions in worker threads), and Python's
+    shutdown would wait for them and then tear the runtime down under them: the process died
+    with SIGSEGV (rc -11) when the signal came during such a compilation. Any other status:
+    ``sys.exit``."""
+    if status in EXIT_INTERRUPTED.values():
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(status)
+    sys.exit(status)
 
 
 def check_refine_size(size: int | None, no_refine: bool) -> None:
