@@ -12,10 +12,11 @@ frame rates too, in .mp4/.m4v/.mov/.mkv; .avi is written at the mean rate); the 
 copied (transcoded to AAC, with a note, where the container cannot hold it). Video output is
 H.264 (libx264) except .avi (Motion-JPEG). ``--export-motion FILE`` writes the camera motion,
 path, smoothed path and applied correction (JSON/CSV/NPZ); ``--path FILE`` renders with a
-(possibly edited) smoothed path from such a file. Existing files are never replaced without
-``-y``, not even by a run that finishes second. Failures: one ``error:`` line, exit 2
-(``--verbose`` adds the traceback); SIGINT / SIGTERM: partial outputs and temporaries removed,
-exit 130 / 143.
+(possibly edited) smoothed path from such a file, refused when the file was exported from
+another video (``--ignore-fingerprint`` applies it anyway). Rotated (phone) videos are read and
+written upright. Existing files are never replaced without ``-y``, not even by a run that
+finishes second. Failures: one ``error:`` line, exit 2 (``--verbose`` adds the traceback);
+SIGINT / SIGTERM: partial outputs and temporaries removed, exit 130 / 143.
 
 Examples::
 
@@ -71,6 +72,7 @@ def _fmt(v) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     from camflow_jax.estimators import registry as estimators
+    from camflow_jax.stabilization import fingerprint
     p = argparse.ArgumentParser(prog="python -m camflow_jax.stabilize",
                                 description=__doc__.split("\n\n")[1],
                                 formatter_class=argparse.RawTextHelpFormatter)
@@ -109,7 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "motion; docs/stabilization.md, 'Exporting the motion')")
     p.add_argument("--path", "--load-motion", dest="path", metavar="FILE", type=harness.path_arg,
                    help="render with the smoothed path of a motion file (e.g. an edited\n"
-                        "--export-motion file); its motion replaces estimation when present")
+                        "--export-motion file); its motion replaces estimation when present.\n"
+                        "A file exported from another video (its source fingerprint: frame\n"
+                        "times and pictures) is refused")
+    p.add_argument(fingerprint.IGNORE_FLAG, action="store_true",
+                   help="apply a --path file whose source fingerprint does not match the input\n"
+                        "(a warning instead of an error)")
     p.add_argument("--report", metavar="PREFIX", type=harness.path_arg, help="path prefix of the JSON and plots "
                                                       "(default: OUTPUT without extension)")
     p.add_argument("--no-metrics", action="store_true", help="skip metrics (faster)")
@@ -168,7 +175,7 @@ def main(argv=None) -> int:
 
 def _run(args) -> int:
     try:
-        from camflow_jax.stabilization import estimators, motion_file, pipeline, profiles, runner
+        from camflow_jax.stabilization import estimators, fingerprint, motion_file, pipeline, profiles, runner
     except ImportError as e:  # e.g. an optional plotting dependency
         raise ValueError(f"missing dependency: {e}") from e
 
@@ -185,13 +192,17 @@ def _run(args) -> int:
                                                  args.estimator.partition(":")[2] or None])
     if args.export_motion:
         motion_file.check_extension(args.export_motion)
+    if args.ignore_fingerprint and not args.path:
+        print(f"note: {fingerprint.IGNORE_FLAG} has no effect without --path", file=sys.stderr)
     has_motion = bool(args.path) and motion_file.read(args.path).has_motion
     est = None if has_motion else _estimator(args, estimators)
     result = runner.stabilize_video(
         args.input, args.output, est, config, overwrite=args.overwrite, fps=args.fps,
         with_metrics=not args.no_metrics, with_plots=not args.no_plots, report=args.report,
         export_motion=args.export_motion, motion_path=args.path,
-        progress=not args.quiet, checked=True)
+        progress=not args.quiet, checked=True, ignore_fingerprint=args.ignore_fingerprint)
+    for w in result.get("notes", []):
+        print(f"note: {w}", file=sys.stderr)
     for w in result.get("warnings", []):
         print(f"warning: {w}", file=sys.stderr)
     if not args.quiet:

@@ -1,10 +1,16 @@
-"""Real video I/O (PyAV: H.264, timestamps, audio) and the motion file (--export-motion /
---path) of ``python -m camflow_jax.stabilize``. Oracles: PyAV's demuxer (packet bytes and
-timestamps), numpy products of the exported homographies, the clip's ground truth, and
-cv2.warpPerspective for an edited path."""
+"""Real video I/O (PyAV: H.264, timestamps, audio, rotation) and the motion file
+(--export-motion / --path, its source fingerprint) of ``python -m camflow_jax.stabilize``.
+Oracles: PyAV's demuxer (packet bytes and timestamps), numpy products of the exported
+homographies, the clip's ground truth, cv2.warpPerspective for an edited path, hashlib and
+numpy block means of PyAV-decoded frames for the fingerprint, and np.rot90 / ffmpeg's own
+autorotation / ffprobe for rotated videos."""
 
+import hashlib
 import json
 import os
+import shutil
+import struct
+import subprocess
 from fractions import Fraction
 
 import av
@@ -14,7 +20,7 @@ import pytest
 
 from camflow_jax import stabilize
 from camflow_jax.io import video as video_io
-from camflow_jax.stabilization import clips, motion_file
+from camflow_jax.stabilization import clips, fingerprint, motion_file
 
 FAST = ["-q", "--no-metrics", "--no-plots"]
 
@@ -357,6 +363,8 @@ def test_motion_files_for_another_grid_or_out_of_order_are_refused(tmp_path, cli
              fps=np.float64(30), estimator=np.str_("sift_ransac"))
     assert stabilize.main([str(src), "-o", str(tmp_path / "ok"), "--path",
                            str(tmp_path / "v0ok.npz")] + args) == 0
+    note = capsys.readouterr().err.strip()  # written before fingerprints: said, not refused
+    assert note.startswith("note: ") and "v0ok.npz has no source fingerprint" in note, note
 
     good = json.loads((tmp_path / "m.json").read_text())
     doc = json.loads(json.dumps(good))
@@ -387,3 +395,350 @@ def test_motion_files_for_another_grid_or_out_of_order_are_refused(tmp_path, cli
     for ext in (".json", ".csv"):
         assert stabilize.main([str(src), "-o", str(tmp_path / f"r{ext[1:]}"), "--path",
                                str(tmp_path / f"m{ext}")] + args) == 0
+
+
+# ----------------------------------------------------------------------------- fingerprint
+def _h264(path, frames, fps=25, rotation=None):
+    """A constant-rate H.264 (MPEG-4 where there is no libx264) video written with PyAV;
+    ``rotation``: a display matrix turning the picture that many degrees counter-clockwise
+    (PyAV's and ffprobe's sign)."""
+    out = av.open(str(path), "w")
+    v = out.add_stream("libx264" if "libx264" in av.codecs_available else "mpeg4", rate=fps)
+    v.width, v.height, v.pix_fmt = frames.shape[2], frames.shape[1], "yuv420p"
+    if rotation is not None:
+        v.set_display_rotation(rotation)
+    for f in frames:
+        for pk in v.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(f), format="rgb24")):
+            out.mux(pk)
+    for pk in v.encode(None):
+        out.mux(pk)
+    out.close()
+    return path
+
+
+def _decoded(path):
+    with av.open(str(path)) as c:
+        return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+
+
+def _times_sha256(path):
+    """By hand: the sorted packet times relative to the first, whole microseconds, int64 LE."""
+    with av.open(str(path)) as c:
+        s = c.streams.video[0]
+        pts = sorted(p.pts for p in c.demux(s) if p.size)
+        base = Fraction(s.time_base)
+    us = [round((p - pts[0]) * base * 10 ** 6) for p in pts]
+    return hashlib.sha256(b"".join(struct.pack("<q", u) for u in us)).hexdigest()
+
+
+def _block_thumbnail(frame):
+    """16x16 Rec. 601 grey block means (sides divisible by 16), float."""
+    g = frame.astype(np.float64) @ np.array([0.299, 0.587, 0.114])
+    h, w = g.shape
+    return g.reshape(16, h // 16, 16, w // 16).mean(axis=(1, 3))
+
+
+def _err_lines(capsys):
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    return [ln for ln in err.splitlines() if ln.strip()]
+
+
+def test_motion_files_are_bound_to_their_video(tmp_path, clip, capsys):
+    """Issue 44: the motion of another video of the same size and length was applied with rc 0
+    and no warning. Each format carries the exported video's fingerprint (checked here against
+    hashlib / numpy on PyAV's own decoding and demuxing); the same video is accepted, others
+    are one-line refusals (exit 2, nothing written) unless --ignore-fingerprint."""
+    n = 10
+    a = clip.frames[:n]
+    b = clips.planar_clip(n, 64, 96, seed=7).frames
+    _h264(tmp_path / "a.mp4", a)
+    _h264(tmp_path / "b.mp4", b)                                    # another video
+    _h264(tmp_path / "slow.mp4", a, fps=20)                         # the pictures, other times
+    _h264(tmp_path / "c.mp4", np.concatenate([a[:5], b[5:]]))       # frame 0 and times alike
+    _h264(tmp_path / "long.mp4", clip.frames[:n + 2])               # longer
+    frames = _decoded(tmp_path / "a.mp4")
+    args = ["--estimator=identity"] + FAST
+    for ext in (".json", ".csv", ".npz"):
+        m = tmp_path / f"m{ext}"
+        assert stabilize.main([str(tmp_path / "a.mp4"), "-o", str(tmp_path / f"e{ext[1:]}.mp4"),
+                               "--export-motion", str(m)] + args) == 0
+        assert stabilize.main([str(tmp_path / "long.mp4"), "-o", str(tmp_path / f"l{ext[1:]}.mp4"),
+                               "--export-motion", str(tmp_path / f"mlong{ext}")] + args) == 0
+        fp = motion_file.read(str(m)).source
+        assert fp["name"] == "a.mp4" and fp["scheme"] == 1
+        assert fp["times_sha256"] == _times_sha256(tmp_path / "a.mp4")
+        assert fp["duration_s"] == pytest.approx((n - 1) / 25)
+        assert [f["index"] for f in fp["frames"]] == [0, n // 2, n - 1]
+        for f in fp["frames"]:
+            assert f["sha256"] == hashlib.sha256(frames[f["index"]].tobytes()).hexdigest()
+            thumb = np.frombuffer(bytes.fromhex(f["thumbnail"]), np.uint8).reshape(16, 16)
+            assert np.abs(thumb - _block_thumbnail(frames[f["index"]])).max() <= 0.51
+        capsys.readouterr()
+        # the same video: accepted without a word
+        assert stabilize.main([str(tmp_path / "a.mp4"), "-o", str(tmp_path / "same.mp4"), "-y",
+                               "--path", str(m)] + args) == 0
+        assert _err_lines(capsys) == []
+        for other, expect in (("b.mp4", "frame 0 shows another picture"),
+                              ("slow.mp4", "the frame times differ (over 0.450 s here, 0.360 s"),
+                              ("c.mp4", "frames 5, 9 show other pictures")):
+            rc = stabilize.main([str(tmp_path / other), "-o", str(tmp_path / "o.mp4"), "--path",
+                                 str(m)] + args)
+            line = _one_error_line(capsys.readouterr().err)
+            assert rc == 2 and f"{m} was exported from another video (a.mp4), not " in line, line
+            assert expect in line and line.endswith("Pass --ignore-fingerprint to apply it anyway")
+            assert not (tmp_path / "o.mp4").exists() and not (tmp_path / "o.json").exists()
+        # another length: the frame-count rule (no flag overrides it) speaks first
+        rc = stabilize.main([str(tmp_path / "b.mp4"), "-o", str(tmp_path / "o.mp4"), "--path",
+                             str(tmp_path / f"mlong{ext}"), "--ignore-fingerprint"] + args)
+        line = _one_error_line(capsys.readouterr().err)
+        assert rc == 2 and "the input has 10 frames but the motion loaded from" in line, line
+        assert "covers 12" in line and "fingerprint" not in line
+        rc = stabilize.main([str(tmp_path / "b.mp4"), "-o", str(tmp_path / "o.mp4"), "--path",
+                             str(tmp_path / f"mlong{ext}")] + args)
+        assert rc == 2 and _one_error_line(capsys.readouterr().err) == line
+        # the override: applied, with one warning line naming what differs
+        assert stabilize.main([str(tmp_path / "b.mp4"), "-o", str(tmp_path / "forced.mp4"), "-y",
+                               "--path", str(m), "--ignore-fingerprint"] + args) == 0
+        lines = _err_lines(capsys)
+        assert len(lines) == 1 and lines[0].startswith("warning: ") and "frames 0, 5, 9" in lines[0]
+        assert lines[0].endswith("applied anyway (--ignore-fingerprint)"), lines
+        report = json.loads((tmp_path / "forced.json").read_text())
+        assert report["warnings"] == [lines[0][len("warning: "):]]
+
+
+def _without_fingerprint(src, dst):
+    """A copy of a motion file as versions before the fingerprint wrote it."""
+    ext = src.suffix
+    if ext == ".json":
+        doc = json.loads(src.read_text())
+        del doc["source"]
+        dst.write_text(json.dumps(doc))
+    elif ext == ".csv":
+        lines = src.read_text().splitlines(keepends=True)
+        assert sum(ln.startswith("# source: ") for ln in lines) == 1
+        dst.write_text("".join(ln for ln in lines if not ln.startswith("# source: ")))
+    else:
+        z = dict(np.load(src))
+        meta = json.loads(str(z["meta"]))
+        del meta["source"]
+        np.savez(dst, **dict(z, meta=np.str_(json.dumps(meta))))
+
+
+def test_motion_files_without_a_fingerprint_still_work(tmp_path, clip, capsys):
+    """Files written before the fingerprint (or by hand) are applied as before, to any video of
+    their size and length, with one note saying they were not checked; a damaged fingerprint
+    is a one-line error."""
+    _h264(tmp_path / "a.mp4", clip.frames[:8])
+    _h264(tmp_path / "b.mp4", clips.planar_clip(8, 64, 96, seed=7).frames)
+    args = ["--estimator=identity"] + FAST
+    for ext in (".json", ".csv", ".npz"):
+        assert stabilize.main([str(tmp_path / "a.mp4"), "-o", str(tmp_path / f"e{ext[1:]}.mp4"),
+                               "--export-motion", str(tmp_path / f"m{ext}")] + args) == 0
+        old = tmp_path / f"old{ext}"
+        _without_fingerprint(tmp_path / f"m{ext}", old)
+        assert motion_file.read(str(old)).source is None
+        capsys.readouterr()
+        for video in ("a.mp4", "b.mp4"):
+            assert stabilize.main([str(tmp_path / video), "-o", str(tmp_path / "o.mp4"), "-y",
+                                   "--path", str(old)] + args) == 0
+            lines = _err_lines(capsys)
+            assert len(lines) == 1 and lines[0] == (
+                f"note: {old} has no source fingerprint (written before camflow_jax recorded one, "
+                "or by hand): it is not checked against the input; only its frame size and count are")
+    doc = json.loads((tmp_path / "m.json").read_text())
+    doc["source"]["frames"][1]["sha256"] = "abc"
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    assert stabilize.main([str(tmp_path / "a.mp4"), "-o", str(tmp_path / "p.mp4"), "--path",
+                           str(tmp_path / "bad.json")] + args) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "bad.json: source (the fingerprint of the exported video): frames[1] sha256 must be" in line
+    assert not (tmp_path / "p.mp4").exists()
+
+
+def test_a_fingerprint_allows_decoder_noise_not_another_picture(tmp_path, clip, capsys):
+    """Pictures are compared by 16x16 grey thumbnails within 4 levels, not by their bytes (which
+    differ between decoders for 10-bit video; module doc of fingerprint): +-1 grey level of
+    noise on every pixel is the same video (with a note), a 2-pixel shift of the picture is not."""
+    frames = clip.frames[:8]
+    rng = np.random.default_rng(0)
+    noisy = np.clip(frames.astype(int) + rng.integers(-1, 2, frames.shape), 0, 255).astype(np.uint8)
+    shifted = np.roll(frames, 2, axis=2)
+    assert max(np.abs(_block_thumbnail(x) - _block_thumbnail(y)).max()
+               for x, y in zip(frames, noisy)) < 1.5
+    assert min(np.abs(_block_thumbnail(x) - _block_thumbnail(y)).max()
+               for x, y in zip(frames, shifted)) > 10
+    args = ["--estimator=identity"] + FAST
+    src = _folder(tmp_path / "in", frames)
+    assert stabilize.main([str(src), "-o", str(tmp_path / "a"), "--export-motion",
+                           str(tmp_path / "m.json")] + args) == 0
+    fp = motion_file.read(str(tmp_path / "m.json")).source
+    assert fp["times_sha256"] is None and fp["duration_s"] is None  # frames have no times
+    capsys.readouterr()
+    assert stabilize.main([str(_folder(tmp_path / "noisy", noisy)), "-o", str(tmp_path / "b"),
+                           "--path", str(tmp_path / "m.json")] + args) == 0
+    lines = _err_lines(capsys)
+    assert len(lines) == 1 and lines[0].startswith("note: ") and "decoded bytes of frame 0, 4, 7 " \
+        "differ from the exported run's (another decoder, or a re-encode), the pictures match" in lines[0]
+    assert stabilize.main([str(_folder(tmp_path / "shifted", shifted)), "-o", str(tmp_path / "c"),
+                           "--path", str(tmp_path / "m.json")] + args) == 2
+    assert "frame 0 shows another picture" in _one_error_line(capsys.readouterr().err)
+
+
+def test_ten_bit_video_decodes_to_other_bytes_but_the_same_thumbnails(tmp_path, clip):
+    """Why the fingerprint compares thumbnails, not bytes: a 10-bit video (phones record them)
+    converted to 8-bit RGB by two of PyAV's own conversions (bilinear, bicubic) gives other
+    bytes, while the thumbnails stay well within the tolerance; a Check built on one decoding
+    accepts the other, with a note."""
+    path = tmp_path / "ten.mkv"
+    try:
+        out = av.open(str(path), "w")
+        v = out.add_stream("libx264", rate=25)
+        v.width, v.height, v.pix_fmt = 96, 64, "yuv420p10le"
+        for f in clip.frames[:6]:
+            for pk in v.encode(av.VideoFrame.from_ndarray(f, format="rgb24")):
+                out.mux(pk)
+        for pk in v.encode(None):
+            out.mux(pk)
+        out.close()
+    except (av.error.FFmpegError, ValueError) as e:
+        pytest.skip(f"this PyAV cannot write 10-bit H.264: {e}")
+    with av.open(str(path)) as c:
+        pairs = [(f.to_ndarray(format="rgb24"), f.to_ndarray(format="rgb24", interpolation="BICUBIC"))
+                 for f in c.decode(video=0)]
+    assert any(a.tobytes() != b.tobytes() for a, b in pairs)
+    worst = max(np.abs(_block_thumbnail(a) - _block_thumbnail(b)).max() for a, b in pairs)
+    assert worst < fingerprint.TOLERANCE / 2, worst
+    idx = fingerprint.sample_indices(len(pairs))
+    fp = fingerprint.build("ten.mkv", {"times_sha256": None, "duration_s": None},
+                           {i: fingerprint.frame_signature(pairs[i][0]) for i in idx})
+    check = fingerprint.Check(fp, "m.json", "ten.mkv", len(pairs))
+    check.start({"times_sha256": None}, pairs[0][1], len(pairs))
+    for t, (_, b) in enumerate(pairs):
+        check.frame(t, b)
+    check.finish()  # no error
+    assert check.warnings == [] and len(check.notes) == 1 and "the pictures match" in check.notes[0]
+
+
+# ----------------------------------------------------------------------------- rotation
+#: Whether this PyAV can write a display matrix (VideoStream.set_display_rotation, recent PyAV).
+needs_display_matrix = pytest.mark.skipif(
+    not hasattr(av.video.stream.VideoStream, "set_display_rotation"),
+    reason="this PyAV cannot write a display matrix (VideoStream.set_display_rotation)")
+
+
+def _ffprobe_rotation(path):
+    """The display-matrix rotation ffprobe reports for the first video stream (0 without one)."""
+    out = subprocess.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
+                          "stream_side_data=rotation", "-of", "json", str(path)],
+                         capture_output=True, text=True, check=True).stdout
+    for stream in json.loads(out).get("streams", []):
+        for sd in stream.get("side_data_list", []):
+            if "rotation" in sd:
+                return int(sd["rotation"])
+    return 0
+
+
+@needs_display_matrix
+@pytest.mark.parametrize("rotation", [90, 270])
+def test_rotated_videos_are_stabilized_upright(tmp_path, clip, capsys, rotation):
+    """Issue 44: a phone video with a 90-degree display matrix was stabilized into an output with
+    none, which played sideways. Its frames are now read upright (np.rot90 of PyAV's decoded
+    frames, and what ffmpeg's own autorotation gives), the stabilizer works on that picture, and
+    the output is written upright with no display matrix (read back by PyAV and ffprobe)."""
+    frames = clip.frames[:8]                          # 96 wide, 64 high coded
+    src = _h264(tmp_path / "phone.mp4", frames, rotation=rotation)
+    with av.open(str(src)) as c:
+        assert next(c.decode(video=0)).rotation == (90 if rotation == 90 else -90)  # the input
+    coded = np.stack(_decoded(src))
+    want = np.rot90(coded, rotation // 90, axes=(1, 2))  # counter-clockwise quarter turns
+    assert want.shape[1:3] == (96, 64)
+    if shutil.which("ffmpeg"):  # ffmpeg applies the display matrix itself when it decodes
+        raw = subprocess.run(["ffmpeg", "-v", "error", "-i", str(src), "-f", "rawvideo", "-pix_fmt",
+                              "rgb24", "-"], capture_output=True, check=True).stdout
+        np.testing.assert_array_equal(np.frombuffer(raw, np.uint8).reshape(want.shape), want)
+    args = ["--estimator=identity", "--crop", "none"] + FAST
+    # a frame folder (lossless): identity motion and no zoom render the upright input exactly
+    assert stabilize.main([str(src), "-o", str(tmp_path / "frames"), "--export-motion",
+                           str(tmp_path / "m.json")] + args) == 0
+    note = _err_lines(capsys)
+    angle = "+90" if rotation == 90 else "-90"
+    assert note == [f"note: {src}: its display matrix turns the 96x64 coded frames by {angle} degrees "
+                    "(ffprobe's rotation): they are read upright (64x96), as players show them, and "
+                    "the output is written upright with no display matrix"]
+    np.testing.assert_array_equal(_read(tmp_path / "frames"), want)
+    assert motion_file.read(str(tmp_path / "m.json")).frame_size == (96, 64)
+    report = json.loads((tmp_path / "frames.json").read_text())
+    assert report["frame_size"] == [96, 64] and report["notes"] == [note[0][len("note: "):]]
+    # a video: upright, no display matrix, the same picture up to the codec
+    assert stabilize.main([str(src), "-o", str(tmp_path / "out.mp4")] + args) == 0
+    with av.open(str(tmp_path / "out.mp4")) as c:
+        first = next(c.decode(video=0))
+        assert (first.width, first.height) == (64, 96) and first.rotation == 0
+        assert not any(str(sd.type).endswith("DISPLAYMATRIX") for sd in first.side_data)
+    out = np.stack(_decoded(tmp_path / "out.mp4")).astype(int)
+    right, wrong = np.abs(out - want).mean(), np.abs(out - np.rot90(want, 2, axes=(1, 2))).mean()
+    assert right < 6 and wrong > 5 * right, (right, wrong)  # H.264 of 64x96 frames vs half a turn
+    if shutil.which("ffprobe"):
+        assert _ffprobe_rotation(src) == (90 if rotation == 90 else -90)
+        assert _ffprobe_rotation(tmp_path / "out.mp4") == 0
+    # the motion file exported from the rotated video applies to it again
+    assert stabilize.main([str(src), "-o", str(tmp_path / "again"), "--path",
+                           str(tmp_path / "m.json")] + args) == 0
+    np.testing.assert_array_equal(_read(tmp_path / "again"), want)
+
+
+@needs_display_matrix
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg (the oracle) is not installed")
+def test_mirrored_videos_are_read_as_ffmpeg_shows_them(tmp_path, clip):
+    """Display matrices with a mirror (which frame.rotation alone does not tell apart from a
+    half turn): the frames read are the ones ffmpeg's own autorotation gives."""
+    for rotation, hflip, vflip in ((0, True, False), (0, False, True), (90, True, False),
+                                   (270, False, True), (180, False, False)):
+        path = tmp_path / f"m{rotation}{int(hflip)}{int(vflip)}.mp4"
+        out = av.open(str(path), "w")
+        v = out.add_stream("libx264" if "libx264" in av.codecs_available else "mpeg4", rate=25)
+        v.width, v.height, v.pix_fmt = 96, 64, "yuv420p"
+        v.set_display_rotation(rotation, hflip=hflip, vflip=vflip)
+        for f in clip.frames[:2]:
+            for pk in v.encode(av.VideoFrame.from_ndarray(f, format="rgb24")):
+                out.mux(pk)
+        for pk in v.encode(None):
+            out.mux(pk)
+        out.close()
+        source = video_io.FrameSource(str(path))
+        assert source.rotation_note is not None  # the matrix is there
+        got = np.stack(list(source))
+        raw = subprocess.run(["ffmpeg", "-v", "error", "-i", str(path), "-f", "rawvideo", "-pix_fmt",
+                              "rgb24", "-"], capture_output=True, check=True).stdout
+        np.testing.assert_array_equal(np.frombuffer(raw, np.uint8).reshape(got.shape), got,
+                                      err_msg=f"{rotation} {hflip} {vflip}")
+
+
+@needs_display_matrix
+def test_older_pyav_rotation_sources_read_as_the_frame_matrix(tmp_path, clip):
+    """PyAV 12-13 gave the rotation as stream.side_data['DISPLAYMATRIX'] (ffprobe's sign), older
+    FFmpeg the 'rotate' tag (clockwise): both give the matrix FFmpeg attaches to the frames."""
+    from types import SimpleNamespace as NS
+    for ccw in (90, -90, 180):
+        src = _h264(tmp_path / f"r{ccw}.mp4", clip.frames[:2], rotation=ccw)
+        with av.open(str(src)) as c:
+            frame = next(c.decode(video=0))
+        real = video_io._display_matrix(frame, NS(metadata={}))
+        assert real is not None
+        bare = NS(side_data=())  # a frame without side data
+        side = video_io._display_matrix(bare, NS(side_data={"DISPLAYMATRIX": float(ccw)}, metadata={}))
+        tag = video_io._display_matrix(bare, NS(metadata={"rotate": str(-ccw % 360)}))
+        np.testing.assert_allclose(side, real, atol=1e-9)
+        np.testing.assert_allclose(tag, real, atol=1e-9)
+    assert video_io._display_matrix(NS(side_data=()), NS(metadata={"rotate": "0"})) is None
+
+
+@needs_display_matrix
+def test_a_display_matrix_that_is_no_quarter_turn_is_refused(tmp_path, clip, capsys):
+    src = _h264(tmp_path / "tilted.mp4", clip.frames[:4], rotation=45)
+    assert stabilize.main([str(src), "-o", str(tmp_path / "o.mp4"), "--estimator=identity"]
+                          + FAST) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert f"{src}: its display matrix turns the picture by 45.0 degrees, not a multiple of 90" in line
+    assert not (tmp_path / "o.mp4").exists()

@@ -2,7 +2,8 @@
 
 Modules: ``estimators`` (motion estimators behind one interface), ``profiles`` (motion
 profiles and their smoothing), ``render`` (inverse warping, crop/zoom), ``pipeline`` (the
-two-pass streaming pipeline), ``motion_file`` (exported and edited camera paths), ``metrics``
+two-pass streaming pipeline), ``motion_file`` (exported and edited camera paths), ``fingerprint`` (the video a
+motion file was measured on), ``metrics``
 (cropping, distortion, stability), ``clips`` (synthetic shaky clips with ground truth),
 ``plots`` (figures and the KLT point tracker), ``runner`` (the file-level driver of the CLI).
 Video and frame-folder streams are :mod:`camflow_jax.io.video`; the estimator comparison on

@@ -15,6 +15,8 @@ down, pixel centres at integers), normalized so that entry [2][2] is 1:
   warp actually rendered, which is a dense field (``correction_fit_rms_px``: its distance from
   the fit, in pixels).
 * ``coefficients`` (optional): the estimator's motion-basis coefficients per pair.
+* ``source`` (header, optional): the fingerprint of the video the motion was measured on
+  (:mod:`camflow_jax.stabilization.fingerprint`); ``--path`` refuses another video's file.
 
 The NPZ encoding also holds ``flows``, the dense per-pair motion on the working grid
 (``working_size``), so a re-run from it renders exactly what the original run rendered; an NPZ
@@ -38,6 +40,7 @@ import cv2
 import numpy as np
 
 from camflow_jax.io.errors import EXPECTED_ERRORS, describe_error
+from camflow_jax.stabilization import fingerprint
 from camflow_jax.stabilization import render as render_lib
 
 __all__ = ["VERSION", "FORMATS", "MotionRecord", "fit_homography", "pair_homography",
@@ -78,6 +81,7 @@ class MotionRecord:
     flows: np.ndarray | None = None   # [T-1, h, w, 2] working pixels (NPZ only)
     stats: dict = dataclasses.field(default_factory=dict)
     version: int = VERSION
+    source: dict | None = None  # the source fingerprint (camflow_jax.stabilization.fingerprint)
 
     @property
     def has_motion(self) -> bool:
@@ -245,7 +249,7 @@ def _kind(path: str) -> str:
 def _meta(rec: MotionRecord) -> dict:
     return {"format": FORMAT_NAME, "version": VERSION, "num_frames": rec.num_frames,
             "frame_size": list(rec.frame_size), "fps": rec.fps, "estimator": rec.estimator,
-            "zoom": rec.zoom}
+            "zoom": rec.zoom, **({"source": rec.source} if rec.source is not None else {})}
 
 
 def _rows(a, n):
@@ -358,6 +362,10 @@ def _check_meta(meta: dict) -> dict:
     n = meta.get("num_frames")
     if not isinstance(n, int) or n < 2:
         raise _Bad(f"num_frames must be an integer >= 2, got {n!r}")
+    if meta.get("source") is not None:
+        why = fingerprint.validate(meta["source"], n)
+        if why:
+            raise _Bad(f"source (the fingerprint of the exported video): {why}")
     return meta
 
 
@@ -414,7 +422,7 @@ def _record(meta, cols, flows=None) -> MotionRecord:
         frame_size=tuple(meta["frame_size"]), num_frames=n,
         fps=float(fps) if fps is not None else 30.0, estimator=str(meta.get("estimator") or ""),
         zoom=None if zoom is None else float(zoom), **cols, flows=flows,
-        stats=meta.get("stats") or {})
+        stats=meta.get("stats") or {}, source=meta.get("source"))
 
 
 def _from_doc(doc) -> MotionRecord:

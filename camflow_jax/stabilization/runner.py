@@ -24,14 +24,15 @@ import os
 import re
 import tempfile
 import time
+import types
 
 import numpy as np
 
 from camflow_jax.io import atomic
 from camflow_jax.io import video as video_io
 from camflow_jax.io.video import IMAGE_EXTENSIONS, FrameSink, FrameSource, output_kind
+from camflow_jax.stabilization import fingerprint, motion_file, pipeline, plots, render
 from camflow_jax.stabilization import metrics as metrics_lib
-from camflow_jax.stabilization import motion_file, pipeline, plots, render
 
 __all__ = ["report_paths", "check_outputs", "stabilize_video"]
 
@@ -88,14 +89,17 @@ def stabilize_video(input_path: str, output_path: str, estimator,
                     fps: float | None = None, with_metrics: bool = True, with_plots: bool = True,
                     report: str | None = None, export_motion: str | None = None,
                     motion_path: str | None = None, progress: bool = True,
-                    low_hz: float = 1.0, checked: bool = False) -> dict:
+                    low_hz: float = 1.0, checked: bool = False,
+                    ignore_fingerprint: bool = False) -> dict:
     """Stabilizes ``input_path`` (video or frame folder) into ``output_path``; returns the report.
 
     ``estimator`` is a callable from :mod:`camflow_jax.stabilization.estimators` (ignored when
     ``motion_path`` has the motion). ``export_motion``: write the motion file there (JSON,
     CSV or NPZ by extension); ``motion_path``: a motion file to render with (its smoothed path,
     and its motion instead of estimating when it has one; :mod:`.motion_file`).
-    ``checked``: outputs were already checked by the caller.
+    ``checked``: outputs were already checked by the caller. A ``motion_path`` file exported
+    from another video (its source fingerprint, :mod:`.fingerprint`) is refused (ValueError)
+    unless ``ignore_fingerprint``, which makes it a warning.
     """
     from tqdm.auto import tqdm
 
@@ -107,6 +111,8 @@ def stabilize_video(input_path: str, output_path: str, estimator,
     if not checked:
         check_outputs(input_path, output_path, wanted, overwrite)
     source = FrameSource(input_path, default_fps=fps or 30.0)
+    # The container's timestamps, which the fingerprint records and checks, before --fps.
+    stamps = types.SimpleNamespace(pts=source.pts, time_base=source.time_base)
     if fps:
         source.override_fps(fps)  # the user chose the rate: constant, no timestamps kept
 
@@ -118,7 +124,8 @@ def stabilize_video(input_path: str, output_path: str, estimator,
     # (harness.run_cli turns those signals into an exception).
     with tempfile.TemporaryDirectory(prefix="camflow_stabilize_") as scratch:
         return _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
-                    with_plots, export_motion, motion_path, low_hz, scratch, bar)
+                    with_plots, export_motion, motion_path, low_hz, scratch, bar, stamps,
+                    ignore_fingerprint)
 
 
 def _recorded_motion(record, config, motion_path: str = "the motion file") -> pipeline.Motion:
@@ -174,17 +181,37 @@ def _estimator_failures(stats: dict) -> tuple[int, int]:
     return int(stats.get("failures", 0) or 0), int(stats.get("calls", 0) or 0)
 
 
+def _first_frame(source) -> np.ndarray | None:
+    frames = iter(source)
+    try:
+        return next(frames, None)
+    finally:
+        close = getattr(frames, "close", None)
+        if close is not None:
+            close()
+
+
 def _run(source, output_path, estimator, config, paths, overwrite, with_metrics, with_plots,
-         export_motion, motion_path, low_hz, scratch, bar) -> dict:
+         export_motion, motion_path, low_hz, scratch, bar, stamps=None,
+         ignore_fingerprint=False) -> dict:
     input_path = source.path
+    stamps = stamps if stamps is not None else source
     timings = {}
     warnings: list[str] = []
+    notes: list[str] = [source.rotation_note] if getattr(source, "rotation_note", None) else []
     t0 = time.perf_counter()
     record = motion_file.read(motion_path) if motion_path else None
     if record is not None and tuple(record.frame_size) != (source.height, source.width):
         raise ValueError(f"{motion_path} was made for {record.frame_size[1]}x"
                          f"{record.frame_size[0]} frames; the input is "
                          f"{source.width}x{source.height}")
+    check = None
+    if record is not None:  # bound to its video: refused before any work when it is another's
+        check = fingerprint.Check(record.source, motion_path, input_path, record.num_frames,
+                                  ignore_fingerprint)
+        check.start(fingerprint.timing(stamps, record.num_frames),
+                    _first_frame(source) if record.source is not None else None,
+                    source.count_hint)
     if record is not None and record.has_motion:
         motion = _recorded_motion(record, config, motion_path)
     else:
@@ -254,6 +281,8 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
             target = outputs.file(output_path)
         else:
             target = outputs.dir(output_path, _is_frame)
+        sampled = set(fingerprint.sample_indices(n)) if export_motion else set()
+        signatures = {}
         with FrameSink(target, source.fps, overwrite=True, pts=source.pts,
                        time_base=source.time_base, audio_from=_audio_from(source)) as sink:
             t1 = time.perf_counter()
@@ -261,6 +290,10 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
                                                                      bar("render", n))):
                 sink.write(out)
                 borders.append(border)
+                if t in sampled:  # frames decoded anyway: the fingerprint costs no decoding
+                    signatures[t] = fingerprint.frame_signature(frame)
+                if check is not None:
+                    check.frame(t, frame)
                 t2 = time.perf_counter()
                 t_render += t2 - t1
                 if with_plots:
@@ -276,7 +309,12 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
                         track_out.update(out)
                 t1 = time.perf_counter()
                 t_tracking += t1 - t2
+            if check is not None:  # after the frame-count rule; before anything is moved in
+                check.finish()
         warnings.extend(sink.notes)
+        if check is not None:
+            warnings.extend(check.warnings)
+            notes.extend(check.notes)
         timings["render_ms_per_frame"] = 1000 * t_render / n
         timings["tracking_ms_per_frame"] = 1000 * t_tracking / n
         m = None
@@ -307,6 +345,7 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
             "video_codec": sink.codec,
             "timestamps": video_io.timing_summary(source, output_path),
             "warnings": warnings,
+            "notes": notes,
         }
         written = {}
         if m is not None:
@@ -327,6 +366,8 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
         if path_report is not None:
             result["path"] = path_report
         if export_motion:
+            exported.source = fingerprint.build(input_path, fingerprint.timing(stamps, n),
+                                                signatures)
             motion_file.write(outputs.file(export_motion), exported)
             result["motion_file"] = os.path.abspath(export_motion)
         result["report"] = os.path.abspath(paths["json"])
