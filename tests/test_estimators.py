@@ -199,8 +199,18 @@ def test_camflow_estimators_wrap_the_predictor():
     # refine_size: the predictor is asked for RefineConfig.at_size(N); only the refined camflow
     from camflow_jax.refine import RefineConfig
 
-    estimators.get("camflow", predictor=fake, refine_size=576).raw(img, img)
+    big = np.zeros((400, 600, 3), np.uint8)
+    estimators.get("camflow", predictor=fake, refine_size=576).raw(big, big)
     assert fake.calls[-1]["refine"] == RefineConfig.at_size(576)
+    assert (fake.calls[-1]["refine"].levels, fake.calls[-1]["refine"].max_size) == (4, 576)  # the docstring's
+    # A pair smaller than N refines at its own size (the default's levels below 288 px), with a note.
+    huge = estimators.get("camflow", predictor=fake, refine_size=4608)
+    m = huge.raw(img, img)
+    assert fake.calls[-1]["refine"] == RefineConfig() and fake.calls[-1]["refine"].levels == 3
+    assert m.note.startswith("refine size 4608 is larger than the pair (12 px on its longer side): refined at 288 px")
+    m = huge.raw(big, big)
+    assert (fake.calls[-1]["refine"].max_size, fake.calls[-1]["refine"].levels) == (600, 4)  # round(log2(600/288)) = 1
+    assert "refined at 600 px" in m.note
     with pytest.raises(ValueError, match="refine_size needs the refined camflow"):
         estimators.get("camflow_net", predictor=fake, refine_size=576)
     with pytest.raises(ValueError, match="max_size >= 288"):

@@ -270,6 +270,7 @@ class _CamFlow(Estimator):
             from camflow_jax.refine import RefineConfig
 
             self.refine = RefineConfig.at_size(int(refine_size))  # ValueError below the default's size
+        self.refine_size = None if refine_size is None else int(refine_size)
         self.checkpoint, self.channel_order = checkpoint, channel_order
         self.confidence = bool(confidence)
         self._predictor = predictor
@@ -283,18 +284,35 @@ class _CamFlow(Estimator):
             self._predictor = Predictor.load(self.checkpoint, channel_order=self.channel_order)
         return self._predictor
 
+    def refine_for(self, h: int, w: int):
+        """``(refine setting, note)`` for an ``h`` x ``w`` pair. With ``refine_size`` N the
+        refinement works at up to N px: a pair whose longer side is below N refines at its own
+        size, with :meth:`RefineConfig.at_size` of that size (the default's below 288 px), and a
+        note says so (a 192 px pair at ``at_size(4608)`` had 7 pyramid levels, the coarsest 3 px
+        wide, and the result fell back to the network's)."""
+        if self.refine_size is None or max(h, w) >= self.refine_size:
+            return self.refine, ""
+        from camflow_jax.refine import RefineConfig
+
+        size = max(RefineConfig().max_size, max(h, w))
+        return (RefineConfig.at_size(size),
+                f"refine size {self.refine_size} is larger than the pair ({max(h, w)} px on its longer side): "
+                f"refined at {size} px")
+
     def _estimate(self, a, b, depth1, depth2, intrinsics):
         extra = {"confidence": True} if self.confidence else {}
+        refine, size_note = self.refine_for(*np.shape(a)[:2])
         out = self.predictor(a, b, depth1=depth1, depth2=depth2, intrinsics=intrinsics,
-                             refine=self.refine, **extra)
+                             refine=refine, **extra)
         if not isinstance(out, dict) or "flow_f" not in out:
             raise ValueError("the camflow predictor must return a dict with 'flow_f'")
         info = out.get("refine_info") or {}
         H, weights = out.get("homography"), out.get("weights_f")
         if weights is not None:  # [H, W] (a trailing channel of 1 is dropped)
             weights = np.asarray(weights, np.float32).reshape(np.shape(out["flow_f"])[:2])
+        note = "; ".join(n for n in (size_note, str(info.get("note") or "")) if n)
         return Motion(out["flow_f"], out.get("flow_b"), None if H is None else np.asarray(H, np.float64),
-                      weights, str(info.get("note") or ""), extras=out)
+                      weights, note, extras=out)
 
 
 @register("camflow_net", "the CamFlow network alone (no test-time refinement)")
@@ -337,9 +355,11 @@ def get(name: str, **options: Any) -> Estimator:
     dis: ``preset`` ('medium'); ecc: ``min_side``, ``gauss_size``, ``iterations``, ``eps``;
     camflow*: ``checkpoint`` (default: the shipped model; ``camflow:PATH`` sets it),
     ``channel_order``, ``predictor`` (an already loaded model), ``confidence`` (also return
-    the confidence maps), ``refine_size`` (camflow: refine at this longer side instead of 288 px,
-    :meth:`camflow_jax.refine.RefineConfig.at_size`: slower, more precise on finely textured images). All take ``forward_only``
-    (True: flow_f only where skipping flow_b saves work; the stabilizer's setting).
+    the confidence maps), ``refine_size`` (camflow: refine at up to this longer side instead of
+    288 px, :meth:`camflow_jax.refine.RefineConfig.at_size`: slower, more precise on finely
+    textured images; a smaller pair refines at its own size, with a note). All take
+    ``forward_only`` (True: flow_f only where skipping flow_b saves work; the stabilizer's
+    setting).
 
     An old name (:data:`ALIASES`) works and warns once per call; CLIs :func:`resolve` it first
     and print the note. Unknown names and options: ValueError.
