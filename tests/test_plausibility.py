@@ -1,6 +1,7 @@
 """Plausibility checks on every estimator's answer (camflow_jax.estimators.plausibility, applied by
 camflow_jax.estimators.registry.Estimator.__call__): featureless input, identical images, an answer worse
-than no motion, and inputs too wide for the network."""
+than no motion, the measure of how well an answer explains the pair (aligned gradient correlation), and inputs
+too wide for the network."""
 
 import subprocess
 import sys
@@ -140,3 +141,44 @@ def test_too_wide_an_input_is_refused_by_the_predictor_and_the_cli(tmp_path):
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error")]
     assert len(lines) == 1 and "crop it" in lines[0]
     assert not (tmp_path / "o").exists()
+
+
+# ----------------------------------------------------------------------------- no motion fits
+def _central_gradients(a):
+    """(gx, gy) of the interior pixels ``[1:-1, 1:-1]`` by central differences, written out."""
+    return (a[1:-1, 2:] - a[1:-1, :-2]) / 2, (a[2:, 1:-1] - a[:-2, 1:-1]) / 2
+
+
+def test_gradient_correlation_matches_its_closed_form():
+    rng = np.random.default_rng(4)
+    a, b = rng.normal(size=(2, 23, 31))
+    b += 0.7 * a  # correlated, not equal
+    mask = rng.random(a.shape) < 0.6
+    mask[[0, -1]] = mask[:, [0, -1]] = False  # interior pixels: central differences everywhere
+    (ax, ay), (bx, by), m = _central_gradients(a), _central_gradients(b), mask[1:-1, 1:-1]
+    closed = (ax * bx + ay * by)[m].sum() / np.sqrt((ax ** 2 + ay ** 2)[m].sum() * (bx ** 2 + by ** 2)[m].sum())
+    assert plausibility.gradient_correlation(a, b, mask) == pytest.approx(closed, rel=1e-12)
+    assert 0.3 < closed < 0.9
+    assert plausibility.gradient_correlation(a, 3.0 * a - 40.0) == pytest.approx(1.0, abs=1e-12)
+    assert plausibility.gradient_correlation(a, -a, mask) == pytest.approx(-1.0, abs=1e-12)
+    assert np.isnan(plausibility.gradient_correlation(a, np.full_like(a, 5.0)))
+
+
+def test_aligned_correlation_is_one_for_the_true_motion_and_near_zero_for_unrelated_images():
+    """Image 1 is image 2 moved by a whole number of pixels (no resampling: the images are
+    below FIT_SIZE, so they are measured as they are): the true flow gives 1 (also after a
+    change of brightness and contrast, as fog or low light make), no motion far less,
+    an unrelated texture about 0, and an overlap too small to judge NaN."""
+    tex = _texture_image(100, 130, seed=5)
+    img1, img2 = tex[:92, 7:127], tex[4:96, 0:120]  # img1(x, y) = img2(x + 7, y - 4)
+    assert max(img1.shape) <= plausibility.FIT_SIZE
+    flow = np.broadcast_to(np.float32([7, -4]), img1.shape[:2] + (2,))
+    assert plausibility.aligned_correlation(img1, img2, flow) == pytest.approx(1.0, abs=1e-9)
+    dim = (0.3 * img2.astype(np.float32) + 20).astype(np.float32)
+    assert plausibility.aligned_correlation(img1, dim, flow) == pytest.approx(1.0, abs=1e-6)
+    assert plausibility.aligned_correlation(img1, img2, 0 * flow) < 0.5
+    other = _texture_image(92, 120, seed=6)
+    assert abs(plausibility.aligned_correlation(img1, other, 0 * flow)) < 0.15
+    far = np.broadcast_to(np.float32([112, 0]), img1.shape[:2] + (2,))  # 8 columns stay inside
+    assert np.isnan(plausibility.aligned_correlation(img1, img2, far))
+    assert plausibility.no_motion_fits(img1, img2, far) is None  # too little overlap to judge
