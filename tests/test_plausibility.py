@@ -1,7 +1,7 @@
 """Plausibility checks on every estimator's answer (camflow_jax.estimators.plausibility, applied by
 camflow_jax.estimators.registry.Estimator.__call__): featureless input, identical images, an answer worse
-than no motion, the measure of how well an answer explains the pair (aligned gradient correlation), and inputs
-too wide for the network."""
+than no motion, an answer under which the pair stays unexplained (no motion fits), and inputs too
+wide for the network."""
 
 import subprocess
 import sys
@@ -13,6 +13,14 @@ import pytest
 from camflow_jax.data.synthetic.scenes import SyntheticScenes
 from camflow_jax.estimators import plausibility
 from camflow_jax.estimators import registry as estimators
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    """The shipped model, loaded once for this module."""
+    from camflow_jax.predictor import Predictor
+
+    return Predictor.from_pretrained()
 
 
 def _texture_image(h=64, w=96, seed=0):
@@ -120,10 +128,10 @@ def test_a_correct_subpixel_answer_on_a_noisy_pair_is_kept():
     assert estimators.get("camflow", predictor=_FakePredictor([2.0, 0.0]))(a, b).fallback
 
 
-def test_too_wide_an_input_is_refused_by_the_predictor_and_the_cli(tmp_path):
-    from camflow_jax.predictor import MAX_SQUASH, Predictor
+def test_too_wide_an_input_is_refused_by_the_predictor_and_the_cli(tmp_path, shipped):
+    from camflow_jax.predictor import MAX_SQUASH
 
-    pred = Predictor.from_pretrained()
+    pred = shipped
     limit = MAX_SQUASH * pred.width / pred.height
     h = 16
     strip = _texture_image(h, int(h * limit) + 40)
@@ -182,3 +190,56 @@ def test_aligned_correlation_is_one_for_the_true_motion_and_near_zero_for_unrela
     far = np.broadcast_to(np.float32([112, 0]), img1.shape[:2] + (2,))  # 8 columns stay inside
     assert np.isnan(plausibility.aligned_correlation(img1, img2, far))
     assert plausibility.no_motion_fits(img1, img2, far) is None  # too little overlap to judge
+
+
+def _scenes():
+    """Four small synthetic RE pairs (seed 44, not the benchmark's 1000)."""
+    ds = SyntheticScenes(seed=44, num_samples=4, height=96, width=160, categories=("RE",))
+    return [ds[i] for i in range(4)]
+
+
+def _note_value(note):
+    """The correlation a 'no motion fits' note names."""
+    return float(note.split("gradient correlation after alignment ")[1].split()[0])
+
+
+def test_a_pair_no_motion_of_the_span_fits_falls_back_with_the_measure_named(shipped):
+    """An image against an unrelated one, and against itself turned 180 degrees (no motion of
+    the bases near the identity): the refined model still answers with motion that aligns the
+    pair a little better than none; the check drops it, and the note names the measure, its
+    value (that of the dropped answer) and the threshold. The correct pair is kept."""
+    s = _scenes()
+    est = estimators.get("camflow", predictor=shipped)
+    for img2 in (s[1]["img2"], np.ascontiguousarray(s[0]["img2"][::-1, ::-1])):
+        m = est(s[0]["img1"], img2)
+        dropped = m.extras["dropped"]
+        assert m.fallback and np.all(m.flow_f == 0) and np.all(m.flow_b == 0), m.note
+        assert "no motion it found fits" in m.note and f"< {plausibility.MIN_CORRELATION}" in m.note
+        assert _note_value(m.note) == pytest.approx(
+            plausibility.aligned_correlation(s[0]["img1"], img2, dropped.flow_f), abs=0.005)
+        assert np.abs(dropped.flow_f).mean() > 1.0  # the model did invent motion
+        assert plausibility.worse_than_identity(s[0]["img1"], img2, dropped.flow_f) is None  # not caught before
+    ok = est(s[0]["img1"], s[0]["img2"])
+    assert not ok.fallback and ok.note == ""
+    assert plausibility.aligned_correlation(s[0]["img1"], s[0]["img2"], ok.flow_f) > 1.5 * plausibility.MIN_CORRELATION
+
+
+def test_estimate_cli_warns_when_no_motion_fits(tmp_path, shipped, monkeypatch, capsys):
+    """Through ``python -m camflow_jax.estimate`` (the shipped model, refined): rc 0, the identity
+    written with ``"fallback": true`` and the note, one warning line naming the measure."""
+    import json
+
+    from camflow_jax import estimate
+    from camflow_jax.predictor import Predictor
+
+    monkeypatch.setattr(Predictor, "load", classmethod(lambda cls, *a, **k: shipped))  # loaded once
+    s = _scenes()
+    for i, img in enumerate((s[0]["img1"], s[1]["img2"])):
+        cv2.imwrite(str(tmp_path / f"{i}.png"), cv2.cvtColor(img, cv2.COLOR_RGB2BGR))
+    assert estimate.main([str(tmp_path / "0.png"), str(tmp_path / "1.png"), "-o", str(tmp_path / "o")]) == 0
+    summary = json.loads((tmp_path / "o" / "homography.json").read_text())
+    assert summary["fallback"] is True and summary["mean_flow_magnitude_px"] == 0.0
+    assert summary["homography"] == np.eye(3).tolist()
+    assert "no motion it found fits" in summary["note"]
+    warnings = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning:")]
+    assert len(warnings) == 1 and "gradient correlation after alignment" in warnings[0]
