@@ -15,7 +15,8 @@ a pair, measured by plausibility.aligned_correlation, on
   the check fires there.
 
 Usage: python docs/plausibility/span_fit.py [--part dev|benchmark|all] [--dev-pairs 60] [--json OUT]
-(2-core CPU shared with other jobs, all: 19 min; --report JSON prints a saved run again). Needs opencv-doc for the real pairs (skipped without it).
+(2-core CPU shared with other jobs, all: 19 min;
+--report JSON prints a saved run again). Needs opencv-doc for the real pairs (skipped without it).
 """
 import argparse
 import json
