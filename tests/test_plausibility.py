@@ -1,6 +1,7 @@
 """Plausibility checks on every estimator's answer (camflow_jax.estimators.plausibility, applied by
 camflow_jax.estimators.registry.Estimator.__call__): featureless input, identical images, an answer worse
-than no motion, and inputs too wide for the network."""
+than no motion, an answer under which the pair stays unexplained (no motion fits), and inputs too
+wide for the network."""
 
 import subprocess
 import sys
@@ -12,6 +13,14 @@ import pytest
 from camflow_jax.data.synthetic.scenes import SyntheticScenes
 from camflow_jax.estimators import plausibility
 from camflow_jax.estimators import registry as estimators
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    """The shipped model, loaded once for this module."""
+    from camflow_jax.predictor import Predictor
+
+    return Predictor.from_pretrained()
 
 
 def _texture_image(h=64, w=96, seed=0):
@@ -119,10 +128,10 @@ def test_a_correct_subpixel_answer_on_a_noisy_pair_is_kept():
     assert estimators.get("camflow", predictor=_FakePredictor([2.0, 0.0]))(a, b).fallback
 
 
-def test_too_wide_an_input_is_refused_by_the_predictor_and_the_cli(tmp_path):
-    from camflow_jax.predictor import MAX_SQUASH, Predictor
+def test_too_wide_an_input_is_refused_by_the_predictor_and_the_cli(tmp_path, shipped):
+    from camflow_jax.predictor import MAX_SQUASH
 
-    pred = Predictor.from_pretrained()
+    pred = shipped
     limit = MAX_SQUASH * pred.width / pred.height
     h = 16
     strip = _texture_image(h, int(h * limit) + 40)
@@ -140,3 +149,97 @@ def test_too_wide_an_input_is_refused_by_the_predictor_and_the_cli(tmp_path):
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error")]
     assert len(lines) == 1 and "crop it" in lines[0]
     assert not (tmp_path / "o").exists()
+
+
+# ----------------------------------------------------------------------------- no motion fits
+def _central_gradients(a):
+    """(gx, gy) of the interior pixels ``[1:-1, 1:-1]`` by central differences, written out."""
+    return (a[1:-1, 2:] - a[1:-1, :-2]) / 2, (a[2:, 1:-1] - a[:-2, 1:-1]) / 2
+
+
+def test_gradient_correlation_matches_its_closed_form():
+    rng = np.random.default_rng(4)
+    a, b = rng.normal(size=(2, 23, 31))
+    b += 0.7 * a  # correlated, not equal
+    mask = rng.random(a.shape) < 0.6
+    mask[[0, -1]] = mask[:, [0, -1]] = False  # interior pixels: central differences everywhere
+    (ax, ay), (bx, by), m = _central_gradients(a), _central_gradients(b), mask[1:-1, 1:-1]
+    closed = (ax * bx + ay * by)[m].sum() / np.sqrt((ax ** 2 + ay ** 2)[m].sum() * (bx ** 2 + by ** 2)[m].sum())
+    assert plausibility.gradient_correlation(a, b, mask) == pytest.approx(closed, rel=1e-12)
+    assert 0.3 < closed < 0.9
+    assert plausibility.gradient_correlation(a, 3.0 * a - 40.0) == pytest.approx(1.0, abs=1e-12)
+    assert plausibility.gradient_correlation(a, -a, mask) == pytest.approx(-1.0, abs=1e-12)
+    assert np.isnan(plausibility.gradient_correlation(a, np.full_like(a, 5.0)))
+
+
+def test_aligned_correlation_is_one_for_the_true_motion_and_near_zero_for_unrelated_images():
+    """Image 1 is image 2 moved by a whole number of pixels (no resampling: the images are
+    below FIT_SIZE, so they are measured as they are): the true flow gives 1 (also after a
+    change of brightness and contrast, as fog or low light make), no motion far less,
+    an unrelated texture about 0, and an overlap too small to judge NaN."""
+    tex = _texture_image(100, 130, seed=5)
+    img1, img2 = tex[:92, 7:127], tex[4:96, 0:120]  # img1(x, y) = img2(x + 7, y - 4)
+    assert max(img1.shape) <= plausibility.FIT_SIZE
+    flow = np.broadcast_to(np.float32([7, -4]), img1.shape[:2] + (2,))
+    assert plausibility.aligned_correlation(img1, img2, flow) == pytest.approx(1.0, abs=1e-9)
+    dim = (0.3 * img2.astype(np.float32) + 20).astype(np.float32)
+    assert plausibility.aligned_correlation(img1, dim, flow) == pytest.approx(1.0, abs=1e-6)
+    assert plausibility.aligned_correlation(img1, img2, 0 * flow) < 0.5
+    other = _texture_image(92, 120, seed=6)
+    assert abs(plausibility.aligned_correlation(img1, other, 0 * flow)) < 0.15
+    far = np.broadcast_to(np.float32([112, 0]), img1.shape[:2] + (2,))  # 8 columns stay inside
+    assert np.isnan(plausibility.aligned_correlation(img1, img2, far))
+    assert plausibility.no_motion_fits(img1, img2, far) is None  # too little overlap to judge
+
+
+def _scenes():
+    """Four small synthetic RE pairs (seed 44, not the benchmark's 1000)."""
+    ds = SyntheticScenes(seed=44, num_samples=4, height=96, width=160, categories=("RE",))
+    return [ds[i] for i in range(4)]
+
+
+def _note_value(note):
+    """The correlation a 'no motion fits' note names."""
+    return float(note.split("gradient correlation after alignment ")[1].split()[0])
+
+
+def test_a_pair_no_motion_of_the_span_fits_falls_back_with_the_measure_named(shipped):
+    """An image against an unrelated one, and against itself turned 180 degrees (no motion of
+    the bases near the identity): the refined model still answers with motion that aligns the
+    pair a little better than none; the check drops it, and the note names the measure, its
+    value (that of the dropped answer) and the threshold. The correct pair is kept."""
+    s = _scenes()
+    est = estimators.get("camflow", predictor=shipped)
+    for img2 in (s[1]["img2"], np.ascontiguousarray(s[0]["img2"][::-1, ::-1])):
+        m = est(s[0]["img1"], img2)
+        dropped = m.extras["dropped"]
+        assert m.fallback and np.all(m.flow_f == 0) and np.all(m.flow_b == 0), m.note
+        assert "no motion it found fits" in m.note and f"< {plausibility.MIN_CORRELATION}" in m.note
+        assert _note_value(m.note) == pytest.approx(
+            plausibility.aligned_correlation(s[0]["img1"], img2, dropped.flow_f), abs=0.005)
+        assert np.abs(dropped.flow_f).mean() > 1.0  # the model did invent motion
+        assert plausibility.worse_than_identity(s[0]["img1"], img2, dropped.flow_f) is None  # not caught before
+    ok = est(s[0]["img1"], s[0]["img2"])
+    assert not ok.fallback and ok.note == ""
+    assert plausibility.aligned_correlation(s[0]["img1"], s[0]["img2"], ok.flow_f) > 1.5 * plausibility.MIN_CORRELATION
+
+
+def test_estimate_cli_warns_when_no_motion_fits(tmp_path, shipped, monkeypatch, capsys):
+    """Through ``python -m camflow_jax.estimate`` (the shipped model, refined): rc 0, the identity
+    written with ``"fallback": true`` and the note, one warning line naming the measure."""
+    import json
+
+    from camflow_jax import estimate
+    from camflow_jax.predictor import Predictor
+
+    monkeypatch.setattr(Predictor, "load", classmethod(lambda cls, *a, **k: shipped))  # loaded once
+    s = _scenes()
+    for i, img in enumerate((s[0]["img1"], s[1]["img2"])):
+        cv2.imwrite(str(tmp_path / f"{i}.png"), cv2.cvtColor(img, cv2.COLOR_RGB2BGR))
+    assert estimate.main([str(tmp_path / "0.png"), str(tmp_path / "1.png"), "-o", str(tmp_path / "o")]) == 0
+    summary = json.loads((tmp_path / "o" / "homography.json").read_text())
+    assert summary["fallback"] is True and summary["mean_flow_magnitude_px"] == 0.0
+    assert summary["homography"] == np.eye(3).tolist()
+    assert "no motion it found fits" in summary["note"]
+    warnings = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning:")]
+    assert len(warnings) == 1 and "gradient correlation after alignment" in warnings[0]

@@ -11,6 +11,13 @@ believed (docs/estimation.md, "Plausibility checks"):
   (:func:`alignment_errors`: mean absolute grey-level error over the pixels that stay in the
   frame, both errors on the same pixels), the answer is replaced by the identity with
   ``fallback`` set and a note that names the estimator and both errors.
+* **No motion fits**: when the estimate, although better than no motion, leaves the pair
+  unexplained (:func:`aligned_correlation`: the correlation of the two images' gradients after
+  alignment, at a coarse scale, below :data:`MIN_CORRELATION`), the answer is replaced by the
+  identity with ``fallback`` set and a note that names the estimator, the measure, its value and
+  the threshold. This catches pairs no motion of the estimator's span can align (unrelated
+  images, an image against itself turned 180 degrees or mirrored, for CamFlow's bases), whose
+  best fit is still a little better than no motion.
 
 :class:`camflow_jax.estimators.registry.Estimator` applies them on every call; ``Estimator.raw`` skips
 them (the evaluation tables measure the estimators themselves). Plain numpy and cv2.
@@ -23,8 +30,9 @@ import numpy as np
 
 from camflow_jax.geometry import host as geometry_np
 
-__all__ = ["texture", "featureless", "alignment_errors", "worse_than_identity", "MIN_TEXTURE",
-           "TEXTURE_SIZE", "WORSE_RATIO", "WORSE_MARGIN"]
+__all__ = ["texture", "featureless", "alignment_errors", "worse_than_identity", "gradient_correlation",
+           "aligned_correlation", "no_motion_fits", "MIN_TEXTURE", "TEXTURE_SIZE", "WORSE_RATIO",
+           "WORSE_MARGIN", "MIN_CORRELATION", "FIT_SIZE", "FIT_SIGMA", "MIN_FIT_PIXELS"]
 
 #: An image is featureless when the 99th percentile of its grey-level gradient magnitude
 #: (grey levels 0..255 per pixel at :data:`TEXTURE_SIZE`, after a 1-pixel Gaussian blur) is
@@ -38,6 +46,19 @@ TEXTURE_SIZE = 256
 #: little, so a correct sub-pixel estimate can be a hair above a static pair's error).
 WORSE_RATIO = 1.05
 WORSE_MARGIN = 0.5
+#: No motion fits the pair when :func:`aligned_correlation` is below this (docs/estimation.md,
+#: "Plausibility checks"; docs/plausibility/span_fit.py): the largest multiple of 0.05 at most
+#: 2/3 of the lowest correct answer of the refined shipped model on the development pairs
+#: (0.657); its answers on unrelated, turned and mirrored development pairs are mostly below 0.3.
+MIN_CORRELATION = 0.4
+#: The longer side (pixels) at which :func:`aligned_correlation` is measured, and the Gaussian
+#: blur (pixels at that size) before the gradients: a coarse scale, so that sensor noise, rain
+#: and snow, and an estimate off by a few pixels, still correlate; unrelated images do not.
+FIT_SIZE = 128
+FIT_SIGMA = 2.0
+#: Fewer pixels than this (at :data:`FIT_SIZE`) inside both images after alignment: too little
+#: overlap to judge, :func:`no_motion_fits` does not decide.
+MIN_FIT_PIXELS = 100
 
 
 def texture(img) -> float:
@@ -90,4 +111,63 @@ def worse_than_identity(img1, img2, flow_f) -> str | None:
     if aligned > WORSE_RATIO * inp + WORSE_MARGIN:
         return (f"it aligns the pair worse than no motion (mean |image 1 - warped image 2| "
                 f"{aligned:.2f} against {inp:.2f} without motion)")
+    return None
+
+
+def gradient_correlation(a, b, mask=None) -> float:
+    """The correlation of the grey-level gradients of two images ``[H, W]`` of one shape:
+    ``sum(ga . gb) / sqrt(sum |ga|^2 * sum |gb|^2)`` over the pixels of ``mask`` (all when
+    None), gradients by central differences (``np.gradient``). 1 when ``b`` is ``a`` up to
+    brightness and contrast (``s * a + c``, s > 0), -1 for an inverted contrast, about 0 for
+    unrelated images. NaN when either image has no gradient on the mask."""
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    m = np.ones(a.shape, bool) if mask is None else np.asarray(mask, bool)
+    ay, ax = np.gradient(a)
+    by, bx = np.gradient(b)
+    num = float((ax * bx + ay * by)[m].sum())
+    den = float(np.sqrt((ax * ax + ay * ay)[m].sum() * (bx * bx + by * by)[m].sum()))
+    return num / den if den > 0 else float("nan")
+
+
+def aligned_correlation(img1, img2, flow_f, *, size: int = FIT_SIZE, sigma: float = FIT_SIGMA) -> float:
+    """How well ``flow_f`` explains the pair: :func:`gradient_correlation` of image 1 and image 2
+    warped by ``flow_f`` (``warp(img2, flow_f) ≈ img1``), grey levels, measured with the longer
+    side shrunk to ``size`` (images and flow area-averaged; smaller images as they are) and
+    after a Gaussian blur of ``sigma`` pixels, over the pixels whose target stays inside image 2
+    (:func:`camflow_jax.geometry.host.warp_validity`) and whose blur reads no pixel outside it.
+    Insensitive to brightness and contrast (fog, low light); near 1 for a good alignment, near 0
+    when the images do not match under the motion. NaN when fewer than
+    :data:`MIN_FIT_PIXELS` pixels remain."""
+    g1, g2 = (np.where(np.isfinite(g), g, 0.0).astype(np.float32)
+              for g in (geometry_np.gray(img1), geometry_np.gray(img2)))
+    flow = np.asarray(flow_f, np.float32)
+    h, w = g1.shape
+    scale = size / max(h, w)
+    if scale < 1.0:
+        h, w = max(1, round(h * scale)), max(1, round(w * scale))
+        g1, g2 = (cv2.resize(g, (w, h), interpolation=cv2.INTER_AREA) for g in (g1, g2))
+        flow = geometry_np.resize_flow(flow, h, w)
+    valid = (geometry_np.warp_validity(flow) > 0).astype(np.uint8)
+    warped = geometry_np.warp(g2, flow)
+    reach = int(np.ceil(3 * sigma))  # the blur's kernel radius
+    if sigma > 0:
+        k = 2 * reach + 1
+        g1, warped = (cv2.GaussianBlur(g, (k, k), sigma, borderType=cv2.BORDER_REFLECT) for g in (g1, warped))
+    r = reach + 1  # the blur's reach plus the central difference's: no masked pixel reads outside
+    valid = cv2.erode(valid, np.ones((2 * r + 1, 2 * r + 1), np.uint8), borderType=cv2.BORDER_CONSTANT,
+                      borderValue=0) > 0
+    if valid.sum() < MIN_FIT_PIXELS:
+        return float("nan")
+    return gradient_correlation(g1, warped, valid)
+
+
+def no_motion_fits(img1, img2, flow_f) -> str | None:
+    """The reason to distrust ``flow_f`` because the pair stays unexplained after it
+    (:func:`aligned_correlation` below :data:`MIN_CORRELATION`; the value and threshold in the
+    text), or None (also when too little overlap remains to judge)."""
+    r = aligned_correlation(img1, img2, flow_f)
+    if np.isfinite(r) and r < MIN_CORRELATION:
+        return (f"no motion it found fits the pair (gradient correlation after alignment {r:.2f} < "
+                f"{MIN_CORRELATION}: the images do not match under it)")
     return None

@@ -105,9 +105,10 @@ class Estimator:
 
     def __call__(self, img1, img2, *, depth1=None, depth2=None, intrinsics=None) -> Motion:
         """The motion of the pair, checked by :mod:`camflow_jax.estimators.plausibility`: identical images
-        give zero motion; a featureless image, or an answer that aligns the pair worse than no
-        motion, gives the identity with ``fallback`` set and a note saying why (the dropped
-        answer is kept as ``extras["dropped"]``). :meth:`raw` skips the checks (as does the
+        give zero motion; a featureless image, an answer that aligns the pair worse than no
+        motion, or one that leaves the pair unexplained (no motion the estimator found fits it),
+        gives the identity with ``fallback`` set and a note saying why (the dropped answer is
+        kept as ``extras["dropped"]``). :meth:`raw` skips the checks (as does the
         ``identity`` estimator, a reference whose answer is zero anyway)."""
         if not self.checked:
             return self.raw(img1, img2, depth1=depth1, depth2=depth2, intrinsics=intrinsics)
@@ -123,7 +124,8 @@ class Estimator:
             # a non-finite flow is the caller's to refuse (a damaged model, not a bad pair); a
             # flow at another size (a predictor's network-size output) the caller's to resize
             return m
-        reason = plausibility_lib.worse_than_identity(a, b, m.flow_f)
+        reason = (plausibility_lib.worse_than_identity(a, b, m.flow_f)
+                  or plausibility_lib.no_motion_fits(a, b, m.flow_f))
         if reason:
             return dataclasses.replace(
                 _identity_motion(h, w, f"identity fallback: the {self.name} estimate was dropped: {reason}",

@@ -11,7 +11,8 @@ registry estimators run with ``forward_only=True``.
 
 Every estimator counts its calls and failures (``stats()``). When its estimate fails (the
 registry's identity fallback: too few feature matches, an estimate that aligns the pair worse
-than no motion, a featureless pair; or a non-finite network output), the pair is measured
+than no motion or leaves it unexplained (no motion fits), a featureless pair; or a non-finite
+network output), the pair is measured
 again by the fallback estimators (:data:`FALLBACKS`: ECC and DIS; each answer goes through the
 same plausibility checks), and the answer that aligns the pair best is kept, counted per name
 in ``stats()["recovered"]``. A pair that none
@@ -295,7 +296,7 @@ class CamFlowEstimator(Estimator):
         m = self.motion_estimator(a, b, depth1=d1, depth2=d2, intrinsics=K)
         self.coefficients.append(None)  # set below once the pair's estimate is known good
         coeffs = (m.extras or {}).get("coeffs_f")
-        if m.fallback:  # featureless, or worse than no motion (camflow_jax.estimators.plausibility)
+        if m.fallback:  # featureless, worse than no motion, no motion fits (estimators.plausibility)
             return None
         flow = np.asarray(m.flow_f, np.float32)
         if flow.ndim == 4 and flow.shape[0] == 1:

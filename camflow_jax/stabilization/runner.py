@@ -228,7 +228,8 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
     if calls and failures >= calls:
         raise ValueError(f"the {motion.estimator or 'motion'} estimator failed on all {calls} frame "
                          "pairs (e.g. too few feature matches, or every estimate aligned the frames "
-                         "worse than no motion): there is no motion to stabilize. "
+                         "worse than no motion or left them unexplained): there is no motion to "
+                         "stabilize. "
                          "Try another --estimator (dis, camflow)")
     if failures:
         warnings.append(failure_note(motion.estimator, motion.stats, config.max_fill_gap))
