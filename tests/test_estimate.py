@@ -144,6 +144,16 @@ def test_estimate_cli_reports_refinement_and_fallback(tmp_path, monkeypatch, cap
     assert estimate.main([a, b, "--refine-size", "576", "-o", str(tmp_path / "s")]) == 0
     from camflow_jax.refine import RefineConfig
 
+    # The pair (96 px) is smaller than 576: refined at its own size, the default's below 288 px, with a note.
+    assert fake.asked[-1] == RefineConfig()
+    summary = json.loads((tmp_path / "s" / "homography.json").read_text())
+    assert summary["note"].startswith("refine size 576 is larger than the pair (96 px on its longer side)")
+    assert "note: refine size 576 is larger than the pair" in capsys.readouterr().err
+    big = cv2.resize(tex, (640, 432), interpolation=cv2.INTER_CUBIC)
+    cv2.imwrite(str(tmp_path / "c.png"), big[4:404, 4:604])
+    cv2.imwrite(str(tmp_path / "d.png"), big[0:400, 0:600])
+    assert estimate.main([str(tmp_path / "c.png"), str(tmp_path / "d.png"), "--refine-size", "576",
+                          "-o", str(tmp_path / "s2")]) == 0
     assert fake.asked[-1] == RefineConfig.at_size(576)  # the finer working size reaches the predictor
     capsys.readouterr()
     for name, value in (("f1.png", 90), ("f2.png", 91)):  # no texture at all
