@@ -8,6 +8,7 @@ cache (``tests/conftest.py``) compiles it once; the 4-step reference run is shar
 session (``four_steps_one_device``, also used by test_train_reliability).
 """
 
+import inspect
 import json
 import os
 import socket
@@ -447,13 +448,44 @@ def test_device_feed_batches_are_render_batch_of_the_step():
     got = feed.put(next(it))
     assert got["img1"].sharding.spec == jax.sharding.PartitionSpec("data")
     want = device.render_batch(device.procedural_bank(3, 24), 3, 2, batch_size=4, height=64, width=64,
-                               motion_scale=1.5, render_size=(72, 72), need_depth=bool(config.bases.use_depth))
+                               motion_scale=1.5, render_size=(72, 72), need_depth=bool(config.bases.use_depth),
+                               category_order="random")
+    np.testing.assert_array_equal(np.asarray(want["category_id"]),
+                                  device.row_categories(3, 2 * 4 + np.arange(4), len(device.CATEGORIES), "random"))
     assert sorted(got) == sorted(want)
     for k in want:
         np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(want[k]), err_msg=k)
     assert json.loads(it.get_state()) == {"render": "device", "seed": 3, "next_step": 3}
     with pytest.raises(ValueError, match="host pipeline"):
         it.set_state(json.dumps({"last_seen_indices": {}}).encode())
+
+
+def test_device_feed_mixes_categories_per_batch_like_the_host_shuffle():
+    """Issue 39: the host pipeline shuffles SyntheticScenes (sample i has category i % 5), so the
+    number of low-light rows in a batch of 8 is about Binomial(8, 1/5) (closed form below); the
+    device feed must mix them the same way, not give every batch the fixed 1-or-2 of a cycle
+    (its runs then learned LL no better than the identity)."""
+    from math import comb
+
+    from camflow_jax.data.synthetic import device
+    from camflow_jax.training import feed
+
+    B, n, steps_ = 8, len(device.CATEGORIES), 2000
+    idx = np.arange(1, steps_ + 1)[:, None] * B + np.arange(B)[None, :]  # rows of steps 1..2000
+    param = inspect.signature(feed.device_feed).parameters.get("category_order")
+    if param is None:  # a feed without the choice renders sample i with category i % n
+        cats = idx % n
+    else:
+        cats = np.asarray(device.row_categories(0, idx, n, param.default))
+    assert cats.min() >= 0 and cats.max() < n
+    ll = (cats == device.CATEGORIES.index("LL")).sum(1)
+    got = np.bincount(ll, minlength=B + 1) / steps_
+    want = np.array([comb(B, k) * (1 / n) ** k * (1 - 1 / n) ** (B - k) for k in range(B + 1)])
+    np.testing.assert_allclose(got, want, atol=0.04)
+    # every category about equally often overall
+    np.testing.assert_allclose(np.bincount(cats.ravel(), minlength=n) / cats.size, 1 / n, atol=0.01)
+    # the cycle (render_batch's default) is what the host's unshuffled indices give
+    np.testing.assert_array_equal(device.row_categories(0, idx, n, "cycle"), idx % n)
 
 
 @pytest.mark.parametrize("change, needle", [(dict(render="gpu"), "must be 'host' or 'device'"),

@@ -8,7 +8,7 @@ iterator the checkpoints save and restore (grain's checkpoint handler: ``get_sta
   pair on the host; :func:`camflow_jax.training.steps.host_to_global` puts each batch on the mesh.
 - ``data.render = "device"``: :func:`camflow_jax.data.synthetic.device.make_sharded_renderer`
   renders the batch on the mesh, each device its own rows of the global batch. The batch of
-  training step ``s`` (counted from 1) is ``render_batch(bank, seed, s)``: a pure function of
+  training step ``s`` (counted from 1) is ``render_batch(bank, seed, s, category_order="random")``: a pure function of
   ``(seed, s)``, so the checkpoint keeps only the next step, and a resumed run renders what the
   uninterrupted run would have.
 
@@ -55,18 +55,23 @@ def device_bank(seed: int, num_textures: int, textures_dir=None):
 
 def device_feed(mesh: jax.sharding.Mesh, bank, *, seed: int, batch_size: int, height: int, width: int,
                 render_size: tuple[int, int], motion_scale: float, need_depth: bool,
-                categories=synthetic_device.CATEGORIES, rows_per_chunk: int | None = None) -> Feed:
+                categories=synthetic_device.CATEGORIES, rows_per_chunk: int | None = None,
+                category_order: str = "random") -> Feed:
     """Batches rendered on ``mesh`` (axis ``"data"``) from ``bank`` (replicated here).
 
     ``rows_per_chunk`` (rows vmapped together; see ``render_batch``): None = 1 on CPUs (a row
     skips the weather and motion redraws it does not need), a device's whole share of the
-    batch on accelerators."""
+    batch on accelerators.
+
+    ``category_order``: "random" (the default) draws each row's category, so that the mix of
+    categories varies from batch to batch as in the host pipeline's shuffled batches; "cycle"
+    gives every batch the same mix (``render_batch``'s default; see ``row_categories``)."""
     local = batch_size // mesh.shape["data"]
     if rows_per_chunk is None:
         rows_per_chunk = 1 if jax.devices()[0].platform == "cpu" else local
     render = synthetic_device.make_sharded_renderer(
         mesh, batch_size=batch_size, height=height, width=width, categories=categories,
-        render_size=render_size, need_depth=need_depth, rows_per_chunk=rows_per_chunk)
+        render_size=render_size, need_depth=need_depth, rows_per_chunk=rows_per_chunk, category_order=category_order)
     bank = synthetic_device.replicate_bank(bank, mesh)
     return Feed(dataset=RenderedBatches(render, bank, int(seed), float(motion_scale)), put=lambda b: b,
                 mode="device")

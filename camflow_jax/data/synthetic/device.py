@@ -69,6 +69,8 @@ __all__ = [
     "flow_validity",
     "render_pair",
     "sample_key",
+    "CATEGORY_ORDERS",
+    "row_categories",
     "render_batch",
     "make_sharded_renderer",
 ]
@@ -462,6 +464,34 @@ def sample_key(seed, index):
     return jax.random.fold_in(jax.random.key(seed), index)
 
 
+#: How rows get their category: "cycle" (sample ``i`` gets ``categories[i % n]``, so every batch
+#: holds the same fixed mix) or "random" (drawn per sample from its key: the mix of a batch varies
+#: like that of the host pipeline's shuffled batches).
+CATEGORY_ORDERS = ("cycle", "random")
+
+
+def row_categories(seed, indices, num_categories: int, order: str = "cycle") -> jax.Array:
+    """Category (an index into the rendered ``categories``) of samples ``indices`` of ``seed``.
+
+    ``"cycle"``: ``i % num_categories``. ``"random"``: uniform on ``[0, num_categories)``, drawn
+    from ``fold_in(sample_key(seed, i), 2)``, independently per sample. The host pipeline shuffles
+    its ``SyntheticScenes`` (whose sample ``i`` has category ``i % n``), so the number of rows of a
+    category in one of its batches is about Binomial(B, 1/n): with B = 8 and 5 categories, 0 low
+    light (LL) rows in 17 % of the batches and 3 or more in 20 %. A cycle gives every batch 1 or 2
+    LL rows, never more: with batch-statistics BatchNorm the dark rows are then always normalised
+    among mostly bright ones, and the README's device runs learned LL no better than the identity
+    (issue 39)."""
+    if order not in CATEGORY_ORDERS:
+        raise ValueError(f"category order must be one of {CATEGORY_ORDERS}, got {order!r}")
+    indices = jnp.asarray(indices, jnp.int32)
+    if order == "cycle":
+        return indices % num_categories
+    flat = indices.reshape(-1)
+    cats = jax.vmap(lambda i: jax.random.randint(jax.random.fold_in(sample_key(seed, i), 2), (), 0,
+                                                 num_categories))(flat)
+    return cats.astype(jnp.int32).reshape(indices.shape)
+
+
 def _crop(s: dict, key, height: int, width: int) -> dict:
     """Random same-offset crop of a rendered pair (``pipeline.prepare_pair``'s crop)."""
     h0, w0 = s["img1"].shape[:2]
@@ -479,7 +509,7 @@ def _crop(s: dict, key, height: int, width: int) -> dict:
 
 
 def _rows(bank, seed, step, rows, *, batch_size, height, width, categories, motion_scale, render_size,
-          need_depth, extras, rows_per_chunk):
+          need_depth, extras, rows_per_chunk, category_order="cycle"):
     cat_ids = jnp.asarray([CATEGORIES.index(c) for c in categories], jnp.int32)
     rh, rw = render_size or (height, width)
     step = jnp.asarray(step, jnp.int32)
@@ -487,7 +517,8 @@ def _rows(bank, seed, step, rows, *, batch_size, height, width, categories, moti
     def one(row):
         index = step * batch_size + row
         key = sample_key(seed, index)
-        s = render_pair(bank, key, cat_ids[index % len(categories)], rh, rw, motion_scale)
+        s = render_pair(bank, key, cat_ids[row_categories(seed, index, len(categories), category_order)], rh, rw,
+                        motion_scale)
         if (rh, rw) != (height, width):
             s = _crop(s, jax.random.fold_in(key, 1), height, width)
         out = {"img1": s["img1"], "img2": s["img2"], "flow_f": s["flow_f"], "flow_b": s["flow_b"],
@@ -508,7 +539,9 @@ def _rows(bank, seed, step, rows, *, batch_size, height, width, categories, moti
     return jax.tree.map(lambda a: a.reshape((-1,) + a.shape[2:]), chunks)
 
 
-def _check(batch_size, height, width, categories, render_size, rows_per_chunk, local=None):
+def _check(batch_size, height, width, categories, render_size, rows_per_chunk, local=None, category_order="cycle"):
+    if category_order not in CATEGORY_ORDERS:
+        raise ValueError(f"category_order must be one of {CATEGORY_ORDERS}, got {category_order!r}")
     categories = (categories,) if isinstance(categories, str) else tuple(categories)
     bad = [c for c in categories if c not in CATEGORIES]
     if not categories or bad:
@@ -525,7 +558,8 @@ def _check(batch_size, height, width, categories, render_size, rows_per_chunk, l
     return categories, render_size
 
 
-_STATIC = ("batch_size", "height", "width", "categories", "render_size", "need_depth", "extras", "rows_per_chunk")
+_STATIC = ("batch_size", "height", "width", "categories", "render_size", "need_depth", "extras", "rows_per_chunk",
+           "category_order")
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC)
@@ -536,13 +570,15 @@ def _render_batch_jit(bank, seed, step, motion_scale, **kw):
 def render_batch(bank: TextureBank, seed, step, *, batch_size: int, height: int, width: int,
                  categories: Sequence[str] = CATEGORIES, motion_scale=1.0,
                  render_size: tuple[int, int] | None = None, need_depth: bool = True,
-                 extras: bool = False, rows_per_chunk: int = 1) -> dict:
+                 extras: bool = False, rows_per_chunk: int = 1, category_order: str = "cycle") -> dict:
     """The global training batch of step ``step`` (jitted; ``seed``, ``step`` and
     ``motion_scale`` are traced, so every step reuses one compiled program).
 
     Row ``r`` is sample ``i = step * batch_size + r``, rendered from :func:`sample_key`
     ``(seed, i)`` with category ``categories[i % len(categories)]`` (like ``SyntheticScenes``:
-    any ``len(categories)`` consecutive samples cover every category). ``render_size=(rh, rw)``
+    any ``len(categories)`` consecutive samples cover every category); ``category_order="random"``
+    draws each sample's category instead (:func:`row_categories`; what the trainer's device feed
+    uses, so that batches mix categories like the host pipeline's shuffled ones). ``render_size=(rh, rw)``
     renders at that size and takes a random ``height x width`` crop (K shifted), as the host
     pipeline does with ``data.render_height/width`` (its default is ``(h + h // 8, w + w // 8)``);
     None renders at the output size. Rows are rendered ``rows_per_chunk`` at a time (vmapped),
@@ -557,16 +593,17 @@ def render_batch(bank: TextureBank, seed, step, *, batch_size: int, height: int,
     float32. ``extras=True`` adds R, t, scene, look, clean1, clean2, ids1, ids2 (see
     :func:`render_pair`).
     """
-    categories, render_size = _check(batch_size, height, width, categories, render_size, rows_per_chunk)
+    categories, render_size = _check(batch_size, height, width, categories, render_size, rows_per_chunk,
+                                     category_order=category_order)
     return _render_batch_jit(bank, seed, step, motion_scale, batch_size=batch_size, height=height, width=width,
                              categories=categories, render_size=render_size, need_depth=need_depth, extras=extras,
-                             rows_per_chunk=rows_per_chunk)
+                             rows_per_chunk=rows_per_chunk, category_order=category_order)
 
 
 def make_sharded_renderer(mesh: jax.sharding.Mesh, *, batch_size: int, height: int, width: int,
                           axis: str = "data", categories: Sequence[str] = CATEGORIES,
                           render_size: tuple[int, int] | None = None, need_depth: bool = True,
-                          extras: bool = False, rows_per_chunk: int = 1):
+                          extras: bool = False, rows_per_chunk: int = 1, category_order: str = "cycle"):
     """``fn(bank, seed, step, motion_scale=1.0) -> batch``: :func:`render_batch`'s global batch as
     arrays sharded ``P(axis)`` over ``mesh``, each device rendering only its own rows
     (``shard_map``; rows ``[i * b, (i + 1) * b)`` on the ``i``-th device of ``axis``,
@@ -577,9 +614,10 @@ def make_sharded_renderer(mesh: jax.sharding.Mesh, *, batch_size: int, height: i
     if batch_size % n:
         raise ValueError(f"batch_size {batch_size} must be divisible by the {n} devices of mesh axis {axis!r}")
     local = batch_size // n
-    categories, render_size = _check(batch_size, height, width, categories, render_size, rows_per_chunk, local)
+    categories, render_size = _check(batch_size, height, width, categories, render_size, rows_per_chunk, local,
+                                     category_order)
     kw = dict(batch_size=batch_size, height=height, width=width, categories=categories, render_size=render_size,
-              need_depth=need_depth, extras=extras, rows_per_chunk=rows_per_chunk)
+              need_depth=need_depth, extras=extras, rows_per_chunk=rows_per_chunk, category_order=category_order)
 
     def body(bank, seed, step, motion_scale):
         rows = jax.lax.axis_index(axis) * local + jnp.arange(local, dtype=jnp.int32)
