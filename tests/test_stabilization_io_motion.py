@@ -398,15 +398,15 @@ def test_motion_files_for_another_grid_or_out_of_order_are_refused(tmp_path, cli
 
 
 # ----------------------------------------------------------------------------- fingerprint
-def _h264(path, frames, fps=25, rotation=None):
-    """A constant-rate H.264 (MPEG-4 where there is no libx264) video written with PyAV;
-    ``rotation``: a display matrix turning the picture that many degrees counter-clockwise
-    (PyAV's and ffprobe's sign)."""
+def _h264(path, frames, fps=25, rotation=None, hflip=False, vflip=False, codec=None, pix_fmt="yuv420p"):
+    """A constant-rate H.264 (MPEG-4 where there is no libx264; or ``codec``) video written with
+    PyAV; ``rotation``: a display matrix turning the picture that many degrees counter-clockwise
+    (PyAV's and ffprobe's sign), mirrored by ``hflip`` / ``vflip``."""
     out = av.open(str(path), "w")
-    v = out.add_stream("libx264" if "libx264" in av.codecs_available else "mpeg4", rate=fps)
-    v.width, v.height, v.pix_fmt = frames.shape[2], frames.shape[1], "yuv420p"
+    v = out.add_stream(codec or ("libx264" if "libx264" in av.codecs_available else "mpeg4"), rate=fps)
+    v.width, v.height, v.pix_fmt = frames.shape[2], frames.shape[1], pix_fmt
     if rotation is not None:
-        v.set_display_rotation(rotation)
+        v.set_display_rotation(rotation, hflip=hflip, vflip=vflip)
     for f in frames:
         for pk in v.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(f), format="rgb24")):
             out.mux(pk)
@@ -592,15 +592,7 @@ def test_ten_bit_video_decodes_to_other_bytes_but_the_same_thumbnails(tmp_path, 
     accepts the other, with a note."""
     path = tmp_path / "ten.mkv"
     try:
-        out = av.open(str(path), "w")
-        v = out.add_stream("libx264", rate=25)
-        v.width, v.height, v.pix_fmt = 96, 64, "yuv420p10le"
-        for f in clip.frames[:6]:
-            for pk in v.encode(av.VideoFrame.from_ndarray(f, format="rgb24")):
-                out.mux(pk)
-        for pk in v.encode(None):
-            out.mux(pk)
-        out.close()
+        _h264(path, clip.frames[:6], codec="libx264", pix_fmt="yuv420p10le")
     except (av.error.FFmpegError, ValueError) as e:
         pytest.skip(f"this PyAV cannot write 10-bit H.264: {e}")
     with av.open(str(path)) as c:
@@ -696,16 +688,7 @@ def test_mirrored_videos_are_read_as_ffmpeg_shows_them(tmp_path, clip):
     for rotation, hflip, vflip in ((0, True, False), (0, False, True), (90, True, False),
                                    (270, False, True), (180, False, False)):
         path = tmp_path / f"m{rotation}{int(hflip)}{int(vflip)}.mp4"
-        out = av.open(str(path), "w")
-        v = out.add_stream("libx264" if "libx264" in av.codecs_available else "mpeg4", rate=25)
-        v.width, v.height, v.pix_fmt = 96, 64, "yuv420p"
-        v.set_display_rotation(rotation, hflip=hflip, vflip=vflip)
-        for f in clip.frames[:2]:
-            for pk in v.encode(av.VideoFrame.from_ndarray(f, format="rgb24")):
-                out.mux(pk)
-        for pk in v.encode(None):
-            out.mux(pk)
-        out.close()
+        _h264(path, clip.frames[:2], rotation=rotation, hflip=hflip, vflip=vflip)
         source = video_io.FrameSource(str(path))
         assert source.rotation_note is not None  # the matrix is there
         got = np.stack(list(source))
