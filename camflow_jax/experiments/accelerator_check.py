@@ -95,14 +95,17 @@ def plan(out, *, train_slice_s: float = 180.0, repeats: int = 10, release_code: 
     hw = ("--height", str(size[0]), "--width", str(size[1]))
     train = (*hw, "--train-batch", str(batch), "--config", "pretrained", "--arch", "config",
              "--repeats", str(repeats))
-    # The train steps compile for 1-2 minutes at 320x576 batch 16 on one GPU (issue 39's first run: 87 s).
+    # The train steps compile for 1-2 minutes at 320x576 batch 16 on one GPU (one H200: 87 s and 113 s in
+    # float32; the bfloat16 step had not finished compiling after 105 s), hence their longer limits.
     known = {
         "tests": Step("tests", (py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TEST_FILES), 150.0,
                       env=(("XLA_PYTHON_CLIENT_PREALLOCATE", "false"),)),
         "train_device": _bench("train_device", out, 200.0, "--mode", "train", *train,
                                     "--render", "device", "--precision", "default"),
-        "train_bf16": _bench("train_bf16", out, 150.0, "--mode", "train", *train, "--render", "device", "--precision", "bfloat16"),
-        "train_exact": _bench("train_exact", out, 150.0, "--mode", "train", *train, "--render", "device", "--precision", "exact"),
+        "train_bf16": _bench("train_bf16", out, 280.0, "--mode", "train", *train, "--render", "device",
+                             "--precision", "bfloat16"),
+        "train_exact": _bench("train_exact", out, 240.0, "--mode", "train", *train, "--render", "device",
+                              "--precision", "exact"),
         "train_host": _bench("train_host", out, 150.0, "--mode", "train", *train,
                                   "--render", "host", "--precision", "default"),
         "infer": _bench("infer", out, 120.0, "--mode", "infer", *hw, "--batch", str(batch),
