@@ -36,6 +36,7 @@ fresh process running a model at a size it ran before neither traces nor compile
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import os
 import warnings
@@ -58,6 +59,8 @@ from camflow_jax.refine.pairs import PairRefiner
 __all__ = ["Predictor", "rotate_to_landscape", "flow_from_rotated", "homography_from_rotated"]
 
 DEFAULT_SIZE = (320, 576)
+#: Pairs per call of :meth:`Predictor.predict_batch` by default.
+BATCH_SIZE = 8
 
 
 # ----------------------------------------------------------------------------- rotation maths
@@ -122,6 +125,8 @@ def _check_image(img, name: str) -> np.ndarray:
         raise ValueError(f"{name} must be [H, W, 3] (or gray [H, W]), got shape {np.shape(img)}")
     if a.shape[0] < 2 or a.shape[1] < 2:
         raise ValueError(f"{name} is too small: {a.shape[:2]}")
+    if a.dtype == np.uint8:  # 0..255 by construction
+        return a
     if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
         raise ValueError(f"{name} contains NaN or infinite values")
     lo, hi = a.min(), a.max()
@@ -146,7 +151,7 @@ def _check_depth(depth, hw, name: str) -> np.ndarray:
 
     d = check_depth(depth, name, hw, min_valid_fraction=1e-12)
     ok = np.isfinite(d) & (d > 0)
-    return np.where(ok, d, np.median(d[ok])).astype(np.float32)
+    return d if ok.all() else np.where(ok, d, np.median(d[ok])).astype(np.float32)
 
 
 def _check_intrinsics(K, hw=None) -> np.ndarray:
@@ -224,6 +229,9 @@ class Predictor:
     """
 
     confidence = False  # the default of __call__'s confidence (set by __init__)
+    #: predict_batch refines a batch as one vmapped program (True), a pair at a time (False), or
+    #: by device (None: batched on accelerators; docs/performance.md, "Batched inference")
+    batched_refinement: bool | None = None
 
     def __init__(self, model, variables, static_bases, model_config: Mapping[str, Any] | None = None,
                  *, channel_order: str = "rgb", refine: "bool | refine_lib.RefineConfig" = True,
@@ -279,6 +287,7 @@ class Predictor:
         self.refine_config = self._refine_setting(refine, refine_lib.RefineConfig())
         self._warned_no_depth = False
         self.description = "CamFlow+" if self.num_depth else "CamFlow"  # set by the loaders
+        self._pool = None  # predict_batch's host threads (_host_pool)
 
     def _jit_forward(self):
         """The jitted forward; its traced program is kept on disk (:class:`ExportedJit`) for the
@@ -324,33 +333,36 @@ class Predictor:
 
     # --------------------------------------------------------------------------- jitted core
     def _forward_impl(self, variables, static_bases, img1, img2, depth1, depth2, K1, K2, confidence=True):
-
+        """The network on a batch of B landscape pairs of one size: ``img1``, ``img2`` ``[B, H0,
+        W0, C]``, depths ``[B, H0, W0]`` and intrinsics ``[B, 4]`` (placeholders without a depth
+        group). Outputs with a leading axis B, at the input size."""
         h, w = self.height, self.width
-        H0, W0 = img1.shape[:2]
-        g1 = preprocess(img1[None], h, w, self.channel_order)
-        g2 = preprocess(img2[None], h, w, self.channel_order)
+        H0, W0 = img1.shape[1:3]
+        g1 = preprocess(img1, h, w, self.channel_order)
+        g2 = preprocess(img2, h, w, self.channel_order)
         if self.num_depth:
             def per_image(depth, K):
                 d = geometry.resize_image(depth[..., None], h, w)[..., 0]
                 k = geometry.resize_intrinsics(K, (H0, W0), (h, w))
-                return basis_set.with_depth_bases(static_bases, d, k, self.depth_sigmas)[None]
+                return basis_set.with_depth_bases(static_bases, d, k, self.depth_sigmas)
 
-            bases_f, bases_b = per_image(depth1, K1), per_image(depth2, K2)
+            bases_f, bases_b = jax.vmap(per_image)(depth1, K1), jax.vmap(per_image)(depth2, K2)
         else:
             bases_f, bases_b = static_bases, None
         out = self.model.apply(variables, g1, g2, bases_f, bases_b, train=False, confidence=confidence)
-        flow_f = geometry.resize_flow(out["flow_f"][0].astype(jnp.float32), H0, W0)
-        flow_b = geometry.resize_flow(out["flow_b"][0].astype(jnp.float32), H0, W0)
+        resize = jax.vmap(lambda f: geometry.resize_flow(f.astype(jnp.float32), H0, W0))
+        flow_f, flow_b = resize(out["flow_f"]), resize(out["flow_b"])
         res = {
             "flow_f": flow_f,
             "flow_b": flow_b,
-            "coeffs_f": out["coeffs_f"][0].astype(jnp.float32),
-            "coeffs_b": out["coeffs_b"][0].astype(jnp.float32),
-            "homography": geometry.fit_homography(flow_f),
+            "coeffs_f": out["coeffs_f"].astype(jnp.float32),
+            "coeffs_b": out["coeffs_b"].astype(jnp.float32),
+            "homography": jax.vmap(geometry.fit_homography)(flow_f),
         }
         if confidence:
+            resize_map = jax.vmap(lambda m: geometry.resize_bilinear_align_corners(m.astype(jnp.float32), H0, W0))
             for k in ("logvar_f", "logvar_b"):
-                res[k] = geometry.resize_bilinear_align_corners(out[k][0].astype(jnp.float32), H0, W0)
+                res[k] = resize_map(out[k])
         return res
 
     @staticmethod
@@ -374,27 +386,35 @@ class Predictor:
                              f"the network's {self.width}x{self.height} aspect ratio: crop it into parts "
                              f"of at most {MAX_SQUASH * self.width / self.height:.1f}:1")
 
-    def _predict_landscape(self, img1, img2, depth1, depth2, K, cfg=None, confidence=True):
-        """Network outputs for a landscape pair at its own resolution (numpy dict)."""
+    def _network_inputs(self, img1, img2, depth1, depth2, K) -> tuple:
+        """The forward's arguments for a landscape pair (numpy, no batch axis): depth and
+        intrinsics filled in for a depth model without them, placeholders without a depth group
+        (they keep one jitted signature)."""
         H0, W0 = img1.shape[:2]
         if self.num_depth:
             if depth1 is None:
                 depth1 = depth2 = np.ones((H0, W0), np.float32)
             if K is None:
                 K = np.array([max(H0, W0), max(H0, W0), (W0 - 1) / 2.0, (H0 - 1) / 2.0], np.float32)
-        else:  # placeholders keep one jitted signature
+        else:
             depth1 = depth2 = np.zeros((1, 1), np.float32)
             K = np.zeros(4, np.float32)
+        f32 = lambda x: np.asarray(x, np.float32)  # noqa: E731
+        # 8-bit images go to the device as they are (a quarter of float32's bytes; the
+        # forward converts them, to the same values)
+        img = (lambda x: x) if img1.dtype == img2.dtype == np.uint8 else f32
+        return img(img1), img(img2), f32(depth1), f32(depth2), f32(K), f32(K)
+
+    def _predict_landscape(self, img1, img2, depth1, depth2, K, cfg=None, confidence=True):
+        """Network outputs for a landscape pair at its own resolution (numpy dict)."""
+        args = self._network_inputs(img1, img2, depth1, depth2, K)
         # Bases and weights are arguments, not closure constants: XLA would otherwise embed them.
         # numpy in: converted on the host, not by eager device ops that each compile a program
-        out = self._forward(self.variables, self.static_bases,
-                            np.asarray(img1, np.float32), np.asarray(img2, np.float32),
-                            np.asarray(depth1, np.float32), np.asarray(depth2, np.float32),
-                            np.asarray(K, np.float32), np.asarray(K, np.float32),
-                            confidence=bool(confidence))
-        out = {k: np.asarray(v) for k, v in jax.device_get(out).items()}
+        out = self._forward(self.variables, self.static_bases, *(x[None] for x in args), confidence=bool(confidence))
+        out = {k: np.asarray(v)[0] for k, v in jax.device_get(out).items()}
         if cfg is None:
             return out
+        _, _, depth1, depth2, K, _ = args
         out.update(self.refiner(img1, img2, depth1, depth2, K, out, cfg))
         return out
 
@@ -431,22 +451,152 @@ class Predictor:
         """
         cfg = self.refine_config if refine is None else self._refine_setting(
             refine, self.refine_config or refine_lib.RefineConfig())
-        a = _check_image(img1, "img1")
-        b = _check_image(img2, "img2")
+        pair = self._landscape_pair(img1, img2, depth1, depth2, intrinsics)
+        conf = self.confidence if confidence is None else bool(confidence)
+        return self._upright(self._predict_landscape(*pair[:5], cfg, conf), pair, cfg)
+
+    def predict_batch(self, images1, images2, depths1=None, depths2=None, intrinsics=None, refine=None,
+                      confidence=None, batch_size: int | None = None) -> list[dict]:
+        """Estimates the camera motion of several pairs, ``batch_size`` pairs per call of the
+        network and of the refinement: what the single-pair call returns, one dict per pair, in
+        order.
+
+        Args:
+          images1, images2: sequences (lists, or arrays ``[B, H, W, 3]``) of the pairs' images,
+            each as :meth:`__call__` takes them. Pairs of different sizes may be mixed: each size
+            runs in batches of its own.
+          depths1, depths2: None, or sequences of depth maps (a depth model's), one per pair.
+          intrinsics: None, one (fx, fy, cx, cy) for every pair, or one per pair (``[B, 4]``).
+          refine, confidence: as :meth:`__call__`'s, for every pair.
+          batch_size: pairs per call (default :data:`BATCH_SIZE`). A size's last batch runs at
+            the next power of two (the last pair repeated, its results dropped), so a run
+            compiles at most log2(batch_size) + 1 batch sizes per input size.
+
+        Per batch, the images go to the device in one transfer and the results come back in
+        one. The refinement of a batch is one jitted program, vmapped over the pairs and their
+        directions, where :attr:`batched_refinement` says so (by default on accelerators;
+        on a CPU each pair's two directions run in two threads, which measured faster there:
+        docs/performance.md, "Batched inference")."""
+        cfg = self.refine_config if refine is None else self._refine_setting(
+            refine, self.refine_config or refine_lib.RefineConfig())
+        conf = self.confidence if confidence is None else bool(confidence)
+        bs = BATCH_SIZE if batch_size is None else int(batch_size)
+        if bs < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size!r}")
+        n = len(images1)
+        if len(images2) != n:
+            raise ValueError(f"images1 has {n} images and images2 {len(images2)}: give one image 2 per image 1")
+        if (depths1 is None) != (depths2 is None):
+            raise ValueError("give both depths1 and depths2, or neither")
+        if depths1 is not None and not len(depths1) == len(depths2) == n:
+            raise ValueError(f"{n} pairs need {n} depths1 and depths2, got {len(depths1)} and {len(depths2)}")
+        Ks = [None] * n
+        if intrinsics is not None:
+            shape = np.shape(intrinsics)
+            if shape == (4,):
+                Ks = [intrinsics] * n
+            elif shape == (n, 4):
+                Ks = list(intrinsics)
+            else:
+                raise ValueError(f"intrinsics must be one (fx, fy, cx, cy) or one per pair ([{n}, 4]), "
+                                 f"got shape {shape}")
+        pairs = [self._landscape_pair(images1[i], images2[i], None if depths1 is None else depths1[i],
+                                      None if depths2 is None else depths2[i], Ks[i],
+                                      names=(f"images1[{i}]", f"images2[{i}]", f"depths1[{i}]", f"depths2[{i}]"))
+                 for i in range(n)]
+        groups: dict = {}
+        for i, pair in enumerate(pairs):  # one program per size and image type
+            groups.setdefault((pair[0].shape, pair[0].dtype == pair[1].dtype == np.uint8), []).append(i)
+        batches = []
+        for members in groups.values():
+            for lo in range(0, len(members), bs):
+                chunk = members[lo:lo + bs]
+                size = min(bs, 1 << (len(chunk) - 1).bit_length())  # the next power of two, at most bs
+                batches.append((chunk, chunk + [chunk[-1]] * (size - len(chunk))))
+        results: list = [None] * n
+        pending = None
+        for chunk, padded in batches:  # batch k+1 is prepared and sent while batch k computes
+            started = self._start_batch([pairs[i] for i in padded], cfg, conf)
+            if pending is not None:
+                self._finish_batch(*pending, pairs, results, cfg)
+            pending = (chunk, started)
+        if pending is not None:
+            self._finish_batch(*pending, pairs, results, cfg)
+        return results
+
+    def _host_pool(self):
+        """Threads for the host's per-pair work of a batch (cv2 and numpy release the GIL)."""
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(min(8, os.cpu_count() or 1),
+                                                               thread_name_prefix="camflow-host")
+        return self._pool
+
+    def _start_batch(self, pairs, cfg, confidence):
+        """Prepares landscape pairs of one size on the host, sends them to the device in one
+        transfer and starts the network and (with :meth:`uses_batched_refinement`) the
+        refinement there, as one program each, without waiting for them."""
+        inputs = [self._network_inputs(*p[:5]) for p in pairs]
+        args = [np.stack(column) for column in zip(*inputs)]
+        batched = cfg is not None and self.uses_batched_refinement()
+        hosts = batch = None
+        if batched:  # the refinement's host work first, so that everything goes over in one transfer
+            hosts = list(self._host_pool().map(
+                lambda px: self.refiner.host_inputs(px[0][0], px[0][1], px[1][2], px[1][3], px[1][4], cfg),
+                zip(pairs, inputs)))
+            batch = self.refiner.stack_host_inputs(hosts)
+        args, batch = jax.device_put((args, batch))
+        out = self._forward(self.variables, self.static_bases, *args, confidence=bool(confidence))
+        ref = None
+        if batched:
+            ref = self.refiner.refine_batch(batch, out["coeffs_f"], out["coeffs_b"], input_hw=pairs[0][0].shape[:2],
+                                            cfg=cfg)
+        return pairs, inputs, out, ref, hosts
+
+    def _finish_batch(self, chunk, started, pairs_in, results, cfg) -> None:
+        """Brings a started batch's results back in one transfer and puts each pair's (numpy,
+        upright) into ``results`` at the pair's index in ``chunk`` (the padding is dropped)."""
+        pairs, inputs, out, ref, hosts = started
+        out, ref = jax.device_get((out, ref))
+
+        def one(j):
+            o = {k: np.asarray(v[j]) for k, v in out.items()}
+            if cfg is not None and ref is not None:
+                o.update(self.refiner.finish({k: v[j] for k, v in ref.items()}, o, hosts[j], cfg))
+            elif cfg is not None:  # a pair at a time: its two directions in two threads on a multi-core CPU
+                p, x = pairs[j], inputs[j]
+                o.update(self.refiner(p[0], p[1], x[2], x[3], x[4], o, cfg))
+            return self._upright(o, pairs_in[chunk[j]], cfg)
+
+        indices = range(len(chunk))
+        for j, o in zip(indices, self._host_pool().map(one, indices) if ref is not None else map(one, indices)):
+            results[chunk[j]] = o
+
+    def uses_batched_refinement(self) -> bool:
+        """Whether :meth:`predict_batch` refines a batch as one program: :attr:`batched_refinement`,
+        or when that is None, whether the default device is not a CPU."""
+        if self.batched_refinement is not None:
+            return bool(self.batched_refinement)
+        return jax.devices()[0].platform != "cpu"
+
+    def _landscape_pair(self, img1, img2, depth1, depth2, intrinsics, names=("img1", "img2", "depth1", "depth2")):
+        """A pair checked (ValueError naming the argument) and turned landscape: (img1, img2,
+        depth1, depth2, K, portrait, input width); depth and K None where not given."""
+        a = _check_image(img1, names[0])
+        b = _check_image(img2, names[1])
         if a.shape != b.shape:
-            raise ValueError(f"img1 {a.shape} and img2 {b.shape} must have the same size")
+            raise ValueError(f"{names[0]} {a.shape} and {names[1]} {b.shape} must have the same size")
         H0, W0 = a.shape[:2]
         if (depth1 is None) != (depth2 is None):
-            raise ValueError("give both depth1 and depth2, or neither")
+            raise ValueError(f"give both {names[2]} and {names[3]}, or neither")
         d1 = d2 = K = None
         if depth1 is not None:
-            d1 = _check_depth(depth1, (H0, W0), "depth1")
-            d2 = _check_depth(depth2, (H0, W0), "depth2")
+            d1 = _check_depth(depth1, (H0, W0), names[2])
+            d2 = _check_depth(depth2, (H0, W0), names[3])
         if intrinsics is not None:
             K = _check_intrinsics(intrinsics, (H0, W0))
         if self.num_depth and d1 is None and not self._warned_no_depth:
             warnings.warn("model has depth-translational bases but no depth was given: using a "
-                          "constant depth (the model then behaves like CamFlow)", stacklevel=2)
+                          "constant depth (the model then behaves like CamFlow)", stacklevel=3)
             self._warned_no_depth = True
         portrait = H0 > W0
         if portrait:
@@ -456,8 +606,14 @@ class Predictor:
             if K is not None:
                 K = _rotate_intrinsics(K, W0)
         self.check_aspect(*a.shape[:2])
-        conf = self.confidence if confidence is None else bool(confidence)
-        out = self._predict_landscape(a, b, d1, d2, K, cfg, conf)
+        return a, b, d1, d2, K, portrait, W0
+
+    @staticmethod
+    def _upright(out, pair, cfg) -> dict:
+        """A landscape pair's results (numpy) in the input's orientation (``pair``: its
+        :meth:`_landscape_pair`), homographies normalized, with ``coeffs``, ``rotated``,
+        ``refined``."""
+        portrait, W0 = pair[5], pair[6]
         flows = [k for k in ("flow_f", "flow_b", "net_flow_f", "net_flow_b") if k in out]
         maps = [k for k in ("logvar_f", "logvar_b", "weights_f", "weights_b") if k in out]
         homs = [k for k in ("homography", "net_homography") if k in out]

@@ -28,6 +28,12 @@ Measurements (``--mode``; ``all`` runs the four in this order):
           ``--warmup``; the refinement's added time as a fraction of the network's; first-call
           seconds and jit cache sizes on that pair and on a second one (sample 1) of the same
           size (one compilation per size).
+  refine_batch  ``Predictor.predict_batch`` at ``--batch`` pairs per call (the shipped model,
+          held-out synthetic pairs with depth and K at ``--height``x``--width``), the network
+          alone and refined, interleaved with the single-pair call on the first pair: pairs/s of
+          each, the batch's speed-up over single refined calls, and the refinement's added time
+          as a fraction of the network's. ``--batched-refinement on|off`` forces the batch's
+          refinement into one vmapped program or a pair at a time (default: the Predictor's).
   flows_only  the network forward with the mask net (confidence maps) and without it (the
           flows-only path the Predictor runs by default), both compiled and timed interleaved
           at ``--batch`` with mode infer's weights and inputs: the time the mask net costs.
@@ -202,6 +208,9 @@ def parse_args(argv=None):
                    help="profile: the forwards (with confidence and flows-only), the train step, or all")
     p.add_argument("--profile-top", type=int, default=40,
                    help="profile: rows of the module-group and instruction tables in the report")
+    p.add_argument("--batched-refinement", default="auto", choices=["auto", "on", "off"],
+                   help="refine_batch: the batch's refinement as one vmapped program (on), a pair at a time "
+                        "(off), or the Predictor's choice by device (auto)")
     p.add_argument("--out", default=None, help="JSON file for all results and machine info")
     p.add_argument("--compile-cache", action="store_true",
                    help="keep camflow_jax's compilation caches on (default: off, so compile and first-call "

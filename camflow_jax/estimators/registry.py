@@ -113,13 +113,29 @@ class Estimator:
         if not self.checked:
             return self.raw(img1, img2, depth1=depth1, depth2=depth2, intrinsics=intrinsics)
         a, b = check_pair(img1, img2)
+        return self._screen(a, b) or self._vet(a, b, self._estimate(a, b, depth1, depth2, intrinsics))
+
+    def estimate_many(self, pairs) -> list[Motion]:
+        """The motions of several pairs, each as the call gives it: ``pairs`` holds ``(img1,
+        img2)`` or ``(img1, img2, depth1, depth2, intrinsics)`` tuples. Estimators that gain from
+        batches (camflow: :meth:`camflow_jax.predictor.Predictor.predict_batch`) override it."""
+        return [self(p[0], p[1], **dict(zip(("depth1", "depth2", "intrinsics"), p[2:]))) for p in pairs]
+
+    def _screen(self, a, b) -> Motion | None:
+        """The answer for a pair that needs no estimate (identical or featureless images), or
+        None."""
         h, w = a.shape[:2]
         if np.array_equal(a, b):
             return _identity_motion(h, w, "identical images: zero motion")
         reason = plausibility_lib.featureless(a, b)
         if reason:
             return _identity_motion(h, w, f"identity fallback: {reason}", fallback=True)
-        m = self._estimate(a, b, depth1, depth2, intrinsics)
+        return None
+
+    def _vet(self, a, b, m: Motion) -> Motion:
+        """The estimate ``m`` of the pair, or the identity with a note where it aligns the pair
+        worse than no motion or leaves it unexplained (the call's doc)."""
+        h, w = a.shape[:2]
         if m.fallback or np.shape(m.flow_f) != (h, w, 2) or not np.all(np.isfinite(m.flow_f)):
             # a non-finite flow is the caller's to refuse (a damaged model, not a bad pair); a
             # flow at another size (a predictor's network-size output) the caller's to resize
@@ -306,6 +322,50 @@ class _CamFlow(Estimator):
         refine, size_note = self.refine_for(*np.shape(a)[:2])
         out = self.predictor(a, b, depth1=depth1, depth2=depth2, intrinsics=intrinsics,
                              refine=refine, **extra)
+        return self._motion(out, size_note)
+
+    def estimate_many(self, pairs) -> list[Motion]:
+        """:meth:`Estimator.estimate_many` with the pairs that need the model in batches of
+        :meth:`camflow_jax.predictor.Predictor.predict_batch` (a predictor without it: one
+        call per pair); the same checks as the call."""
+        if not hasattr(self.predictor, "predict_batch"):
+            return super().estimate_many(pairs)
+        out: list = [None] * len(pairs)
+        todo = {}  # the refine setting (per size) -> [(index, a, b, depth1, depth2, K)]
+        for i, p in enumerate(pairs):
+            a, b = check_pair(p[0], p[1])
+            early = self._screen(a, b) if self.checked else None
+            if early is not None:
+                out[i] = early
+                continue
+            refine, note = self.refine_for(*a.shape[:2])
+            cam = tuple(p[2:]) + (None,) * (5 - len(p))
+            todo.setdefault((repr(refine), note), (refine, note, []))[2].append((i, a, b, *cam))
+        extra = {"confidence": True} if self.confidence else {}
+        for refine, note, items in todo.values():
+            with_depth = [it for it in items if it[3] is not None]
+            for group in (with_depth, [it for it in items if it[3] is None]):
+                if not group:
+                    continue
+                cams = {} if group[0][3] is None else {"depths1": [it[3] for it in group],
+                                                       "depths2": [it[4] for it in group]}
+                Ks = [it[5] for it in group]
+                if all(K is not None for K in Ks):
+                    cams["intrinsics"] = np.stack([np.asarray(K, np.float64).reshape(4) for K in Ks])
+                elif any(K is not None for K in Ks):  # some with intrinsics, some without: one at a time
+                    for it in group:
+                        out[it[0]] = self(it[1], it[2], depth1=it[3], depth2=it[4], intrinsics=it[5])
+                    continue
+                results = self.predictor.predict_batch([it[1] for it in group], [it[2] for it in group],
+                                                       refine=refine, **cams, **extra)
+                for it, res in zip(group, results):
+                    m = self._motion(res, note)
+                    out[it[0]] = self._vet(it[1], it[2], m) if self.checked else m
+        return out
+
+    @staticmethod
+    def _motion(out, size_note: str) -> Motion:
+        """The Motion of a predictor's result dict."""
         if not isinstance(out, dict) or "flow_f" not in out:
             raise ValueError("the camflow predictor must return a dict with 'flow_f'")
         info = out.get("refine_info") or {}

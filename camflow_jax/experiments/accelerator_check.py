@@ -18,6 +18,8 @@ first; ``--steps`` picks and orders them):
   leaves, up to its length;
 - ``train_host``: the train step fed by the host renderer (grain worker processes);
 - ``infer`` (batch 16), ``flows_only`` and ``refine`` (batch 1): inference;
+- ``refine_batch``: ``Predictor.predict_batch`` at the batch size, the network alone and refined,
+  against single-pair calls;
 - ``release``: the released PyTorch model, where torch and a checkout of the release are given.
 
 Every benchmark runs with ``--compile-cache``: a program an earlier step compiled (the train
@@ -53,7 +55,7 @@ TEST_FILES = ("tests/test_parity.py", "tests/test_synthetic_device.py", "tests/t
 #: The steps :func:`plan` knows, in the default order: what a short lease needs most comes first
 #: (a step that does not fit in what the budget leaves is skipped, and the slice takes the rest).
 STEP_NAMES = ("tests", "train_device", "train_bf16", "train_slice", "train_exact", "train_host", "infer",
-              "flows_only", "refine", "release")
+              "flows_only", "refine", "refine_batch", "release")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +115,8 @@ def plan(out, *, train_slice_s: float = 180.0, repeats: int = 10, release_code: 
         "flows_only": _bench("flows_only", out, 90.0, "--mode", "flows_only", *hw, "--batch", "1",
                              "--repeats", str(repeats)),
         "refine": _bench("refine", out, 90.0, "--mode", "refine", *hw, "--repeats", str(repeats)),
+        "refine_batch": _bench("refine_batch", out, 240.0, "--mode", "refine_batch", *hw, "--batch", str(batch),
+                               "--repeats", str(repeats)),
         "train_slice": Step("train_slice", (py, "-m", "camflow_jax.train", "--config=configs/pretrained.py",
                                             f"--workdir={Path(workdir) if workdir else out / 'workdir'}",
                                             f"--config.stop_after_seconds={train_slice_s:g}"),

@@ -97,6 +97,9 @@ class PairRefiner:
         self._refine_direction = ExportedJit(self._refine_direction_impl, name="PairRefiner.direction", key=key,
                                              static_argnames=("input_hw", "cfg"))
         self._flow_homography = ExportedJit(flow_homography, name="PairRefiner.flow_homography")
+        # the batched path (refine_batch): every pair of a batch, both directions, in one program
+        self._refine_batch = ExportedJit(self._refine_batch_impl, name="PairRefiner.batch", key=key,
+                                         static_argnames=("input_hw", "cfg"))
         self._static_cache = {}
         self._pool = None  # two threads for the pair's directions on a multi-core CPU (_in_parallel)
 
@@ -227,6 +230,47 @@ class PairRefiner:
         starts = self._starts_impl(bp, coeffs, hflow, cfg=cfg)
         return refine_solver.refine_with_pyramids(pa, pb, bp, starts, cfg, self.basis_groups, detail)
 
+    @staticmethod
+    def stack_host_inputs(hosts: list) -> dict:
+        """:meth:`host_inputs` of several pairs of one input size as batched arrays (a leading
+        axis B): what :meth:`refine_batch` takes, to be sent to the device in one transfer."""
+        keys = ("g1", "g2", "d1", "d2", "K", "hflows") + (() if hosts[0]["detail"] is None else ("detail",))
+        return {k: np.stack([x[k] for x in hosts]) for k in keys}
+
+    def refine_batch(self, batch, coeffs_f, coeffs_b, *, input_hw, cfg):
+        """The refinement of B landscape pairs of one input size ``input_hw``, both directions
+        of each, as one jitted program: ``batch`` is :meth:`stack_host_inputs`' dict (numpy or
+        already on the device), ``coeffs_f``, ``coeffs_b`` ``[B, N]`` the network's (they may
+        stay on the device). Returns device arrays, each with leading axes (B, 2) but ``noisy``
+        and ``homography`` (B): :meth:`finish` takes one pair's slice, on the host."""
+        h, w = batch["g1"].shape[1:3]
+        dsize = None if "detail" not in batch else tuple(int(v) for v in batch["detail"].shape[2:4])
+        static_bp = self._static_refine_bases((h, w), cfg, dsize)
+        return self._refine_batch(static_bp, batch, coeffs_f, coeffs_b, input_hw=tuple(input_hw), cfg=cfg)
+
+    def _refine_batch_impl(self, static_bp, batch, coeffs_f, coeffs_b, *, input_hw, cfg):
+        """:meth:`refine_batch`'s program: the pair's images (:meth:`_refine_images_impl`) and
+        its two directions (:meth:`_refine_direction_impl`, vmapped over the directions), vmapped
+        over the pairs. On an accelerator one program per batch is what keeps it busy; XLA:CPU
+        runs the vmapped normal equations slower than separate calls (:func:`refine_pair`'s doc),
+        so the Predictor uses this on the CPU only where it measured faster."""
+
+        def pair(x, cf, cb):
+            detail = x.get("detail")
+            p1, p2, noisy, stacks = self._refine_images_impl(x["g1"], x["g2"], detail, cfg=cfg)
+            both = lambda a, b: jax.tree.map(lambda u, v: jnp.stack([u, v]), a, b)  # noqa: E731
+            dets = None if stacks is None else (both(stacks[0], stacks[1]), both(stacks[1], stacks[0]))
+
+            def direction(pa, pb, d, c, hflow, det):
+                return self._refine_direction_impl(static_bp, pa, pb, d, x["K"], c, hflow, det,
+                                                   input_hw=input_hw, cfg=cfg)
+
+            runs = jax.vmap(direction)(both(p1, p2), both(p2, p1), jnp.stack([x["d1"], x["d2"]]),
+                                       jnp.stack([cf, cb]).astype(jnp.float32), x["hflows"], dets)
+            return {**runs, "noisy": noisy, "homography": flow_homography(runs["flow"][0])}
+
+        return jax.vmap(pair)(batch, coeffs_f, coeffs_b)
+
     def _starts_impl(self, bases, coeffs, hflow, *, cfg):
         """``[S, N]`` start coefficients, in ``cfg.starts`` order, for one direction (``bases``:
         a :class:`camflow_jax.refine.BasisPyramid`)."""
@@ -253,13 +297,12 @@ class PairRefiner:
             return z, z
         return geometry_np.homography_flow(Hm, H0, W0), geometry_np.homography_flow(np.linalg.inv(Hm), H0, W0)
 
-    def __call__(self, img1, img2, depth1, depth2, K, out, cfg) -> dict:
-        """The refined results for a landscape pair (numpy), the network's (``out``: the network's
-        outputs at the input size, numpy) kept as ``net_*``.
-
-        Host work around the jitted refinement (cv2, cheap): grey images and depth resized to
-        the working size (area / bilinear, half-pixel centres), intrinsics likewise, and the
-        refined flows and weights resized back."""
+    def host_inputs(self, img1, img2, depth1, depth2, K, cfg) -> dict:
+        """The host's part before the jitted refinement of a landscape pair (numpy, cv2: cheap):
+        grey images and depth resized to the working size (area / bilinear, half-pixel
+        centres), the detail level's grey images, the SIFT start's flows when ``cfg.starts``
+        asks for it, and the sizes: ``size`` (working), ``dsize`` (detail or None),
+        ``input_hw``."""
         H0, W0 = img1.shape[:2]
         h, w = size = self.working_size(H0, W0, cfg)
 
@@ -279,15 +322,35 @@ class PairRefiner:
         dsize = self.detail_size(H0, W0, cfg)
         if dsize is not None:
             hd, wd = dsize
-            detail = tuple(x if (hd, wd) == (H0, W0) else cv2.resize(x, (wd, hd), interpolation=cv2.INTER_AREA)
-                           for x in grey)
+            detail = np.stack([x if (hd, wd) == (H0, W0) else cv2.resize(x, (wd, hd), interpolation=cv2.INTER_AREA)
+                               for x in grey])
         if "homography" in cfg.starts:
             hflows = np.stack([geometry_np.resize_flow(f, h, w) for f in self._feature_start(img1, img2)])
         else:
             hflows = np.zeros((2, 1, 1, 2), np.float32)
+        return {"g1": g1, "g2": g2, "d1": d1, "d2": d2, "K": K, "hflows": hflows, "detail": detail,
+                "size": size, "dsize": dsize, "input_hw": (H0, W0)}
+
+    def __call__(self, img1, img2, depth1, depth2, K, out, cfg) -> dict:
+        """The refined results for a landscape pair (numpy), the network's (``out``: the network's
+        outputs at the input size, numpy) kept as ``net_*``.
+
+        Host work around the jitted refinement (cv2, cheap): :meth:`host_inputs` before, and
+        :meth:`finish` (the refined flows and weights resized back) after."""
+        host = self.host_inputs(img1, img2, depth1, depth2, K, cfg)
         coeffs = np.stack([out["coeffs_f"], out["coeffs_b"]]).astype(np.float32)
-        res = self._refine_pair(self._static_refine_bases(size, cfg, dsize), g1, g2, d1, d2, K, coeffs, hflows,
-                                detail, input_hw=(H0, W0), cfg=cfg)  # numpy already
+        detail = None if host["detail"] is None else (host["detail"][0], host["detail"][1])
+        res = self._refine_pair(self._static_refine_bases(host["size"], cfg, host["dsize"]), host["g1"], host["g2"],
+                                host["d1"], host["d2"], host["K"], coeffs, host["hflows"], detail,
+                                input_hw=host["input_hw"], cfg=cfg)  # numpy already
+        return self.finish(res, out, host, cfg)
+
+    def finish(self, res, out, host, cfg) -> dict:
+        """The pair's results (numpy) from the refinement's ``res`` (one pair, numpy: a leading
+        axis of 2 for the directions), the network's ``out`` and :meth:`host_inputs`' ``host``:
+        flows and weights resized back to the input, the homography moved to its grid, the
+        network's kept as ``net_*``, and ``refine_info``."""
+        (H0, W0), (h, w), dsize = host["input_hw"], host["size"], host["dsize"]
         new = {"net_" + k: out[k] for k in ("flow_f", "flow_b", "homography", "coeffs_f", "coeffs_b")}
         flows, wts = res["flow"], res["weights"]
         Hw = np.asarray(res["homography"], np.float64)

@@ -83,14 +83,28 @@ class Estimator:
         self.failed_pairs: list[int] = []  # pairs (call indices) that no estimator measured
         self.recovered: dict[str, int] = {}  # pairs each fallback measured
 
+    #: pairs per :meth:`many` call that the pipeline gathers (1: one pair at a time)
+    batch_size = 1
+
     def __call__(self, frame_t, frame_t1) -> np.ndarray:
         a, b = registry.check_pair(frame_t, frame_t1)
-        h, w = a.shape[:2]
         t0 = time.perf_counter()
-        flow = _finite(self._estimate(a, b))
+        return self._account(a, b, self._estimate(a, b), t0)
+
+    def many(self, frame_pairs) -> list[np.ndarray]:
+        """The flows of consecutive pairs ``[(frame_t, frame_t1), ...]``, as that many calls give
+        them (estimators with a batched path override it)."""
+        return [self(a, b) for a, b in frame_pairs]
+
+    def _account(self, a, b, flow, t0: float, shared_s: float = 0.0) -> np.ndarray:
+        """One call's bookkeeping: the fallbacks where ``flow`` failed, the time since ``t0``
+        (plus ``shared_s``, the pair's share of a batch's time), the counters; returns the
+        flow, or zeros for a pair no estimator measured (the pipeline fills it)."""
+        h, w = a.shape[:2]
+        flow = _finite(flow)
         if flow is None and self.fallbacks:
             flow = self._measure_again(a, b)
-        self.times.append(time.perf_counter() - t0)
+        self.times.append(time.perf_counter() - t0 + shared_s)
         self.seconds += self.times[-1]
         self.calls += 1
         if flow is None:
@@ -261,6 +275,7 @@ class CamFlowEstimator(Estimator):
         self.frame_size = frame_size
         self.inlier_fit = bool(inlier_fit)
         self.last_homography = None
+        self._batch_size = None  # batch_size: by the predictor's device
         self.inlier_fractions: list[float] = []  # per pair: share of pixels with weight >= 0.5
         #: per pair: the model's forward basis coefficients (refined when refining), or None
         #: where the estimate failed (exported as zeros: the identity motion used there)
@@ -291,9 +306,52 @@ class CamFlowEstimator(Estimator):
             K = np.array([fx, fx, (w - 1) / 2, (h - 1) / 2], np.float32)
         return maps[0], maps[1], K
 
+    @property
+    def batch_size(self) -> int:
+        """Pairs per :meth:`many` call: ``camflow_jax.predictor.BATCH_SIZE`` where the predictor refines batches
+        as one program (an accelerator: ``Predictor.uses_batched_refinement``), else 1 (on a
+        CPU a batch measured no faster than single pairs: docs/performance.md, "Batched
+        inference"); set ``batch_size`` to choose."""
+        if self._batch_size is not None:
+            return self._batch_size
+        uses = getattr(self.predictor, "uses_batched_refinement", None)
+        if not (callable(uses) and uses() and hasattr(self.predictor, "predict_batch")):
+            return 1
+        from camflow_jax.predictor import BATCH_SIZE  # a Predictor is loaded already
+
+        return BATCH_SIZE
+
+    @batch_size.setter
+    def batch_size(self, value: int | None) -> None:
+        if value is not None and int(value) < 1:
+            raise ValueError(f"batch_size must be at least 1, got {value}")
+        self._batch_size = None if value is None else int(value)
+
+    def many(self, frame_pairs) -> list[np.ndarray]:
+        """The flows of consecutive pairs, the model's part in batches
+        (:meth:`camflow_jax.estimators.registry.Estimator.estimate_many`)."""
+        if len(frame_pairs) < 2:
+            return super().many(frame_pairs)
+        t0 = time.perf_counter()
+        items = []
+        for j, (x, y) in enumerate(frame_pairs):
+            a, b = registry.check_pair(x, y)
+            items.append((a, b, *self._camera(self.calls + j, a.shape[0], a.shape[1])))
+        motions = self.motion_estimator.estimate_many(items)
+        share = (time.perf_counter() - t0) / len(items)
+        flows = []
+        for (a, b, *_), m in zip(items, motions):
+            t1 = time.perf_counter()
+            flows.append(self._account(a, b, self._flow_of(m, a), t1, share))
+        return flows
+
     def _estimate(self, a, b):
         d1, d2, K = self._camera(self.calls, a.shape[0], a.shape[1])
-        m = self.motion_estimator(a, b, depth1=d1, depth2=d2, intrinsics=K)
+        return self._flow_of(self.motion_estimator(a, b, depth1=d1, depth2=d2, intrinsics=K), a)
+
+    def _flow_of(self, m, a):
+        """The pair's flow from the model's Motion ``m`` (None on failure); records the pair's
+        coefficients."""
         self.coefficients.append(None)  # set below once the pair's estimate is known good
         coeffs = (m.extras or {}).get("coeffs_f")
         if m.fallback:  # featureless, worse than no motion, no motion fits (estimators.plausibility)

@@ -220,6 +220,26 @@ def estimate_motion(frames: Iterable[np.ndarray], estimator: Callable, config: S
     path = os.path.join(spill_dir, "flows.f32") if spill_dir else None
     spill = open(path, "wb") if path else None
     prev, size, count = None, None, 0
+    batch = max(1, int(getattr(estimator, "batch_size", 1) or 1))  # pairs per estimator call
+    pending = []  # frame pairs waiting for a batch
+
+    def flush():
+        nonlocal count
+        done = estimator.many(pending) if len(pending) > 1 else [estimator(*pending[0])]
+        pending.clear()
+        for f in done:
+            f = resize_flow(f, h, w)
+            if config.mask_discontinuities:
+                f, bad = complete_discontinuities(f, config.gradient_threshold, config.fill_sigma)
+                masked.append(float(bad.mean()))
+            else:
+                masked.append(0.0)
+            if spill is not None:
+                spill.write(np.ascontiguousarray(f, np.float32).tobytes())
+            else:
+                flows.append(f)
+            count += 1
+
     try:
         for frame in it:
             frame = np.asarray(frame)
@@ -234,19 +254,12 @@ def estimate_motion(frames: Iterable[np.ndarray], estimator: Callable, config: S
             small = frame if (he, we) == size else cv2.resize(frame, (we, he),
                                                               interpolation=cv2.INTER_AREA)
             if prev is not None:
-                f = resize_flow(estimator(prev, small), h, w)
-                if config.mask_discontinuities:
-                    f, bad = complete_discontinuities(f, config.gradient_threshold,
-                                                      config.fill_sigma)
-                    masked.append(float(bad.mean()))
-                else:
-                    masked.append(0.0)
-                if spill is not None:
-                    spill.write(np.ascontiguousarray(f, np.float32).tobytes())
-                else:
-                    flows.append(f)
-                count += 1
+                pending.append((prev, small))
+                if len(pending) >= batch:
+                    flush()
             prev = small
+        if pending:
+            flush()
     finally:
         if spill is not None:
             spill.close()

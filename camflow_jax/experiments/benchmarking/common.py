@@ -24,7 +24,7 @@ from camflow_jax.models import NETWORK_FIELDS, ModelConfig, basis_set
 from camflow_jax.models import precision as precision_lib
 from camflow_jax.training import loop as trainer
 
-MODES = ("infer", "train", "all", "refine", "roofline", "flows_only", "release", "profile")
+MODES = ("infer", "train", "all", "refine", "refine_batch", "roofline", "flows_only", "release", "profile")
 PROFILE_TARGETS = ("all", "forward", "train")
 
 # Fields of ``Compiled.memory_analysis()`` reported when the installed jaxlib has them.
@@ -60,6 +60,7 @@ class BenchmarkOptions:
     release_train: bool = False         # release: the train steps instead of the forwards
     profile: str = "all"                # profile: 'forward' (both forwards), 'train' (the step) or 'all'
     profile_top: int = 40               # profile: rows of each table in the report
+    batched_refinement: str = "auto"    # refine_batch: 'auto' (the Predictor's), 'on' or 'off'
     out: str | None = None              # JSON file for all results and machine info
 
 

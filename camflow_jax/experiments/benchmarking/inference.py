@@ -1,5 +1,6 @@
 """Inference benchmarks: the network's forward at a batch size (mode infer), the flows-only
-path (mode flows_only) and the Predictor's test-time refinement (mode refine).
+path (mode flows_only), the Predictor's test-time refinement (mode refine) and its batched
+calls (mode refine_batch).
 """
 
 from __future__ import annotations
@@ -177,5 +178,71 @@ def bench_refine(opts: BenchmarkOptions) -> dict:
         "net_with_confidence_s": [round(t, 4) for t in times["net_with_confidence"]],
         "refined_s": [round(t, 4) for t in times["refined"]],
         "refine_info": {k: info.get(k) for k in ("iterations", "start", "improved", "working_size_hw", "detail_size_hw")},
+        "loadavg_before": load_before, "loadavg_after": loadavg(),
+    }
+
+
+#: refine_batch: the streamed measurement's batches per call
+STREAM_BATCHES = 4
+
+
+def bench_refine_batch(opts: BenchmarkOptions) -> dict:
+    """``Predictor.predict_batch`` at ``opts.batch`` pairs per call (the shipped model, CamFlow+
+    with depth, 8-bit pairs of ``height x width``), the network alone and refined, and refined
+    over :data:`STREAM_BATCHES` batches in one call (the host prepares a batch while the device
+    computes the one before), against the single-pair call on the batch's first pair,
+    interleaved: pairs/s of each, and the refinement's added time as a fraction of the
+    network's at the batch and at one pair."""
+    b = opts.batch
+    src = SyntheticScenes(seed=1000, num_samples=b, height=opts.height, width=opts.width)
+    u8 = lambda x: np.clip(np.round(np.asarray(x, np.float32)), 0, 255).astype(np.uint8)  # noqa: E731
+    samples = [{**s, "img1": u8(s["img1"]), "img2": u8(s["img2"])} for s in (src[i] for i in range(b))]
+    batch = {"images1": [s["img1"] for s in samples], "images2": [s["img2"] for s in samples],
+             "depths1": [s["depth1"] for s in samples], "depths2": [s["depth2"] for s in samples],
+             "intrinsics": [s["K"] for s in samples]}
+    stream = {k: v * STREAM_BATCHES for k, v in batch.items()}  # batches in a row: host and device overlap
+    one = (samples[0]["img1"], samples[0]["img2"])
+    cam = {"depth1": samples[0]["depth1"], "depth2": samples[0]["depth2"], "intrinsics": samples[0]["K"]}
+    pred = Predictor.from_pretrained(precision=precision_of(opts))
+    pred.batched_refinement = {"auto": None, "on": True, "off": False}[opts.batched_refinement]
+    calls = {
+        "batch_net": lambda: pred.predict_batch(**batch, refine=False, batch_size=b),
+        "batch_refined": lambda: pred.predict_batch(**batch, refine=True, batch_size=b),
+        "stream_refined": lambda: pred.predict_batch(**stream, refine=True, batch_size=b),
+        "single_net": lambda: pred(*one, **cam, refine=False),
+        "single_refined": lambda: pred(*one, **cam, refine=True),
+    }
+    first = {}
+    for name, call in calls.items():
+        t0 = time.perf_counter()
+        call()
+        first[name] = round(time.perf_counter() - t0, 3)
+    for _ in range(opts.warmup):
+        for call in calls.values():
+            call()
+    load_before = loadavg()
+    times = {k: [] for k in calls}
+    for _ in range(opts.repeats):  # interleaved, so load changes hit all alike
+        for name, call in calls.items():
+            t0 = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    dev = jax.devices()[0]
+    return {
+        "measurement": "refine_batch", "device": str(dev), "platform": dev.platform, "cpu_count": os.cpu_count(),
+        "height": opts.height, "width": opts.width, "batch": b, **compute_fields(pred.precision),
+        "batched_refinement": pred.uses_batched_refinement(), "repeats": opts.repeats, "warmup": opts.warmup,
+        "first_call_s": first, "median_s": {k: round(v, 4) for k, v in med.items()},
+        "batch_net_pairs_per_s": round(b / med["batch_net"], 2),
+        "batch_refined_pairs_per_s": round(b / med["batch_refined"], 2),
+        "stream_batches": STREAM_BATCHES,
+        "stream_refined_pairs_per_s": round(STREAM_BATCHES * b / med["stream_refined"], 2),
+        "single_net_pairs_per_s": round(1 / med["single_net"], 2),
+        "single_refined_pairs_per_s": round(1 / med["single_refined"], 2),
+        "refined_speedup_over_single": round(b / med["batch_refined"] * med["single_refined"], 3),
+        "batch_added_fraction_of_net": round((med["batch_refined"] - med["batch_net"]) / med["batch_net"], 3),
+        "single_added_fraction_of_net": round((med["single_refined"] - med["single_net"]) / med["single_net"], 3),
+        "times_s": {k: [round(t, 4) for t in v] for k, v in times.items()},
         "loadavg_before": load_before, "loadavg_after": loadavg(),
     }

@@ -19,7 +19,8 @@ from camflow_jax.experiments.benchmarking.common import (
     precision_of,
     train_config,
 )
-from camflow_jax.experiments.benchmarking.inference import bench_flows_only, bench_infer, bench_refine
+from camflow_jax.experiments.benchmarking.inference import (bench_flows_only, bench_infer, bench_refine,
+                                                          bench_refine_batch)
 from camflow_jax.experiments.benchmarking.profile import bench_profile
 from camflow_jax.experiments.benchmarking.release import (
     bench_release,
@@ -54,6 +55,8 @@ def run(opts: BenchmarkOptions, on_result: Callable[[dict], None] | None = None)
 
     if opts.mode == "refine":
         emit(bench_refine(opts))
+    elif opts.mode == "refine_batch":
+        emit(bench_refine_batch(opts))
     elif opts.mode == "profile":
         config = load_config(opts.config, opts.height, opts.width, opts.batch, precision_of(opts), opts.arch)
         for r in bench_profile(opts, config):

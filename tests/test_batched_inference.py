@@ -1,0 +1,155 @@
+"""Predictor.predict_batch: several pairs per call of the network and of the refinement.
+
+Oracles: the synthetic scenes' ground-truth flow (the refined batch is more accurate than the
+network), OpenCV's rotation of the images (a portrait pair in a batch is the landscape pair's
+motion, turned), and the single-pair call, which the rest of the suite checks against the
+ground truth, OpenCV and the parity fixtures (a batch must not change any pair's result).
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from camflow_jax import refine as R
+from camflow_jax.data.synthetic.scenes import SyntheticScenes
+from camflow_jax.models import checkpoint
+from camflow_jax.predictor import Predictor
+
+H, W = 64, 128
+#: a working size below the input and a detail level at it: the default's shape at 320x576
+CFG = R.RefineConfig(max_size=W // 2, detail_size=W)
+
+
+@pytest.fixture(scope="module")
+def small():
+    """The shipped weights at a 64x128 network size."""
+    model, variables, _, cfg = checkpoint.load_model(checkpoint.pretrained_path(checkpoint.PRETRAINED))
+    return Predictor(model, variables, None, {**cfg, "height": H, "width": W}, refine=CFG)
+
+
+@pytest.fixture(scope="module")
+def scenes():
+    src = SyntheticScenes(seed=1000, num_samples=3, height=H, width=W, categories=("RE",))
+    return [src[i] for i in range(3)]
+
+
+def _cam(s):
+    return {"depth1": s["depth1"], "depth2": s["depth2"], "intrinsics": s["K"]}
+
+
+def _epe(flow, s):
+    valid = np.asarray(s["valid_f"]).reshape(H, W) > 0
+    return float(np.linalg.norm(flow - s["flow_f"], axis=-1)[valid].mean())
+
+
+def _batch_args(scenes):
+    return dict(images1=[s["img1"] for s in scenes], images2=[s["img2"] for s in scenes],
+                depths1=[s["depth1"] for s in scenes], depths2=[s["depth2"] for s in scenes],
+                intrinsics=np.stack([s["K"] for s in scenes]))
+
+
+def _same_result(out, one):
+    """The same numbers up to float32 rounding in a different program (vmapped or batched
+    arithmetic): a thousandth of a pixel on average, two hundredths at most; the same iterations."""
+    for key in ("net_flow_f", "net_flow_b", "flow_f", "flow_b", "weights_f"):
+        diff = np.abs(out[key] - one[key])
+        assert diff.max() < 2e-2 and diff.mean() < 1e-3, (key, diff.max(), diff.mean())
+    np.testing.assert_allclose(out["homography"], one["homography"], rtol=1e-3, atol=1e-3)
+    assert out["refine_info"]["iterations"] == one["refine_info"]["iterations"]
+    assert out["refine_info"]["improved"] == one["refine_info"]["improved"]
+
+
+def test_a_refined_batch_is_one_program_with_one_transfer_each_way(small, scenes):
+    two = scenes[:2]  # batch 2: the programs the stabilizer test below reuses
+    singles = [small(s["img1"], s["img2"], **_cam(s)) for s in two]
+    small.batched_refinement = True  # one program per batch, as on an accelerator
+    try:
+        # every transfer explicit: the batch goes over in one device_put, back in one device_get
+        with jax.transfer_guard("disallow"):
+            batched = small.predict_batch(**_batch_args(two))
+    finally:
+        small.batched_refinement = None
+    for s, one, many in zip(two, singles, batched):
+        assert many["refined"] and many["refine_info"]["working_size_hw"] == [H // 2, W // 2]
+        assert many["refine_info"]["detail_size_hw"] == [H, W]
+        assert _epe(many["flow_f"], s) < 0.7 * _epe(many["net_flow_f"], s)
+        _same_result(many, one)
+
+
+@pytest.mark.slow
+def test_padded_batches_and_the_cpu_path_give_the_single_call_results(small, scenes):
+    singles = [small(s["img1"], s["img2"], **_cam(s)) for s in scenes]
+    small.batched_refinement = True
+    try:
+        padded = small.predict_batch(**_batch_args(scenes), batch_size=4)  # 3 pairs, padded to 4
+    finally:
+        small.batched_refinement = None
+    threaded = small.predict_batch(**_batch_args(scenes), batch_size=2)  # on this CPU: a pair at a time; 2, then 1
+    for one, a, b in zip(singles, padded, threaded):
+        _same_result(a, one)
+        _same_result(b, one)
+
+
+def test_mixed_sizes_and_orientations_come_back_in_order(small, scenes):
+    rot = lambda a: np.ascontiguousarray(np.rot90(a, k=-1, axes=(0, 1)))  # noqa: E731
+    s0 = scenes[0]
+    K = np.asarray(s0["K"], np.float64)
+    portrait = {"img1": rot(s0["img1"]), "img2": rot(s0["img2"]), "depth1": rot(s0["depth1"]),
+                "depth2": rot(s0["depth2"]), "K": (K[1], K[0], H - 1 - K[3], K[2])}
+    small_pair = {k: s0[k][::2, ::2] for k in ("img1", "img2", "depth1", "depth2")}
+    small_pair["K"] = (K[0] / 2, K[1] / 2, (K[2] - 0.5) / 2, (K[3] - 0.5) / 2)  # every other pixel
+    pairs = [s0, small_pair, portrait]  # two batches: 64x128 (the portrait turned) and 32x64
+    out = small.predict_batch([p["img1"] for p in pairs], [p["img2"] for p in pairs],
+                              [p["depth1"] for p in pairs], [p["depth2"] for p in pairs],
+                              [p["K"] for p in pairs], refine=False)
+    assert [o["flow_f"].shape for o in out] == [(H, W, 2), (H // 2, W // 2, 2), (W, H, 2)]
+    assert [o["rotated"] for o in out] == [False, False, True] and not any(o["refined"] for o in out)
+    back = np.rot90(out[2]["flow_f"], k=1, axes=(0, 1))
+    back = np.stack([back[..., 1], -back[..., 0]], -1)  # vectors turned back with the grid
+    assert np.abs(back - out[0]["flow_f"])[4:-4, 4:-4].mean() < 0.05
+    assert _epe(out[0]["flow_f"], s0) < 0.7 * _epe(np.zeros_like(out[0]["flow_f"]), s0)  # the network alone
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(images2=[]), "images1 has 1 images and images2 0"),
+    (dict(depths1=[np.ones((H, W))]), "give both depths1 and depths2"),
+    (dict(intrinsics=np.ones((2, 4))), "intrinsics must be one (fx, fy, cx, cy) or one per pair"),
+    (dict(batch_size=0), "batch_size must be at least 1"),
+    (dict(images1=[np.zeros((H, W, 3), np.float32) + 0.5]), "images1[0]"),
+])
+def test_bad_batches_are_refused_naming_the_problem(small, scenes, kwargs, words):
+    args = {"images1": [scenes[0]["img1"]], "images2": [scenes[0]["img2"]], **kwargs}
+    with pytest.raises(ValueError) as e:
+        small.predict_batch(**args)
+    assert words in str(e.value)
+
+
+def test_the_stabilizer_in_batches_measures_what_it_measures_pair_by_pair(small, scenes):
+    from camflow_jax.stabilization.estimators import CamFlowEstimator
+    from camflow_jax.stabilization.pipeline import StabilizerConfig, estimate_motion
+
+    # float frames, as the other tests' pairs: the same compiled programs
+    base = np.clip(np.asarray(scenes[2]["img1"], np.float32), 0, 255)
+    frames = [np.roll(base, (t, 2 * t), axis=(0, 1)) for t in range(4)]  # 3 pairs, (1, 2) px apart
+    frames[3] = frames[2].copy()  # identical images: answered without the model, inside the batch
+    cfg = StabilizerConfig()
+    motions, estimators = [], []
+    small.batched_refinement = True
+    try:
+        for batch in (1, 3):  # the model sees 2 pairs of the 3: batch 2
+            est = CamFlowEstimator(small)
+            est.batch_size = batch
+            motions.append(estimate_motion(frames, est, cfg))
+            estimators.append(est)
+    finally:
+        small.batched_refinement = None
+    one, four = motions
+    assert np.abs(four.flows - one.flows).max() < 2e-2
+    assert estimators[1].calls == estimators[0].calls == 3 and estimators[1].failed_pairs == estimators[0].failed_pairs
+    assert [c is None for c in estimators[1].coefficients] == [c is None for c in estimators[0].coefficients]
+    assert np.abs(one.flows[2]).max() < 1e-6  # the identical pair: zero motion
+    assert estimators[1].stats()["failures"] == estimators[0].stats()["failures"]
+    with pytest.raises(ValueError, match="batch_size must be at least 1"):
+        CamFlowEstimator(small).batch_size = 0
