@@ -1,7 +1,7 @@
 """The network's precision policies (exact | default | bfloat16) compared on held-out synthetic
-pairs, with the shipped model (or a checkpoint), network alone:
+pairs, with the shipped model (or a checkpoint), network alone (and refined, with --refined):
 
-    python tools/precision_compare.py [--checkpoint DIR] [--pairs 6] [--speed-rounds 15] [--out result.json]
+    python tools/precision_compare.py [--checkpoint DIR] [--pairs 6] [--refined] [--speed-rounds 15] [--out result.json]
 
 Prints one JSON object: per policy the mean EPE against the ground truth and the distances of
 its flows, coefficients and confidence maps from the 'exact' policy's
@@ -36,11 +36,12 @@ def main(argv=None) -> int:
     p.add_argument("--pairs", type=int, default=6, help="held-out pairs (synthetic, seed 1000)")
     p.add_argument("--speed-rounds", type=int, default=0, help="interleaved timed forwards per policy (0: none)")
     p.add_argument("--speed-size", default="128x256", metavar="HxW", help="input size of the timed forwards")
+    p.add_argument("--refined", action="store_true", help="also the refined flows' EPE per policy")
     p.add_argument("--out", default=None, help="also write the result here")
     args = p.parse_args(argv)
     pred = Predictor.load(args.checkpoint)
     res = {"machine": {**machine_info(), "loadavg_before": list(os.getloadavg())},
-           **precision.compare_policies(pred, args.pairs)}
+           **precision.compare_policies(pred, args.pairs, refined=args.refined)}
     if args.speed_rounds:
         h, w = (int(v) for v in args.speed_size.lower().split("x"))
         res["speed"] = precision.forward_times(h, w, args.speed_rounds)

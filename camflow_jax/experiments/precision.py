@@ -31,10 +31,13 @@ def _epe(a, b) -> np.ndarray:
     return np.linalg.norm(np.asarray(a, np.float64) - np.asarray(b, np.float64), axis=-1)
 
 
-def compare_policies(pred: Predictor, pairs: int = 6, seed: int = 1000, policies=POLICIES) -> dict:
+def compare_policies(pred: Predictor, pairs: int = 6, seed: int = 1000, policies=POLICIES,
+                     refined: bool = False) -> dict:
     """``{"pairs", "size", "policies": {name: {...}}}`` for ``pred``'s model and weights: per
     policy the mean EPE of flow_f against the ground truth (``epe_px``, per pair in
-    ``epe_px_per_pair``), and against the first policy's outputs the largest and mean endpoint
+    ``epe_px_per_pair``; with ``refined``, also after the test-time refinement, which computes
+    in float32 whatever the network's policy: ``epe_refined_px``, ``epe_refined_px_per_pair``),
+    and against the first policy's outputs the largest and mean endpoint
     distance of both flows (``max_diff_px``, ``mean_diff_px``), the largest coefficient
     difference relative to the largest coefficient (``coeff_rel_diff``) and the largest
     log-variance difference (``logvar_max_diff``); the seconds of the first call (compilation)
@@ -55,6 +58,10 @@ def compare_policies(pred: Predictor, pairs: int = 6, seed: int = 1000, policies
         epe = [float(_epe(o["flow_f"], s["flow_f"]).mean()) for o, s in zip(runs, samples)]
         report[name] = {"epe_px": float(np.mean(epe)), "epe_px_per_pair": epe,
                         "first_call_s": round(times[0], 2), "median_call_s": round(float(np.median(times[1:] or times)), 3)}
+        if refined:
+            epe_r = [float(_epe(p(s["img1"], s["img2"], depth1=s["depth1"], depth2=s["depth2"], intrinsics=s["K"])[
+                "flow_f"], s["flow_f"]).mean()) for s in samples]
+            report[name].update(epe_refined_px=float(np.mean(epe_r)), epe_refined_px_per_pair=epe_r)
     ref = outs[policies[0]]
     for name in policies:
         diff = [_epe(o[k], r[k]) for o, r in zip(outs[name], ref) for k in ("flow_f", "flow_b")]
