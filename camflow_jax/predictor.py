@@ -571,6 +571,13 @@ class Predictor:
         for j, o in zip(indices, self._host_pool().map(one, indices) if ref is not None else map(one, indices)):
             results[chunk[j]] = o
 
+    def preferred_batch_size(self) -> int:
+        """Pairs per :meth:`predict_batch` call worth gathering for speed: :data:`BATCH_SIZE` where
+        the refinement runs batched (:meth:`uses_batched_refinement`), else 1 (on a CPU a batch
+        measured no faster than single pairs: docs/performance.md, "Batched inference"). What the
+        stabilizer and the evaluation batch by."""
+        return BATCH_SIZE if self.uses_batched_refinement() else 1
+
     def uses_batched_refinement(self) -> bool:
         """Whether :meth:`predict_batch` refines a batch as one program: :attr:`batched_refinement`,
         or when that is None, whether the default device is not a CPU."""

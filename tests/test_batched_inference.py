@@ -14,8 +14,9 @@ import pytest
 
 from camflow_jax import refine as R
 from camflow_jax.data.synthetic.scenes import SyntheticScenes
+from camflow_jax.estimators import registry
 from camflow_jax.models import checkpoint
-from camflow_jax.predictor import Predictor
+from camflow_jax.predictor import BATCH_SIZE, Predictor
 
 H, W = 64, 128
 #: a working size below the input and a detail level at it: the default's shape at 320x576
@@ -69,8 +70,16 @@ def test_a_refined_batch_is_one_program_with_one_transfer_each_way(small, scenes
         # every transfer explicit: the batch goes over in one device_put, back in one device_get
         with jax.transfer_guard("disallow"):
             batched = small.predict_batch(**_batch_args(two))
+        # the registry's camflow estimator, as the evaluation runs it (no plausibility checks)
+        est = registry.get("camflow", predictor=small)
+        assert est.batch_size == BATCH_SIZE
+        motions = est.estimate_many([(s["img1"], s["img2"], s["depth1"], s["depth2"], s["K"]) for s in two],
+                                    checked=False)
     finally:
         small.batched_refinement = None
+    assert registry.get("camflow", predictor=small).batch_size == 1  # on this CPU: a pair at a time
+    for m, many in zip(motions, batched):
+        np.testing.assert_array_equal(m.flow_f, many["flow_f"])  # the same program's result
     for s, one, many in zip(two, singles, batched):
         assert many["refined"] and many["refine_info"]["working_size_hw"] == [H // 2, W // 2]
         assert many["refine_info"]["detail_size_hw"] == [H, W]

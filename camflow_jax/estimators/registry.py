@@ -115,11 +115,16 @@ class Estimator:
         a, b = check_pair(img1, img2)
         return self._screen(a, b) or self._vet(a, b, self._estimate(a, b, depth1, depth2, intrinsics))
 
-    def estimate_many(self, pairs) -> list[Motion]:
-        """The motions of several pairs, each as the call gives it: ``pairs`` holds ``(img1,
-        img2)`` or ``(img1, img2, depth1, depth2, intrinsics)`` tuples. Estimators that gain from
-        batches (camflow: :meth:`camflow_jax.predictor.Predictor.predict_batch`) override it."""
-        return [self(p[0], p[1], **dict(zip(("depth1", "depth2", "intrinsics"), p[2:]))) for p in pairs]
+    #: pairs per :meth:`estimate_many` call worth gathering (camflow: its predictor's choice)
+    batch_size = 1
+
+    def estimate_many(self, pairs, *, checked: bool = True) -> list[Motion]:
+        """The motions of several pairs, each as the call gives it (``checked=False``: as
+        :meth:`raw` gives it): ``pairs`` holds ``(img1, img2)`` or ``(img1, img2, depth1,
+        depth2, intrinsics)`` tuples. Estimators that gain from batches (camflow:
+        :meth:`camflow_jax.predictor.Predictor.predict_batch`) override it."""
+        call = self if checked else self.raw
+        return [call(p[0], p[1], **dict(zip(("depth1", "depth2", "intrinsics"), p[2:]))) for p in pairs]
 
     def _screen(self, a, b) -> Motion | None:
         """The answer for a pair that needs no estimate (identical or featureless images), or
@@ -324,17 +329,23 @@ class _CamFlow(Estimator):
                              refine=refine, **extra)
         return self._motion(out, size_note)
 
-    def estimate_many(self, pairs) -> list[Motion]:
+    @property
+    def batch_size(self) -> int:
+        """:func:`preferred_batch_size` of the predictor (loading it)."""
+        return preferred_batch_size(self.predictor)
+
+    def estimate_many(self, pairs, *, checked: bool = True) -> list[Motion]:
         """:meth:`Estimator.estimate_many` with the pairs that need the model in batches of
         :meth:`camflow_jax.predictor.Predictor.predict_batch` (a predictor without it: one
-        call per pair); the same checks as the call."""
+        call per pair); the same checks as the call (``checked=False``: none, as :meth:`raw`)."""
         if not hasattr(self.predictor, "predict_batch"):
-            return super().estimate_many(pairs)
+            return super().estimate_many(pairs, checked=checked)
+        checked = checked and self.checked
         out: list = [None] * len(pairs)
         todo = {}  # the refine setting (per size) -> [(index, a, b, depth1, depth2, K)]
         for i, p in enumerate(pairs):
             a, b = check_pair(p[0], p[1])
-            early = self._screen(a, b) if self.checked else None
+            early = self._screen(a, b) if checked else None
             if early is not None:
                 out[i] = early
                 continue
@@ -353,14 +364,15 @@ class _CamFlow(Estimator):
                 if all(K is not None for K in Ks):
                     cams["intrinsics"] = np.stack([np.asarray(K, np.float64).reshape(4) for K in Ks])
                 elif any(K is not None for K in Ks):  # some with intrinsics, some without: one at a time
+                    call = self if checked else self.raw
                     for it in group:
-                        out[it[0]] = self(it[1], it[2], depth1=it[3], depth2=it[4], intrinsics=it[5])
+                        out[it[0]] = call(it[1], it[2], depth1=it[3], depth2=it[4], intrinsics=it[5])
                     continue
                 results = self.predictor.predict_batch([it[1] for it in group], [it[2] for it in group],
                                                        refine=refine, **cams, **extra)
                 for it, res in zip(group, results):
                     m = self._motion(res, note)
-                    out[it[0]] = self._vet(it[1], it[2], m) if self.checked else m
+                    out[it[0]] = self._vet(it[1], it[2], m) if checked else m
         return out
 
     @staticmethod
@@ -380,6 +392,13 @@ class _CamFlow(Estimator):
 @register("camflow_net", "the CamFlow network alone (no test-time refinement)")
 class _CamFlowNet(_CamFlow):
     refine = False
+
+
+def preferred_batch_size(predictor) -> int:
+    """Pairs per batch worth gathering for ``predictor``: its ``preferred_batch_size()`` where it
+    has one and :meth:`~camflow_jax.predictor.Predictor.predict_batch`, else 1."""
+    pick = getattr(predictor, "preferred_batch_size", None)
+    return int(pick()) if callable(pick) and hasattr(predictor, "predict_batch") else 1
 
 
 # ----------------------------------------------------------------------------- lookup

@@ -43,6 +43,13 @@ class Method:
     run: Callable
     note: str = ""
     estimator: object = None
+    #: ``run_many(samples, need_backward) -> [run's result per sample]``: several samples per
+    #: call (camflow: one batch of the predictor), or None
+    run_many: Callable | None = None
+
+    def batch_size(self) -> int:
+        """Samples per :attr:`run_many` call worth gathering (1: one at a time)."""
+        return max(1, int(getattr(self.estimator, "batch_size", 1) or 1)) if self.run_many else 1
 
     def __call__(self, sample: dict, need_backward: bool):
         return self.run(sample, need_backward)
@@ -88,9 +95,7 @@ def from_estimator(name: str, est, note: str = "") -> Method:
     """
     call = getattr(est, "raw", est)  # the estimator itself, without the plausibility checks
 
-    def run(s, need_b):
-        cam = {"depth1": s.get("depth1"), "depth2": s.get("depth2"), "intrinsics": s.get("K")}
-        motion = call(s["img1"], s["img2"], **cam)
+    def result(s, motion, need_b):
         flow_b = None
         if need_b:
             h, w = s["img1"].shape[:2]
@@ -99,11 +104,20 @@ def from_estimator(name: str, est, note: str = "") -> Method:
             elif motion.homography is not None:
                 flow_b = geometry_np.homography_flow(np.linalg.inv(motion.homography), h, w)
             else:
-                swapped = {"depth1": cam["depth2"], "depth2": cam["depth1"], "intrinsics": cam["intrinsics"]}
+                swapped = {"depth1": s.get("depth2"), "depth2": s.get("depth1"), "intrinsics": s.get("K")}
                 flow_b = call(s["img2"], s["img1"], **swapped).flow_f
         return motion.flow_f, flow_b, {"fallback": bool(motion.fallback)}
 
-    return Method(name, run, note, est)
+    def run(s, need_b):
+        cam = {"depth1": s.get("depth1"), "depth2": s.get("depth2"), "intrinsics": s.get("K")}
+        return result(s, call(s["img1"], s["img2"], **cam), need_b)
+
+    def run_many(samples, need_b):
+        motions = est.estimate_many([(s["img1"], s["img2"], s.get("depth1"), s.get("depth2"), s.get("K"))
+                                     for s in samples], checked=False)
+        return [result(s, m, need_b) for s, m in zip(samples, motions)]
+
+    return Method(name, run, note, est, run_many if hasattr(est, "estimate_many") else None)
 
 
 def oracle(name: str, dataset: str) -> Method:

@@ -308,18 +308,11 @@ class CamFlowEstimator(Estimator):
 
     @property
     def batch_size(self) -> int:
-        """Pairs per :meth:`many` call: ``camflow_jax.predictor.BATCH_SIZE`` where the predictor refines batches
-        as one program (an accelerator: ``Predictor.uses_batched_refinement``), else 1 (on a
-        CPU a batch measured no faster than single pairs: docs/performance.md, "Batched
-        inference"); set ``batch_size`` to choose."""
+        """Pairs per :meth:`many` call: the predictor's ``preferred_batch_size()`` (8 where it
+        refines batches as one program, on an accelerator; else 1), or what was set."""
         if self._batch_size is not None:
             return self._batch_size
-        uses = getattr(self.predictor, "uses_batched_refinement", None)
-        if not (callable(uses) and uses() and hasattr(self.predictor, "predict_batch")):
-            return 1
-        from camflow_jax.predictor import BATCH_SIZE  # a Predictor is loaded already
-
-        return BATCH_SIZE
+        return registry.preferred_batch_size(self.predictor)
 
     @batch_size.setter
     def batch_size(self, value: int | None) -> None:
