@@ -206,3 +206,24 @@ def test_compare_with_vidstab_path_in_estimator_name():
         named, {"x:/no/such/dir": lambda: est_lib.make_estimator("sift_ransac")}, vidstab=False, log=None)
     assert [r["method"] for r in rows] == ["x:/no/such/dir"]
     assert np.isfinite(rows[0]["hf_out_px"])
+
+
+def test_the_hard_sets_degradations_keep_the_ground_truth_and_do_what_they_say():
+    clip = clips.planar_clip(6, 48, 80, seed=3)
+    dark = clips.degrade(clip, gain=0.2, noise_std=3.0, seed=1)
+    blur = clips.degrade(clip, blur_sigma=2.0)
+    for c in (dark, blur):  # nothing moves: the exact motion is the clip's
+        assert c.frames.dtype == np.uint8 and c.frames.shape == clip.frames.shape
+        np.testing.assert_array_equal(c.jitter, clip.jitter)
+        np.testing.assert_array_equal(c.pair_homographies, clip.pair_homographies)
+    src = clip.frames.astype(np.float64)
+    resid = dark.frames.astype(np.float64) - 0.2 * src  # the noise (and rounding) left
+    assert abs(resid.mean()) < 0.2 and 2.7 < resid.std() < 3.3  # N(0, 3) + uniform rounding
+    # fresh noise per frame: two frames' noise does not correlate
+    assert abs(np.corrcoef(resid[0].ravel(), resid[1].ravel())[0, 1]) < 0.05
+    # blur: OpenCV's Gaussian as the oracle, and less texture (gradient energy) than the clip
+    np.testing.assert_allclose(blur.frames[2], np.clip(np.round(cv2.GaussianBlur(
+        clip.frames[2].astype(np.float32), (0, 0), 2.0, borderType=cv2.BORDER_REFLECT)), 0, 255), atol=1)
+    assert np.abs(np.diff(blur.frames.astype(float), axis=2)).mean() < 0.6 * np.abs(np.diff(src, axis=2)).mean()
+    with pytest.raises(ValueError, match="gain must be positive"):
+        clips.degrade(clip, gain=0)

@@ -5,7 +5,8 @@
 
 Clips: OpenCV's vtest.avi (``apt-get install opencv-doc``; ``--video`` for another still-camera
 video) shaken by a seeded known motion, and the synthetic moving-object clip with and without
-its object (``--synthetic-size``, ``--synthetic-frames``; ``--no-synthetic`` skips them).
+its object (``--synthetic-size``, ``--synthetic-frames``; ``--no-synthetic`` skips them);
+``--hard`` adds the hard set (:func:`camflow_jax.experiments.stabilization.hard_clips`).
 ``--checkpoint DIR``: the model the camflow estimators run (default: the shipped one). The
 work is :func:`camflow_jax.experiments.stabilization.compare_with_vidstab`; this script parses
 arguments and prints the table (with the load average: timings on a shared machine are
@@ -49,6 +50,9 @@ def main(argv=None) -> int:
     p.add_argument("--synthetic-frames", type=harness.int_at_least(8), default=90)
     p.add_argument("--no-synthetic", action="store_true", help="only the shaken video")
     p.add_argument("--no-vidstab", action="store_true", help="only our stabilizer")
+    p.add_argument("--hard", action="store_true",
+                   help="add the hard set: the video at 144x192, dark and noisy, blurred (little texture), "
+                        "and the synthetic clip with a foreground object of 45%% of the frame")
     p.add_argument("--out", help="JSON file for all rows")
     args = p.parse_args(argv)
     compile_cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
@@ -72,6 +76,9 @@ def main(argv=None) -> int:
             for obj in (True, False):
                 named["moving_object" if obj else "no_object"] = clips.moving_object_clip(
                     args.synthetic_frames, h, w, seed=args.seed, with_object=obj)
+        if args.hard:
+            named.update(benchmark.hard_clips(video, args.frames, args.size, args.seed, fps,
+                                              args.synthetic_size, args.synthetic_frames))
         factories = {n: est_lib.make_estimator(n, checkpoint=args.checkpoint).fresh for n in names}
         load0 = benchmark.load_average()
         rows = benchmark.compare_with_vidstab(named, factories, vidstab=not args.no_vidstab,

@@ -53,7 +53,7 @@ from camflow_jax.stabilization import metrics as metrics_lib
 from camflow_jax.stabilization import pipeline
 from camflow_jax.stabilization.plots import COLORS, stacked_axes
 
-__all__ = ["evaluate_clip", "run_benchmark", "markdown_table", "plot_paths", "main",
+__all__ = ["evaluate_clip", "hard_clips", "run_benchmark", "markdown_table", "plot_paths", "main",
            "VTEST_CANDIDATES", "find_vtest", "ffmpeg_has_vidstab", "decode_video",
            "encode_lossless", "run_vidstab", "output_residual", "score_output",
            "compare_with_vidstab", "comparison_table", "load_average"]
@@ -226,6 +226,36 @@ def _run(cmd: list[str]) -> float:
         last = (res.stderr.strip().splitlines() or ["(no message)"])[-1]
         raise OSError(f"{os.path.basename(cmd[0])} failed: {last}")
     return time.perf_counter() - t0
+
+
+#: The hard set's degradations (:func:`hard_clips`): a dark, noisy video (gain, noise std in grey
+#: levels) and a blurred one (sigma as a fraction of the frame width), and the share of the frame
+#: the large foreground object covers.
+HARD_DARK = (0.2, 3.0)
+HARD_BLUR_WIDTHS = 0.012
+HARD_FOREGROUND = 0.45
+#: The low-resolution clip's size (H, W): at most 200 px wide.
+HARD_LOW_RES = (144, 192)
+
+
+def hard_clips(video: str, frames: int, size: tuple[int, int], seed: int, fps: float,
+               synthetic_size: tuple[int, int], synthetic_frames: int) -> dict:
+    """The hard set of issue 42, each with its exact shake: ``video`` (a still-camera video)
+    scaled to :data:`HARD_LOW_RES` and shaken; shaken at ``size`` and then darkened with
+    noise (:data:`HARD_DARK`); shaken and blurred to little texture (:data:`HARD_BLUR_WIDTHS`);
+    and the synthetic moving-object clip with a foreground object covering
+    :data:`HARD_FOREGROUND` of the frame (the usual one covers 25 %)."""
+    from camflow_jax.stabilization import clips
+
+    shaken = clips.shake_video(decode_video(video, frames, size), seed, fps=fps)
+    h, w = synthetic_size
+    return {
+        "low_res": clips.shake_video(decode_video(video, frames, HARD_LOW_RES), seed, fps=fps),
+        "dark_noisy": clips.degrade(shaken, gain=HARD_DARK[0], noise_std=HARD_DARK[1], seed=seed),
+        "low_texture": clips.degrade(shaken, blur_sigma=HARD_BLUR_WIDTHS * size[1], seed=seed),
+        "large_foreground": clips.moving_object_clip(synthetic_frames, h, w, seed=seed,
+                                                     object_fraction=HARD_FOREGROUND),
+    }
 
 
 def decode_video(path: str, max_frames: int | None = None,

@@ -52,7 +52,7 @@ from camflow_jax.data.synthetic.render import cast_rays, render_view, rotation_m
 from camflow_jax.data.synthetic.textures import procedural_texture, procedural_textures
 from camflow_jax.stabilization.render import forward_points
 
-__all__ = ["ShakyClip", "planar_clip", "parallax_clip", "planar_jitter", "residual_motion", "highfreq_rms",
+__all__ = ["ShakyClip", "degrade", "planar_clip", "parallax_clip", "planar_jitter", "residual_motion", "highfreq_rms",
            "apply_homography_np", "moving_object_clip", "shake_video", "pair_motion_error",
            "homography_flow_np"]
 
@@ -286,6 +286,31 @@ def shake_video(frames, seed: int = 0, *, fps: float = 30.0, jitter: float = 0.0
     info = dict(seed=seed, jitter=jitter, jitter_deg=jitter_deg, sway=sway,
                 sway_period_s=sway_period_s, zoom=float(zoom))
     return ShakyClip(out, jit, float(fps), "shaken_video", None, pairs, info)
+
+
+def degrade(clip: ShakyClip, *, gain: float = 1.0, noise_std: float = 0.0, blur_sigma: float = 0.0,
+            seed: int = 0) -> ShakyClip:
+    """``clip`` made harder to measure, its ground truth unchanged: each frame blurred
+    (Gaussian, ``blur_sigma`` px: less texture), scaled by ``gain`` (< 1: darker) and given
+    fresh Gaussian sensor noise (``noise_std`` grey levels, independent per frame and pixel,
+    seeded), then rounded to uint8. None of it moves the image, so ``jitter`` and
+    ``pair_homographies`` stay exact."""
+    if not (np.isfinite(gain) and gain > 0):
+        raise ValueError(f"gain must be positive, got {gain}")
+    if not (np.isfinite(noise_std) and noise_std >= 0) or not (np.isfinite(blur_sigma) and blur_sigma >= 0):
+        raise ValueError(f"noise_std and blur_sigma must be >= 0, got {noise_std} and {blur_sigma}")
+    rng = np.random.default_rng([seed, 620])
+    out = []
+    for f in np.asarray(clip.frames):
+        x = f.astype(np.float32)
+        if blur_sigma > 0:
+            x = cv2.GaussianBlur(x, (0, 0), blur_sigma, borderType=cv2.BORDER_REFLECT)
+        x = x * gain
+        if noise_std > 0:
+            x = x + rng.normal(0.0, noise_std, x.shape).astype(np.float32)
+        out.append(np.clip(np.round(x), 0, 255).astype(np.uint8))
+    info = {**clip.info, "degraded": {"gain": gain, "noise_std": noise_std, "blur_sigma": blur_sigma, "seed": seed}}
+    return dataclasses.replace(clip, frames=np.stack(out), info=info)
 
 
 def homography_flow_np(H, height: int, width: int) -> np.ndarray:
