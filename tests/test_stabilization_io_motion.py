@@ -397,6 +397,63 @@ def test_motion_files_for_another_grid_or_out_of_order_are_refused(tmp_path, cli
                                str(tmp_path / f"m{ext}")] + args) == 0
 
 
+def test_motion_files_that_would_render_black_frames_are_refused(tmp_path, clip, capsys):
+    """Issue 44: a (nearly) singular smoothed path, a 1e6 px path edit and a 1e9 px pair motion
+    rendered black frames with exit code 0; each is refused before any output, naming the file,
+    the field and the frame. A small edit still renders."""
+    src = _folder(tmp_path / "in", clip.frames[:6])
+    args = ["--estimator=identity", "--crop", "none"] + FAST
+    assert stabilize.main([str(src), "-o", str(tmp_path / "a"), "--export-motion",
+                           str(tmp_path / "m.json")] + args) == 0
+    assert stabilize.main([str(src), "-o", str(tmp_path / "a2"), "--export-motion",
+                           str(tmp_path / "m.npz")] + args) == 0
+    good = json.loads((tmp_path / "m.json").read_text())
+    capsys.readouterr()
+
+    def render(name, doc):
+        (tmp_path / name).write_text(json.dumps(doc))
+        rc = stabilize.main([str(src), "-o", str(tmp_path / "o"), "--path", str(tmp_path / name)] + args)
+        return rc, capsys.readouterr().err
+
+    def refused(name, doc, *expect):
+        rc, err = render(name, doc)
+        line = _one_error_line(err)
+        assert rc == 2 and f"{tmp_path / name}: " in line, line
+        for e in expect:
+            assert e in line, line
+        assert not (tmp_path / "o").exists()
+
+    def edited(t, f):
+        doc = json.loads(json.dumps(good))
+        doc["frames"][t]["smoothed_path"] = f(np.asarray(doc["frames"][t]["smoothed_path"])).tolist()
+        return doc
+
+    refused("singular.json", edited(3, lambda s: np.diag([1e-5, 1e-5, 1.0]) @ s),
+            "smoothed_path at frame 3 is degenerate", "area change", "would render black")
+    moved = np.eye(3)
+    moved[0, 2] = 1e6
+    refused("far.json", edited(2, lambda s: moved @ s),
+            "smoothed_path at frame 2 would show the picture in only 0% of the output frame",
+            "at least 50% needed", "1e+06 px")
+    doc = json.loads(json.dumps(good))
+    doc["frames"][4]["pair_homography"][0][2] = 1e9
+    refused("pair.json", doc, "pair_homography at frame 4 moves the frame by 1e+09 px, more than "
+            "its diagonal (115 px)")
+    z = dict(np.load(tmp_path / "m.npz"))
+    flows = z["flows"].copy()
+    flows[1, ..., 1] = 1e9
+    np.savez(tmp_path / "flows.npz", **dict(z, flows=flows))
+    rc = stabilize.main([str(src), "-o", str(tmp_path / "o"), "--path", str(tmp_path / "flows.npz")] + args)
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 2 and "flows.npz: flows at frame 1 move a pixel by 1e+09 working px" in line, line
+    # A small edit (4 px, as test_an_edited_path_renders_as_warp_perspective_predicts) renders.
+    moved[0, 2] = 4.0
+    rc, err = render("small.json", edited(2, lambda s: moved @ s))
+    assert rc == 0, err
+    report = json.loads((tmp_path / "o.json").read_text())
+    assert report["path"]["frames_moved"] == 1 and report["unstabilized_frames"] == []
+
+
 # ----------------------------------------------------------------------------- fingerprint
 def _h264(path, frames, fps=25, rotation=None, hflip=False, vflip=False, codec=None, pix_fmt="yuv420p"):
     """A constant-rate H.264 (MPEG-4 where there is no libx264; or ``codec``) video written with

@@ -261,6 +261,10 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
         plan.edits, shifts = motion_file.path_edits(record.smoothed_path, exported.smoothed_path,
                                                     plan.zoom, source.height, source.width)
         edited = [t for t, e in enumerate(plan.edits) if e is not None]
+        for t in edited:  # refused before any frame is written: it would render black
+            why = motion_file.edit_problem(plan.edits[t], source.height, source.width)
+            if why:
+                raise ValueError(f"{motion_path}: smoothed_path at frame {t} {why}")
         if edited:
             exported.smoothed_path = record.smoothed_path
             exported.correction = np.stack([exported.correction[t] if e is None else
@@ -312,6 +316,9 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
                 t_tracking += t1 - t2
             if check is not None:  # after the frame-count rule; before anything is moved in
                 check.finish()
+        note = pipeline.fallback_note(plan.fallbacks, n)
+        if note:
+            warnings.append(note)
         warnings.extend(sink.notes)
         if check is not None:
             warnings.extend(check.warnings)
@@ -337,6 +344,7 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
             "zoom_needed": None if plan.frame_zooms is None else float(plan.frame_zooms.max()),
             "border_fraction_max": float(np.max(borders)),
             "border_fraction_mean": float(np.mean(borders)),
+            "unstabilized_frames": [t for t, _ in plan.fallbacks],
             "window_radius": {"min": int(plan.radii.min()), "mean": float(plan.radii.mean()),
                               "max": int(plan.radii.max())},
             "masked_fraction_mean": (None if motion.masked_fraction is None
