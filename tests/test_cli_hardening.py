@@ -185,6 +185,44 @@ def test_import_refuses_a_nan_basis(tmp_path, tiny_model, monkeypatch):
     assert not (tmp_path / "ck").exists() and _no_partials(tmp_path)
 
 
+def test_import_refuses_a_size_the_network_cannot_take(tmp_path, tiny_model, monkeypatch, capsys):
+    """Issue 44: --size 10,20 wrote a checkpoint that estimate then refused ('network size 10x20
+    must be a multiple of 64'); the importer refuses it, in one line, and writes nothing."""
+    import importlib.util
+
+    from camflow_jax.models import build_model, importing, official
+
+    cfg, variables = tiny_model
+    sizes = []
+
+    def load(path, size=None):
+        sizes.append(size)
+        return build_model(cfg), variables, np.full((24,) + tuple(size or (64, 128)) + (2,), 0.5, np.float32)
+
+    monkeypatch.setattr(official, "load_released", load)
+    src = tmp_path / "released.npz"
+    src.write_bytes(b"stand-in")
+    spec = importlib.util.spec_from_file_location("import_tool", REPO / "tools" / "import_official_checkpoint.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.main([str(src), "-o", str(tmp_path / "ck"), "--size", "10,20"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    line = err.strip()
+    assert line == ("error: the basis is 10x20 (H x W), but the network's sides must be multiples of "
+                    f"{build_model(cfg).size_multiple}: estimate would refuse the checkpoint. Pass the size the "
+                    "weights were trained at (--size H,W; the release: 320,576)"), line
+    assert sizes == [(10, 20)] and not (tmp_path / "ck").exists() and _no_partials(tmp_path)
+    with pytest.raises(SystemExit):  # not H,W: argparse names the flag
+        tool.main([str(src), "-o", str(tmp_path / "ck"), "--size", "10"])
+    assert "argument --size: must be H,W" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="multiples of 64"):
+        importing.check_size((320, 570), 64)
+    importing.check_size((320, 576), 64)
+    assert tool.main([str(src), "-o", str(tmp_path / "ck")]) == 0  # 64x128: fits
+    assert (tmp_path / "ck" / "model.json").exists()
+
+
 def test_huge_depth_keeps_the_depth_bases():
     """Poor: depth 1e38 underflowed the depth bases to zero silently; now scale-free."""
     rng = np.random.default_rng(0)
