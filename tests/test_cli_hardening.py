@@ -416,6 +416,27 @@ def test_empty_paths_are_refused_naming_the_flag(tmp_path, monkeypatch, tool, ar
     assert os.listdir(tmp_path) == []
 
 
+def test_stabilize_outputs_that_are_one_file_are_refused_up_front(tmp_path, clip, monkeypatch, capsys):
+    """Issue 44: ``-o X.mp4 --export-motion X.json`` (the default report is X.json) failed only
+    after the whole run, with an 'another run' message; now before any work, naming both flags."""
+    from camflow_jax.stabilization import runner
+
+    monkeypatch.chdir(tmp_path)
+    src = _video(tmp_path, clip)
+    monkeypatch.setattr(runner, "stabilize_video", lambda *a, **k: pytest.fail("the run started"))
+    cases = [(["-o", "X.mp4", "--export-motion", "X.json"],
+              "error: --export-motion and the report (named after -o X.mp4) are the same file (X.json)"),
+             (["-o", "X.mp4", "--report", "r", "--export-motion", "./r.json"],
+              "error: --export-motion and the report (named after --report r) are the same file (./r.json)")]
+    for argv, expect in cases:
+        assert stabilize.main([str(src)] + argv + FAST) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(expect) and len(err.strip().splitlines()) == 1, err
+    assert sorted(os.listdir(tmp_path)) == ["in.avi"]
+    with pytest.raises(ValueError, match="export_motion and the report"):  # the library call too
+        runner.check_distinct("o.mp4", runner.report_paths("o.mp4"), "o.json")
+
+
 def _corrupt_frame(path: Path, index: int) -> None:
     """Scrambles the JPEG data of one frame of an MJPG AVI (headers kept)."""
     data = bytearray(path.read_bytes())

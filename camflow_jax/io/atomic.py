@@ -98,6 +98,23 @@ def check_not_inputs(outputs: Iterable, inputs: Iterable,
                                  "and become one of its frames; choose another output")
 
 
+def check_distinct(outputs: Iterable[tuple[str, object]]) -> None:
+    """ValueError when two of a run's outputs, ``(what, path)`` pairs (``what`` names the flag
+    that chose it), are one file: the same path spelled differently, or links to one file.
+    Found up front, it would otherwise be found when the second is moved into place, after the
+    whole run, as if another run had written it."""
+    seen: list[tuple[str, str]] = []
+    for what, path in outputs:
+        if not path:
+            continue
+        path = os.fspath(path)
+        for other_what, other in seen:
+            if os.path.abspath(path) == os.path.abspath(other) or same_file(path, other):
+                raise ValueError(f"{what} and {other_what} are the same file ({path}): a run writes "
+                                 "each output once; choose another name for one of them")
+        seen.append((what, path))
+
+
 # ----------------------------------------------------------------------------- overwrite policy
 def existing_outputs(path, owned: Callable[[str], bool] | Iterable[str] | None = None) -> list[str]:
     """Existing files a run writing ``path`` would replace.

@@ -34,7 +34,7 @@ from camflow_jax.io.video import IMAGE_EXTENSIONS, FrameSink, FrameSource, outpu
 from camflow_jax.stabilization import fingerprint, motion_file, pipeline, plots, render
 from camflow_jax.stabilization import metrics as metrics_lib
 
-__all__ = ["report_paths", "check_outputs", "stabilize_video"]
+__all__ = ["report_paths", "check_distinct", "check_outputs", "stabilize_video"]
 
 
 def report_paths(output: str, report: str | None = None) -> dict:
@@ -50,6 +50,21 @@ FRAME_NAME = re.compile(r"frame_\d{6}\.png")
 
 def _is_frame(name: str) -> bool:
     return FRAME_NAME.fullmatch(name) is not None
+
+
+def check_distinct(output: str, paths: dict, export_motion: str | None, with_plots: bool = True,
+                   names=("output", "from the report prefix", "export_motion")) -> None:
+    """ValueError, before any work, when two outputs of one run are one file (e.g.
+    ``--export-motion X.json`` beside ``-o X.mp4``, whose report is ``X.json``): the second
+    would otherwise be refused after the whole run, as if another run had written it.
+    ``paths``: :func:`report_paths`; ``names``: how the output, the report's prefix and the
+    motion file were chosen (flags in the CLI)."""
+    out, prefix, motion = names
+    items = [(out, output), (f"the report ({prefix})", paths["json"])]
+    if with_plots:
+        items += [(f"the path plot ({prefix})", paths["path_plot"]),
+                  (f"the tracks plot ({prefix})", paths["tracks_plot"])]
+    atomic.check_distinct(items + [(motion, export_motion)])
 
 
 def check_outputs(input_path: str, output: str, paths: list[str], overwrite: bool,
@@ -109,6 +124,7 @@ def stabilize_video(input_path: str, output_path: str, estimator,
     if export_motion:
         wanted.append(export_motion)
     if not checked:
+        check_distinct(output_path, paths, export_motion, with_plots)
         check_outputs(input_path, output_path, wanted, overwrite)
     source = FrameSource(input_path, default_fps=fps or 30.0)
     # The container's timestamps, which the fingerprint records and checks, before --fps.
