@@ -193,6 +193,40 @@ def test_a_full_disk_is_named_and_keeps_the_previous_result(tmp_path, clip, monk
     assert not _partials(tmp_path)
 
 
+def test_a_full_temporary_folder_is_named_with_tmpdir(tmp_path, clip, monkeypatch, capsys):
+    """Issue 44: a full TMPDIR (stabilize's scratch memmaps) gave 'error: disk full' with no path
+    while the output's disk had room; now the scratch folder, the temporary folder and TMPDIR
+    are named. Simulated: the reservation of the update fields' memmap, and a write of pass 1
+    that names no file, fail with ENOSPC."""
+    import tempfile
+
+    from camflow_jax.stabilization import pipeline
+
+    src = _video(tmp_path, clip)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "posix_fallocate", full, raising=False)
+    capsys.readouterr()
+    assert stabilize.main([str(src), "-o", str(tmp_path / "s.avi")] + FAST) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line.startswith(f"error: disk full: {tmp}/camflow_stabilize_"), line
+    # 12 frames x a 12x16 working grid x 2 fields (flows, updates) x 2 float32 = 36864 bytes
+    assert line.endswith(f"(stabilize's scratch folder for the motion, in the temporary folder {tmp}; "
+                         "it needs about 37 kB): set TMPDIR to a folder on a disk with room"), line
+    monkeypatch.undo()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setattr(pipeline, "estimate_motion", full)  # a write that names no file
+    assert stabilize.main([str(src), "-o", str(tmp_path / "s.avi")] + FAST) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line.startswith(f"error: disk full: {tmp}/camflow_stabilize_") and "TMPDIR" in line, line
+    assert os.listdir(tmp) == [] and not (tmp_path / "s.avi").exists() and not _partials(tmp_path)
+
+
 # ----------------------------------------------------------------------------- 2. signals
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_stabilize_stops_cleanly_on_signals(tmp_path, sig, code):

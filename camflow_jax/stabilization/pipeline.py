@@ -30,6 +30,7 @@ Every parameter lives in :class:`StabilizerConfig` and is the same for every est
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 from typing import Callable, Iterable, Iterator
 
@@ -405,6 +406,23 @@ def smoothing_for_clip(params: profiles_lib.SmoothingParams,
     return dataclasses.replace(params, max_radius=limit, min_radius=min(params.min_radius, limit))
 
 
+def _reserve(path: str) -> None:
+    """Allocates the whole (sparse) memmap file ``path`` now: on a full disk the writes through
+    the mapping would kill the process with SIGBUS; reserved here, the disk's fullness is an
+    OSError naming the file."""
+    if not hasattr(os, "posix_fallocate"):
+        return
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+    except OSError as e:
+        if e.errno in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            return  # file systems without it: the mapping is written as before
+        raise OSError(e.errno, e.strerror, path) from None
+    finally:
+        os.close(fd)
+
+
 def plan_stabilization(motion: Motion, config: StabilizerConfig,
                        spill_dir: str | None = None) -> Plan:
     """Between the two streams: profiles, smoothing, update fields, zoom.
@@ -416,8 +434,9 @@ def plan_stabilization(motion: Motion, config: StabilizerConfig,
     threshold = sp.motion_threshold * float(np.hypot(h, w))  # fraction of the diagonal
     out = None
     if spill_dir:
-        out = np.lib.format.open_memmap(os.path.join(spill_dir, "updates.npy"), "w+",
-                                        np.float32, (motion.num_frames, h, w, 2))
+        path = os.path.join(spill_dir, "updates.npy")
+        out = np.lib.format.open_memmap(path, "w+", np.float32, (motion.num_frames, h, w, 2))
+        _reserve(path)
     b, radii = update_fields(motion.flows, sp, threshold, out)
     H, W = motion.frame_size
     zoom = zoom_from_crop(config.crop)

@@ -20,6 +20,7 @@ error, not an unstabilized "result".
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import re
 import tempfile
@@ -138,10 +139,52 @@ def stabilize_video(input_path: str, output_path: str, estimator,
 
     # The scratch folder (memmaps) is removed on success, failure and SIGINT/SIGTERM alike
     # (harness.run_cli turns those signals into an exception).
-    with tempfile.TemporaryDirectory(prefix="camflow_stabilize_") as scratch:
-        return _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
-                    with_plots, export_motion, motion_path, low_hz, scratch, bar, stamps,
-                    ignore_fingerprint)
+    need = _scratch_bytes(source, config)
+    try:
+        scratch_dir = tempfile.TemporaryDirectory(prefix="camflow_stabilize_")
+    except OSError as e:
+        raise _scratch_error(e, None, need) from e
+    with scratch_dir as scratch:
+        try:
+            return _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
+                        with_plots, export_motion, motion_path, low_hz, scratch, bar, stamps,
+                        ignore_fingerprint)
+        except OSError as e:
+            err = _scratch_error(e, scratch, need)
+            if err is e:
+                raise
+            raise err from e
+
+
+#: OS failures of a write that mean the disk (or the user's quota) is full.
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _scratch_bytes(source, config) -> int | None:
+    """About how much the scratch folder holds: the flows and the update fields, float32 pairs
+    on the working grid per frame (None when the frame count is not known up front)."""
+    n = getattr(source, "count_hint", None)
+    if not n:
+        return None
+    h, w = pipeline.working_size(source.height, source.width, config)
+    return int(n) * h * w * 2 * 4 * 2
+
+
+def _scratch_error(e: OSError, scratch: str | None, need: int | None) -> OSError:
+    """A full disk met while writing the scratch folder, told as such: the path, the temporary
+    folder it lives in and TMPDIR (a full-disk error there named no path, although the output's
+    disk may have room). Other errors are returned as they are."""
+    if e.errno not in _FULL:
+        return e
+    name = os.fspath(e.filename) if e.filename not in (None, "") else None
+    if scratch is not None and name is not None and not name.startswith(scratch):
+        return e  # about another file (an output: named by the atomic writer)
+    where = scratch or tempfile.gettempdir()
+    size = ""
+    if need:
+        size = f"; it needs about {need / 1e6:.0f} MB" if need >= 1e6 else f"; it needs about {need / 1e3:.0f} kB"
+    return OSError(f"disk full: {where} (stabilize's scratch folder for the motion, in the temporary "
+                   f"folder {tempfile.gettempdir()}{size}): set TMPDIR to a folder on a disk with room")
 
 
 def _recorded_motion(record, config, motion_path: str = "the motion file") -> pipeline.Motion:
