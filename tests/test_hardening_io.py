@@ -193,6 +193,29 @@ def test_a_full_disk_is_named_and_keeps_the_previous_result(tmp_path, clip, monk
     assert not _partials(tmp_path)
 
 
+def test_a_full_disk_under_a_frame_folder_is_named_in_our_words(tmp_path, clip, monkeypatch, capfd):
+    """Issue 44: a frame-folder output on a full disk printed libpng's 'Write Error' and
+    'error: cannot write .../.out.partial-XXXX/frame_000012.png' (the hidden temporary); now
+    one line naming the output folder. Simulated: the 6th frame's write fails with ENOSPC (a
+    real 200 KiB tmpfs gives the same line)."""
+    src = _video(tmp_path, clip)
+    out = tmp_path / "frames"
+    real_write = video_io._write_file
+    written = []
+
+    def write(path, data):
+        if len(written) == 5:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        written.append(path)
+        real_write(path, data)
+
+    monkeypatch.setattr(video_io, "_write_file", write)
+    assert stabilize.main([str(src), "-o", str(out)] + FAST) == 2
+    err = capfd.readouterr().err
+    assert _one_error_line(err) == f"error: disk full: {out}" and len(err.strip().splitlines()) == 1, err
+    assert not out.exists() and not _partials(tmp_path)
+
+
 def test_a_full_temporary_folder_is_named_with_tmpdir(tmp_path, clip, monkeypatch, capsys):
     """Issue 44: a full TMPDIR (stabilize's scratch memmaps) gave 'error: disk full' with no path
     while the output's disk had room; now the scratch folder, the temporary folder and TMPDIR

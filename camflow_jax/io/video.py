@@ -584,8 +584,13 @@ class FrameSink:
         else:
             os.makedirs(self.path, exist_ok=True)
             name = os.path.join(self.path, f"frame_{self.count:06d}.png")
-            if not cv2.imwrite(name, cv2.cvtColor(frame, cv2.COLOR_RGB2BGR)):
-                raise ValueError(f"cannot write {name}")
+            # Encoded in memory and written by Python: a full disk is an OSError (ENOSPC) that
+            # the atomic writer names by the output folder, where cv2.imwrite printed libpng's
+            # "Write Error" and failed naming the hidden temporary file.
+            ok, png = cv2.imencode(".png", cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
+            if not ok:
+                raise ValueError(f"cannot encode frame {self.count} as PNG")
+            _write_file(name, png.tobytes())
         self.count += 1
 
     def _frame_pts(self, i: int) -> int:
@@ -660,6 +665,12 @@ class FrameSink:
             except _error_types():
                 pass
         return False
+
+
+def _write_file(path: str, data: bytes) -> None:
+    """Writes ``data`` to a new file ``path`` (OS errors raised as they are)."""
+    with open(path, "wb") as f:
+        f.write(data)
 
 
 def write_frames(path: str, frames, fps: float = 30.0, overwrite: bool = False) -> int:
