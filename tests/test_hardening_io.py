@@ -461,6 +461,58 @@ def test_variable_frame_rate_keeps_the_duration(tmp_path, capsys):
     assert cv2.VideoCapture(str(tmp_path / "c.avi")).get(cv2.CAP_PROP_FPS) == 10
 
 
+def _mp4(path, frames, faststart=True):
+    """H.264 in MP4 without decoder delay (zerolatency: packet k decodes to frame k), the index
+    first (faststart) or last; returns each packet's byte offset."""
+    import av
+
+    with av.open(str(path), "w", options={"movflags": "faststart"} if faststart else {}) as out:
+        s = out.add_stream("libx264", rate=25, options={"tune": "zerolatency"})
+        s.width, s.height, s.pix_fmt = frames[0].shape[1], frames[0].shape[0], "yuv420p"
+        for f in frames:
+            for p in s.encode(av.VideoFrame.from_ndarray(f, format="rgb24")):
+                out.mux(p)
+        for p in s.encode(None):
+            out.mux(p)
+    with av.open(str(path)) as c:
+        return [p.pos for p in c.demux(c.streams.video[0]) if p.size]
+
+
+def test_a_truncated_mp4_is_named_as_truncated(tmp_path, clip, capsys):
+    """Issue 44: a truncated mp4 was reported as 'needs at least 2 frames', as '52 frames but
+    only 49 decode' when its index says 100, or as an 'unknown format or corrupt file'; now the
+    file is named as truncated, with its index's count and the frames that decode."""
+    frames = (list(clip.frames) * 4)[:40]
+    full = tmp_path / "full.mp4"
+    pos = _mp4(full, frames)
+    data = full.read_bytes()
+
+    def cut(name, size, source=data):
+        (tmp_path / name).write_bytes(source[:size])
+        rc = stabilize.main([str(tmp_path / name), "-o", str(tmp_path / (name + ".avi"))] + FAST)
+        return rc, capsys.readouterr().err
+
+    rc, err = cut("half.mp4", pos[20])  # 20 whole packets: 20 frames decode (zerolatency)
+    lines = err.strip().splitlines()
+    assert rc == 0 and lines == [f"warning: {tmp_path / 'half.mp4'} is truncated or damaged: its index lists 40 "
+                                 "frames, the file holds 20 and 20 decode: the clip ends at frame 19"], err
+    assert len(list(video_io.FrameSource(str(tmp_path / "half.mp4.avi")))) == 20
+    rc, err = cut("one.mp4", pos[1])
+    assert rc == 2 and _one_error_line(err) == (f"error: {tmp_path / 'one.mp4'} is truncated or damaged: its index "
+                                                "lists 40 frames, the file holds 1 and 1 decode: stabilization "
+                                                "needs at least 2 frames"), err
+    rc, err = cut("index.mp4", pos[0] // 2)  # inside the index (faststart: before the data)
+    assert rc == 2 and _one_error_line(err) == (f"error: {tmp_path / 'index.mp4'} is truncated: the file ends "
+                                                f"inside its 'moov' box ({pos[0] // 2} bytes): it was cut short, as "
+                                                "when a recording or a copy is interrupted; no frame can be read"), err
+    late = tmp_path / "late.mp4"
+    pos = _mp4(late, frames, faststart=False)  # the index last: cut in the data, it is lost
+    rc, err = cut("noindex.mp4", pos[30], late.read_bytes())
+    assert rc == 2 and "noindex.mp4 is truncated: the file ends inside its 'mdat' box" in _one_error_line(err), err
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".avi") and n != "half.mp4.avi"]
+    assert video_io.FrameSource(str(full)).damage(40) is None  # an intact file: nothing to say
+
+
 def test_an_output_extension_we_cannot_write_is_refused(tmp_path, clip, capsys):
     """Bad: -o out.webm silently wrote a folder of PNGs named out.webm."""
     src = _video(tmp_path, clip)

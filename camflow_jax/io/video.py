@@ -11,7 +11,9 @@ frame count (the container's own count is often a guess) and their presentation 
 * **damaged frames**: a frame that does not decode is an error naming the frame when a later
   frame decodes (the video is damaged in the middle; a silently shortened clip would pass as a
   result). Damaged frames at the very end cannot be told from the end of the stream; the CLI
-  warns when fewer frames decode than the container holds. In frame folders, an image that
+  warns when fewer frames decode than the container holds, and names an MP4/MOV whose index
+  lists more frames than the file holds, or that ends inside a box, as truncated
+  (:meth:`FrameSource.damage`). In frame folders, an image that
   does not decode (or is truncated, see :func:`camflow_jax.data.images.read_rgb`) is an error
   naming its frame index.
 * **frame size changes**: every decoded frame is checked against the first; a change is an
@@ -157,6 +159,9 @@ class FrameSource:
     #: Set when a display matrix turns the frames (module doc); they are read upright.
     rotation_note: str | None = None
     _orient: tuple | None = None
+    #: The frame count an MP4/MOV file's index lists (None for other containers, folders).
+    index_count: int | None = None
+    count_hint: int | None = None
 
     def __init__(self, path: str, default_fps: float = 30.0):
         self.path = str(path)
@@ -177,7 +182,8 @@ class FrameSource:
             self._scan(default_fps)
         first = next(iter(self), None)
         if first is None:
-            raise ValueError(f"no frame of {self.path} could be decoded")
+            raise ValueError(f"no frame of {self.path} could be decoded"
+                             + (f" ({self.damage(0)})" if self.damage(0) else ""))
         self.height, self.width = first.shape[:2]
         if self._orient is not None:
             self.rotation_note = _orientation_note(self._orient, self.path, self.width,
@@ -188,6 +194,9 @@ class FrameSource:
         try:
             container = av.open(self.path)
         except _error_types() as e:
+            why = _mp4_truncation(self.path)
+            if why:
+                raise ValueError(f"{self.path} is truncated: {why}; no frame can be read") from None
             raise ValueError(f"cannot open {self.path} as a video (unknown format or corrupt "
                              f"file: {e})") from None
         if not container.streams.video:
@@ -217,6 +226,10 @@ class FrameSource:
             except _error_types():
                 pass  # a damaged tail: decoding tells more, and the count is a hint only
             self.count_hint = count or None
+            # The frame count an MP4/MOV index (its sample table) lists: more than the packets
+            # the file holds means the file was cut short. Other containers' counts are guesses.
+            if c.format.name.startswith("mov") and stream.frames:
+                self.index_count = int(stream.frames)
             if stream.time_base and count and all(p is not None for p in stamps):
                 self.time_base = Fraction(stream.time_base)
                 self.pts = sorted(int(p) for p in stamps)
@@ -241,6 +254,19 @@ class FrameSource:
                 f"written at the mean rate {self.fps:.3f} fps so the output keeps the input's "
                 f"duration ({duration:.2f} s); the timing inside the clip is evened out (an "
                 ".mp4/.mov/.mkv output keeps the timestamps)")
+
+    def damage(self, decoded: int) -> str | None:
+        """How the video is damaged when only ``decoded`` of its frames decoded, in words naming
+        the file (None when nothing is missing): cut short (its MP4/MOV index lists more frames
+        than the file holds), or frames at the end that do not decode."""
+        held = self.count_hint or 0
+        if self.index_count and self.index_count > held:
+            return (f"{self.path} is truncated or damaged: its index lists {self.index_count} frames, "
+                    f"the file holds {held} and {decoded} decode")
+        if held and decoded < held:
+            return (f"{self.path}: the container holds {held} frames but only {decoded} decode (the end "
+                    "of the video may be damaged)")
+        return None
 
     def override_fps(self, fps: float) -> None:
         """The user's frame rate: the output is written at this constant rate."""
@@ -311,6 +337,44 @@ class FrameSource:
                     index += 1
                     yield _upright(fr.to_ndarray(format="rgb24"), self._orient)
             self.decoded_count = index
+
+
+def _mp4_truncation(path: str) -> str | None:
+    """Why an MP4/MOV file (an ``ftyp`` box first) that FFmpeg cannot open is truncated, or
+    None: a top-level box runs past the end of the file, or there is no ``moov`` box (the
+    index, written last by most recorders)."""
+    import struct
+
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            pos, boxes, cut = 0, [], None
+            while pos + 8 <= size and len(boxes) < 256:
+                f.seek(pos)
+                head = f.read(16)
+                length, kind = struct.unpack(">I4s", head[:8])
+                if length == 1 and len(head) == 16:
+                    length = struct.unpack(">Q", head[8:16])[0]
+                elif length == 0:  # "to the end of the file"
+                    length = size - pos
+                boxes.append(kind)
+                if length < 8:
+                    return None  # not a box structure we know
+                if pos + length > size:
+                    cut = kind.decode("latin-1")
+                    break
+                pos += length
+    except OSError:
+        return None
+    if not boxes or boxes[0] != b"ftyp":
+        return None
+    if cut is not None:
+        return (f"the file ends inside its '{cut}' box ({size} bytes): it was cut short, as when a "
+                "recording or a copy is interrupted")
+    if b"moov" not in boxes:
+        return ("it holds no index (the MP4/MOV 'moov' box, written last): it was cut short, as "
+                "when a recording or a copy is interrupted")
+    return None
 
 
 def _display_matrix(frame, stream) -> np.ndarray | None:

@@ -214,6 +214,12 @@ def _timestamps(source, n: int) -> np.ndarray:
     return np.arange(n) / float(source.fps)
 
 
+def _damage(source, decoded: int) -> str | None:
+    """:meth:`FrameSource.damage` (videos; None for other sources)."""
+    damage = getattr(source, "damage", None)
+    return damage(decoded) if damage is not None else None
+
+
 def _audio_from(source) -> str | None:
     return source.path if getattr(source, "audio", None) is not None else None
 
@@ -277,9 +283,22 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
         if estimator is None:
             raise ValueError(f"{motion_path} holds no per-pair motion: an estimator is needed")
         name = getattr(estimator, "name", "estimator")
-        motion = pipeline.estimate_motion(source, estimator, config, source.fps,
-                                          bar(f"motion ({name})", source.count_hint),
-                                          spill_dir=scratch)
+        seen = [0]
+
+        def frames():  # counted: a video cut short is told as such, not as "needs 2 frames"
+            for frame in source:
+                seen[0] += 1
+                yield frame
+
+        try:
+            motion = pipeline.estimate_motion(frames(), estimator, config, source.fps,
+                                              bar(f"motion ({name})", source.count_hint),
+                                              spill_dir=scratch)
+        except ValueError:
+            damage = _damage(source, seen[0])
+            if seen[0] < 2 and damage:
+                raise ValueError(f"{damage}: stabilization needs at least 2 frames") from None
+            raise
         if record is not None and record.num_frames != motion.num_frames:
             raise ValueError(f"{motion_path} has a path for {record.num_frames} frames but the "
                              f"input has {motion.num_frames}")
@@ -293,9 +312,9 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
     if failures:
         warnings.append(failure_note(motion.estimator, motion.stats, config.max_fill_gap))
     decoded = getattr(source, "decoded_count", None)
-    if source.count_hint and decoded is not None and decoded < source.count_hint:
-        warnings.append(f"the container holds {source.count_hint} frames but only {decoded} "
-                        "decode (the end of the video may be damaged)")
+    damage = None if decoded is None else _damage(source, decoded)
+    if damage:
+        warnings.append(f"{damage}: the clip ends at frame {decoded - 1}")
     keeps_time = video_io.keeps_timestamps(output_path)
     if getattr(source, "timing_note", None) and not keeps_time:
         warnings.append(source.timing_note)
