@@ -461,6 +461,24 @@ def test_stabilize_corrupt_middle_frame_is_an_error(tmp_path, clip, capsys):
     assert "frame 5 of" in capsys.readouterr().err
 
 
+def test_hidden_files_in_frame_folders_are_ignored(tmp_path, clip, capsys):
+    """Issue 44: a hidden file (macOS's ._f00.png, .DS_Store) sorted first and was read as frame
+    0, so the size error blamed it; frame and depth folders ignore names starting with a dot."""
+    from camflow_jax.data.depth import depth_files
+
+    folder = _frames(tmp_path, clip)
+    cv2.imwrite(str(folder / "._f00.png"), np.zeros((10, 10, 3), np.uint8))
+    (folder / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
+    assert video_io.FrameSource(str(folder)).count_hint == 12
+    assert stabilize.main([str(folder), "-o", str(tmp_path / "o")] + FAST) == 0
+    assert capsys.readouterr().err == "" and len(os.listdir(tmp_path / "o")) == 12
+    depth = tmp_path / "depth"
+    depth.mkdir()
+    for name in ("d0.npy", "d1.npy", "._d0.npy"):
+        np.save(depth / name, np.ones((4, 4), np.float32))
+    assert [os.path.basename(f) for f in depth_files(str(depth))] == ["d0.npy", "d1.npy"]
+
+
 def test_stabilize_estimator_failing_everywhere_is_an_error(tmp_path, capsys):
     """Bad: an estimator failing on every frame reported success (the input, 'stability nan')."""
     flat = np.full((8, 64, 96, 3), 128, np.uint8) + np.arange(8, dtype=np.uint8)[:, None, None, None]

@@ -1,7 +1,8 @@
 """Streaming video / frame-folder input and output (PyAV, i.e. FFmpeg), RGB uint8 frames ``[H, W, 3]``.
 
 A *source* is either a video file (anything FFmpeg demuxes and decodes) or a folder of images
-(png, jpg, jpeg, bmp, tif, tiff; sorted in natural order, so ``f2.png`` < ``f10.png``). Frames
+(png, jpg, jpeg, bmp, tif, tiff; sorted in natural order, so ``f2.png`` < ``f10.png``; hidden
+files, whose names start with a dot such as macOS's ``._f0.png``, are ignored). Frames
 are read lazily and can be read any number of times, so a clip never has to fit in memory.
 
 Opening a video walks its video packets without decoding them (cheap): their number is the
@@ -170,8 +171,11 @@ class FrameSource:
         self.is_folder = os.path.isdir(self.path)
         self._files: list[str] = []
         if self.is_folder:
+            # Hidden files are not frames: macOS's ._NAME (AppleDouble) and .DS_Store, editors'
+            # and our own .partial temporaries; ._frame_000000.png sorted first and was read as
+            # frame 0 (with a size error blaming it).
             names = [n for n in os.listdir(self.path)
-                     if os.path.splitext(n)[1].lower() in IMAGE_EXTENSIONS]
+                     if os.path.splitext(n)[1].lower() in IMAGE_EXTENSIONS and not n.startswith(".")]
             if not names:
                 raise ValueError(f"input folder {self.path} holds no images "
                                  f"(looked for {', '.join(IMAGE_EXTENSIONS)})")
