@@ -313,6 +313,79 @@ def test_an_interrupted_cli_ends_at_once_with_its_status_and_output(tmp_path, co
     assert (proc.stdout, proc.stderr) == ("out-unflushed", "err-unflushed")
 
 
+def test_the_interrupt_line_says_whether_the_outputs_were_complete(tmp_path, monkeypatch, capsys):
+    """Issue 44: SIGTERM after the outputs were moved in said 'nothing was written or replaced'
+    (rc 143), or, in the last half second, killed the process with no word; the line now names
+    what was written in full and what was not."""
+    def write(*names, interrupt_at=None):
+        def body():
+            with atomic.AtomicOutputs(overwrite=True) as outs:
+                for n in names:
+                    Path(outs.file(tmp_path / n)).write_text(n)
+            raise harness.Interrupted(signal.SIGTERM)  # e.g. while printing the summary
+        return body
+
+    assert harness.run_cli(write("a.txt", "b.txt")) == 143
+    line = _one_error_line(capsys.readouterr().err)
+    assert line == (f"error: interrupted by SIGTERM: {tmp_path / 'a.txt'}, {tmp_path / 'b.txt'} written in "
+                    "full (the outputs are complete)")
+    real = os.replace
+
+    def replace(src, dst):  # the signal while the second output is moved in
+        if str(dst).endswith("d.txt"):
+            raise harness.Interrupted(signal.SIGTERM)
+        real(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    assert harness.run_cli(write("c.txt", "d.txt")) == 143
+    line = _one_error_line(capsys.readouterr().err)
+    assert line == (f"error: interrupted by SIGTERM: {tmp_path / 'c.txt'} written in full; not written: "
+                    f"{tmp_path / 'd.txt'} (partial outputs removed; any previous version kept)")
+    assert not (tmp_path / "d.txt").exists() and not _partials(tmp_path)
+    monkeypatch.setattr(atomic.os, "replace", real)
+
+    def nothing():
+        raise harness.Interrupted(signal.SIGINT)
+
+    assert harness.run_cli(nothing) == 130
+    line = _one_error_line(capsys.readouterr().err)
+    assert line == "error: interrupted by SIGINT: nothing was written or replaced (partial outputs removed)"
+
+
+_LATE_SCRIPT = """
+import atexit, os, signal, sys, time
+from pathlib import Path
+from camflow_jax.cli import harness
+from camflow_jax.io import atomic
+
+def body():
+    if sys.argv[1] == "write":
+        with atomic.AtomicOutputs() as outs:
+            Path(outs.file("out.txt")).write_text("done")
+    print("finished")
+    return 0
+
+atexit.register(lambda: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(20)))  # as the process ends
+harness.exit_process(harness.run_cli(body))
+"""
+
+
+@pytest.mark.parametrize("mode", ["write", "none"])
+def test_a_signal_as_the_process_ends_prints_the_line(tmp_path, mode):
+    """Issue 44: SIGTERM in the last half second of stabilize (Python's teardown) ended with
+    rc 143 and no message although the output was written; now the one line, which says the
+    outputs are complete, and 143 at once (the 20 s sleep is not waited for)."""
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", _LATE_SCRIPT, mode], cwd=tmp_path, env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 143 and time.monotonic() - t0 < 15, proc
+    assert proc.stdout == "finished\n"
+    expect = ("out.txt written in full (the outputs are complete)" if mode == "write"
+              else "the run had finished; nothing was lost")
+    assert proc.stderr == f"error: interrupted by SIGTERM as the process was ending: {expect}\n", proc.stderr
+    assert (tmp_path / "out.txt").exists() == (mode == "write")
+
+
 @pytest.mark.slow
 def test_a_signal_during_the_refinements_compilation_exits_cleanly(tmp_path):
     """SIGINT / SIGTERM while the refined camflow compiles (caches off, so every program is
