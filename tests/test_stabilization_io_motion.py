@@ -65,6 +65,8 @@ def _video_with_audio(path, frames, pts_ms, audio_codec="aac", audio_rate=16000)
         chunk = sound[k:k + n][None]
         if fmt.startswith("s16"):
             chunk = (chunk * 32767).astype(np.int16)
+        elif fmt.startswith("s32"):  # e.g. pcm_s24le: 24-bit samples in 32-bit words
+            chunk = (chunk * (2**31 - 256)).astype(np.int32)
         fr = av.AudioFrame.from_ndarray(chunk, format=fmt, layout="mono")
         fr.sample_rate, fr.pts = audio_rate, k
         for pk in a.encode(fr):
@@ -130,6 +132,30 @@ def test_audio_the_container_cannot_hold_is_transcoded_to_aac(tmp_path, clip, ca
     with av.open(str(tmp_path / "o.avi")) as c:
         got = sum(f.samples for f in c.decode(audio=0)) / 48000
     assert got == pytest.approx(src_len, abs=1 / 25)  # same duration within a frame
+
+
+def test_pcm_audio_into_mp4_is_transcoded_to_aac(tmp_path, clip, capsys):
+    """Issue 44: 24-bit 96 kHz PCM was copied into .mp4, where FFmpeg 5.1 decodes it as noise;
+    it is transcoded to AAC with a warning (the sine stays a sine), and kept as PCM in .mov."""
+    src = tmp_path / "in.mov"
+    _video_with_audio(src, clip.frames[:8], [40 * i for i in range(8)], "pcm_s24le", 96000)
+    assert _streams(src)["audio"]["codec"] == "pcm_s24le"
+    assert stabilize.main([str(src), "-o", str(tmp_path / "o.mp4"), "--estimator=identity"] + FAST) == 0
+    err = capsys.readouterr().err.strip()
+    assert err == ("warning: the input's pcm_s24le audio (96000 Hz) was transcoded to AAC: PCM in .mp4 is "
+                   "decoded as noise by common players (FFmpeg 5.1 among them); a .mov or .mkv output keeps "
+                   "it as it is"), err
+    assert json.loads((tmp_path / "o.json").read_text())["audio"].startswith("transcoded to aac")
+    with av.open(str(tmp_path / "o.mp4")) as c:
+        assert c.streams.audio[0].codec_context.name == "aac"
+        rate = c.streams.audio[0].codec_context.sample_rate
+        sound = np.concatenate([f.to_ndarray()[0] for f in c.decode(audio=0)])
+    assert rate == 96000 and len(sound) / rate == pytest.approx(8 * 0.04, abs=0.03)
+    spectrum = np.abs(np.fft.rfft(sound[2048:]))  # past the encoder's priming
+    peak = np.fft.rfftfreq(len(sound) - 2048, 1 / rate)[np.argmax(spectrum)]
+    assert abs(peak - 440) < 20 and np.max(np.abs(sound)) == pytest.approx(0.3, abs=0.05)
+    assert stabilize.main([str(src), "-o", str(tmp_path / "k.mov"), "--estimator=identity"] + FAST) == 0
+    assert capsys.readouterr().err == "" and _streams(tmp_path / "k.mov")["audio"]["codec"] == "pcm_s24le"
 
 
 def test_variable_frame_rate_keeps_its_timestamps(tmp_path, clip):

@@ -45,7 +45,8 @@ extension (``.webm``, ``.png``...) is refused (:func:`output_kind`).
 * ``.avi``: Motion-JPEG at a constant rate (AVI has no per-frame timestamps).
 * **audio**: with ``audio_from``, the first audio stream of that file is copied packet by
   packet (no re-encoding, same timestamps); when the output container cannot hold its codec it
-  is transcoded to AAC, and :attr:`FrameSink.notes` says so. Frame folders hold no audio.
+  is transcoded to AAC, and :attr:`FrameSink.notes` says so. So is PCM audio into ``.mp4`` /
+  ``.m4v`` (:data:`PCM_UNSAFE`: players decode it as noise). Frame folders hold no audio.
 
 Every written video is checked after closing: its packets are counted (demuxed, not decoded),
 so a full disk that left a truncated file is an error, not a short result.
@@ -77,6 +78,12 @@ TIMESTAMPED = (".mp4", ".m4v", ".mov", ".mkv")
 
 #: libx264's constant rate factor (18: visually near lossless; FFmpeg's default is 23).
 H264_CRF = 18
+
+#: Outputs whose PCM audio is transcoded to AAC: MP4 can hold PCM (ISO/IEC 23003-5, 'ipcm'),
+#: but players and FFmpeg before 6 (5.1 measured) decode it as noise.
+PCM_UNSAFE = (".mp4", ".m4v")
+#: Sample rates the AAC encoder takes (another input rate is resampled to the next one up).
+AAC_RATES = (7350, 8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000, 64000, 88200, 96000)
 
 #: Frame intervals are "variable" when the longest exceeds the shortest by this factor.
 VFR_SPREAD = 1.5
@@ -588,17 +595,26 @@ class FrameSink:
         a_in = src.streams.audio[0]
         name = a_in.codec_context.name
         self._audio_in = src
-        if name in self._out.supported_codecs:
+        pcm_in_mp4 = name.startswith("pcm_") and self.ext in PCM_UNSAFE
+        if name in self._out.supported_codecs and not pcm_in_mp4:
             self._audio = self._out.add_stream_from_template(a_in)
             self.audio_mode = "copied"
         else:
-            self._audio = self._out.add_stream("aac", rate=a_in.codec_context.sample_rate,
-                                               layout=a_in.codec_context.layout.name)
+            rate = a_in.codec_context.sample_rate
+            if rate not in AAC_RATES:
+                rate = min((r for r in AAC_RATES if r >= rate), default=max(AAC_RATES))
+            self._audio = self._out.add_stream("aac", rate=rate, layout=a_in.codec_context.layout.name)
             self._resampler = av.AudioResampler(format="fltp", layout=a_in.codec_context.layout.name,
-                                                rate=a_in.codec_context.sample_rate)
+                                                rate=rate)
             self.audio_mode = "transcoded to aac"
-            self.notes.append(f"the {self.ext} container cannot hold the input's {name} audio: "
-                              "it was transcoded to AAC")
+            if pcm_in_mp4:
+                self.notes.append(
+                    f"the input's {name} audio ({a_in.codec_context.sample_rate} Hz) was transcoded to AAC: "
+                    f"PCM in {self.ext} is decoded as noise by common players (FFmpeg 5.1 among them); "
+                    "a .mov or .mkv output keeps it as it is")
+            else:
+                self.notes.append(f"the {self.ext} container cannot hold the input's {name} audio: "
+                                  "it was transcoded to AAC")
         self._audio_packets = self._audio_source_packets(src, a_in)
         self._pending = None
 
