@@ -187,6 +187,9 @@ def _run(args) -> int:
     paths = runner.report_paths(args.output, args.report)
     wanted = [paths["json"]] + ([] if args.no_plots else [paths["path_plot"],
                                                           paths["tracks_plot"]])
+    named = "--report " + args.report if args.report else "-o " + args.output
+    runner.check_distinct(args.output, paths, args.export_motion, not args.no_plots,
+                          names=("-o", f"named after {named}", "--export-motion"))
     runner.check_outputs(args.input, args.output, wanted + [args.export_motion],
                          args.overwrite, inputs=[args.path, args.depth, args.checkpoint,
                                                  args.estimator.partition(":")[2] or None])

@@ -185,6 +185,44 @@ def test_import_refuses_a_nan_basis(tmp_path, tiny_model, monkeypatch):
     assert not (tmp_path / "ck").exists() and _no_partials(tmp_path)
 
 
+def test_import_refuses_a_size_the_network_cannot_take(tmp_path, tiny_model, monkeypatch, capsys):
+    """Issue 44: --size 10,20 wrote a checkpoint that estimate then refused ('network size 10x20
+    must be a multiple of 64'); the importer refuses it, in one line, and writes nothing."""
+    import importlib.util
+
+    from camflow_jax.models import build_model, importing, official
+
+    cfg, variables = tiny_model
+    sizes = []
+
+    def load(path, size=None):
+        sizes.append(size)
+        return build_model(cfg), variables, np.full((24,) + tuple(size or (64, 128)) + (2,), 0.5, np.float32)
+
+    monkeypatch.setattr(official, "load_released", load)
+    src = tmp_path / "released.npz"
+    src.write_bytes(b"stand-in")
+    spec = importlib.util.spec_from_file_location("import_tool", REPO / "tools" / "import_official_checkpoint.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.main([str(src), "-o", str(tmp_path / "ck"), "--size", "10,20"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    line = err.strip()
+    assert line == ("error: the basis is 10x20 (H x W), but the network's sides must be multiples of "
+                    f"{build_model(cfg).size_multiple}: estimate would refuse the checkpoint. Pass the size the "
+                    "weights were trained at (--size H,W; the release: 320,576)"), line
+    assert sizes == [(10, 20)] and not (tmp_path / "ck").exists() and _no_partials(tmp_path)
+    with pytest.raises(SystemExit):  # not H,W: argparse names the flag
+        tool.main([str(src), "-o", str(tmp_path / "ck"), "--size", "10"])
+    assert "argument --size: must be H,W" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="multiples of 64"):
+        importing.check_size((320, 570), 64)
+    importing.check_size((320, 576), 64)
+    assert tool.main([str(src), "-o", str(tmp_path / "ck")]) == 0  # 64x128: fits
+    assert (tmp_path / "ck" / "model.json").exists()
+
+
 def test_huge_depth_keeps_the_depth_bases():
     """Poor: depth 1e38 underflowed the depth bases to zero silently; now scale-free."""
     rng = np.random.default_rng(0)
@@ -378,6 +416,27 @@ def test_empty_paths_are_refused_naming_the_flag(tmp_path, monkeypatch, tool, ar
     assert os.listdir(tmp_path) == []
 
 
+def test_stabilize_outputs_that_are_one_file_are_refused_up_front(tmp_path, clip, monkeypatch, capsys):
+    """Issue 44: ``-o X.mp4 --export-motion X.json`` (the default report is X.json) failed only
+    after the whole run, with an 'another run' message; now before any work, naming both flags."""
+    from camflow_jax.stabilization import runner
+
+    monkeypatch.chdir(tmp_path)
+    src = _video(tmp_path, clip)
+    monkeypatch.setattr(runner, "stabilize_video", lambda *a, **k: pytest.fail("the run started"))
+    cases = [(["-o", "X.mp4", "--export-motion", "X.json"],
+              "error: --export-motion and the report (named after -o X.mp4) are the same file (X.json)"),
+             (["-o", "X.mp4", "--report", "r", "--export-motion", "./r.json"],
+              "error: --export-motion and the report (named after --report r) are the same file (./r.json)")]
+    for argv, expect in cases:
+        assert stabilize.main([str(src)] + argv + FAST) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(expect) and len(err.strip().splitlines()) == 1, err
+    assert sorted(os.listdir(tmp_path)) == ["in.avi"]
+    with pytest.raises(ValueError, match="export_motion and the report"):  # the library call too
+        runner.check_distinct("o.mp4", runner.report_paths("o.mp4"), "o.json")
+
+
 def _corrupt_frame(path: Path, index: int) -> None:
     """Scrambles the JPEG data of one frame of an MJPG AVI (headers kept)."""
     data = bytearray(path.read_bytes())
@@ -400,6 +459,24 @@ def test_stabilize_corrupt_middle_frame_is_an_error(tmp_path, clip, capsys):
     (folder / "f05.png").write_bytes(b"not a png")
     assert stabilize.main([str(folder), "-o", str(tmp_path / "o.avi")] + FAST) == 2
     assert "frame 5 of" in capsys.readouterr().err
+
+
+def test_hidden_files_in_frame_folders_are_ignored(tmp_path, clip, capsys):
+    """Issue 44: a hidden file (macOS's ._f00.png, .DS_Store) sorted first and was read as frame
+    0, so the size error blamed it; frame and depth folders ignore names starting with a dot."""
+    from camflow_jax.data.depth import depth_files
+
+    folder = _frames(tmp_path, clip)
+    cv2.imwrite(str(folder / "._f00.png"), np.zeros((10, 10, 3), np.uint8))
+    (folder / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
+    assert video_io.FrameSource(str(folder)).count_hint == 12
+    assert stabilize.main([str(folder), "-o", str(tmp_path / "o")] + FAST) == 0
+    assert capsys.readouterr().err == "" and len(os.listdir(tmp_path / "o")) == 12
+    depth = tmp_path / "depth"
+    depth.mkdir()
+    for name in ("d0.npy", "d1.npy", "._d0.npy"):
+        np.save(depth / name, np.ones((4, 4), np.float32))
+    assert [os.path.basename(f) for f in depth_files(str(depth))] == ["d0.npy", "d1.npy"]
 
 
 def test_stabilize_estimator_failing_everywhere_is_an_error(tmp_path, capsys):

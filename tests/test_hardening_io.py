@@ -193,6 +193,63 @@ def test_a_full_disk_is_named_and_keeps_the_previous_result(tmp_path, clip, monk
     assert not _partials(tmp_path)
 
 
+def test_a_full_disk_under_a_frame_folder_is_named_in_our_words(tmp_path, clip, monkeypatch, capfd):
+    """Issue 44: a frame-folder output on a full disk printed libpng's 'Write Error' and
+    'error: cannot write .../.out.partial-XXXX/frame_000012.png' (the hidden temporary); now
+    one line naming the output folder. Simulated: the 6th frame's write fails with ENOSPC (a
+    real 200 KiB tmpfs gives the same line)."""
+    src = _video(tmp_path, clip)
+    out = tmp_path / "frames"
+    real_write = video_io._write_file
+    written = []
+
+    def write(path, data):
+        if len(written) == 5:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        written.append(path)
+        real_write(path, data)
+
+    monkeypatch.setattr(video_io, "_write_file", write)
+    assert stabilize.main([str(src), "-o", str(out)] + FAST) == 2
+    err = capfd.readouterr().err
+    assert _one_error_line(err) == f"error: disk full: {out}" and len(err.strip().splitlines()) == 1, err
+    assert not out.exists() and not _partials(tmp_path)
+
+
+def test_a_full_temporary_folder_is_named_with_tmpdir(tmp_path, clip, monkeypatch, capsys):
+    """Issue 44: a full TMPDIR (stabilize's scratch memmaps) gave 'error: disk full' with no path
+    while the output's disk had room; now the scratch folder, the temporary folder and TMPDIR
+    are named. Simulated: the reservation of the update fields' memmap, and a write of pass 1
+    that names no file, fail with ENOSPC."""
+    import tempfile
+
+    from camflow_jax.stabilization import pipeline
+
+    src = _video(tmp_path, clip)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "posix_fallocate", full, raising=False)
+    capsys.readouterr()
+    assert stabilize.main([str(src), "-o", str(tmp_path / "s.avi")] + FAST) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line.startswith(f"error: disk full: {tmp}/camflow_stabilize_"), line
+    # 12 frames x a 12x16 working grid x 2 fields (flows, updates) x 2 float32 = 36864 bytes
+    assert line.endswith(f"(stabilize's scratch folder for the motion, in the temporary folder {tmp}; "
+                         "it needs about 37 kB): set TMPDIR to a folder on a disk with room"), line
+    monkeypatch.undo()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setattr(pipeline, "estimate_motion", full)  # a write that names no file
+    assert stabilize.main([str(src), "-o", str(tmp_path / "s.avi")] + FAST) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line.startswith(f"error: disk full: {tmp}/camflow_stabilize_") and "TMPDIR" in line, line
+    assert os.listdir(tmp) == [] and not (tmp_path / "s.avi").exists() and not _partials(tmp_path)
+
+
 # ----------------------------------------------------------------------------- 2. signals
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_stabilize_stops_cleanly_on_signals(tmp_path, sig, code):
@@ -254,6 +311,79 @@ def test_an_interrupted_cli_ends_at_once_with_its_status_and_output(tmp_path, co
     assert proc.returncode == code
     assert time.monotonic() - t0 < 30  # the sleeping thread's 60 s were not waited for
     assert (proc.stdout, proc.stderr) == ("out-unflushed", "err-unflushed")
+
+
+def test_the_interrupt_line_says_whether_the_outputs_were_complete(tmp_path, monkeypatch, capsys):
+    """Issue 44: SIGTERM after the outputs were moved in said 'nothing was written or replaced'
+    (rc 143), or, in the last half second, killed the process with no word; the line now names
+    what was written in full and what was not."""
+    def write(*names, interrupt_at=None):
+        def body():
+            with atomic.AtomicOutputs(overwrite=True) as outs:
+                for n in names:
+                    Path(outs.file(tmp_path / n)).write_text(n)
+            raise harness.Interrupted(signal.SIGTERM)  # e.g. while printing the summary
+        return body
+
+    assert harness.run_cli(write("a.txt", "b.txt")) == 143
+    line = _one_error_line(capsys.readouterr().err)
+    assert line == (f"error: interrupted by SIGTERM: {tmp_path / 'a.txt'}, {tmp_path / 'b.txt'} written in "
+                    "full (the outputs are complete)")
+    real = os.replace
+
+    def replace(src, dst):  # the signal while the second output is moved in
+        if str(dst).endswith("d.txt"):
+            raise harness.Interrupted(signal.SIGTERM)
+        real(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    assert harness.run_cli(write("c.txt", "d.txt")) == 143
+    line = _one_error_line(capsys.readouterr().err)
+    assert line == (f"error: interrupted by SIGTERM: {tmp_path / 'c.txt'} written in full; not written: "
+                    f"{tmp_path / 'd.txt'} (partial outputs removed; any previous version kept)")
+    assert not (tmp_path / "d.txt").exists() and not _partials(tmp_path)
+    monkeypatch.setattr(atomic.os, "replace", real)
+
+    def nothing():
+        raise harness.Interrupted(signal.SIGINT)
+
+    assert harness.run_cli(nothing) == 130
+    line = _one_error_line(capsys.readouterr().err)
+    assert line == "error: interrupted by SIGINT: nothing was written or replaced (partial outputs removed)"
+
+
+_LATE_SCRIPT = """
+import atexit, os, signal, sys, time
+from pathlib import Path
+from camflow_jax.cli import harness
+from camflow_jax.io import atomic
+
+def body():
+    if sys.argv[1] == "write":
+        with atomic.AtomicOutputs() as outs:
+            Path(outs.file("out.txt")).write_text("done")
+    print("finished")
+    return 0
+
+atexit.register(lambda: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(20)))  # as the process ends
+harness.exit_process(harness.run_cli(body))
+"""
+
+
+@pytest.mark.parametrize("mode", ["write", "none"])
+def test_a_signal_as_the_process_ends_prints_the_line(tmp_path, mode):
+    """Issue 44: SIGTERM in the last half second of stabilize (Python's teardown) ended with
+    rc 143 and no message although the output was written; now the one line, which says the
+    outputs are complete, and 143 at once (the 20 s sleep is not waited for)."""
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", _LATE_SCRIPT, mode], cwd=tmp_path, env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 143 and time.monotonic() - t0 < 15, proc
+    assert proc.stdout == "finished\n"
+    expect = ("out.txt written in full (the outputs are complete)" if mode == "write"
+              else "the run had finished; nothing was lost")
+    assert proc.stderr == f"error: interrupted by SIGTERM as the process was ending: {expect}\n", proc.stderr
+    assert (tmp_path / "out.txt").exists() == (mode == "write")
 
 
 @pytest.mark.slow
@@ -402,6 +532,58 @@ def test_variable_frame_rate_keeps_the_duration(tmp_path, capsys):
     assert stabilize.main([str(tmp_path / "cfr.avi"), "-o", str(tmp_path / "c.avi")] + FAST) == 0
     assert "warning" not in capsys.readouterr().err
     assert cv2.VideoCapture(str(tmp_path / "c.avi")).get(cv2.CAP_PROP_FPS) == 10
+
+
+def _mp4(path, frames, faststart=True):
+    """H.264 in MP4 without decoder delay (zerolatency: packet k decodes to frame k), the index
+    first (faststart) or last; returns each packet's byte offset."""
+    import av
+
+    with av.open(str(path), "w", options={"movflags": "faststart"} if faststart else {}) as out:
+        s = out.add_stream("libx264", rate=25, options={"tune": "zerolatency"})
+        s.width, s.height, s.pix_fmt = frames[0].shape[1], frames[0].shape[0], "yuv420p"
+        for f in frames:
+            for p in s.encode(av.VideoFrame.from_ndarray(f, format="rgb24")):
+                out.mux(p)
+        for p in s.encode(None):
+            out.mux(p)
+    with av.open(str(path)) as c:
+        return [p.pos for p in c.demux(c.streams.video[0]) if p.size]
+
+
+def test_a_truncated_mp4_is_named_as_truncated(tmp_path, clip, capsys):
+    """Issue 44: a truncated mp4 was reported as 'needs at least 2 frames', as '52 frames but
+    only 49 decode' when its index says 100, or as an 'unknown format or corrupt file'; now the
+    file is named as truncated, with its index's count and the frames that decode."""
+    frames = (list(clip.frames) * 4)[:40]
+    full = tmp_path / "full.mp4"
+    pos = _mp4(full, frames)
+    data = full.read_bytes()
+
+    def cut(name, size, source=data):
+        (tmp_path / name).write_bytes(source[:size])
+        rc = stabilize.main([str(tmp_path / name), "-o", str(tmp_path / (name + ".avi"))] + FAST)
+        return rc, capsys.readouterr().err
+
+    rc, err = cut("half.mp4", pos[20])  # 20 whole packets: 20 frames decode (zerolatency)
+    lines = err.strip().splitlines()
+    assert rc == 0 and lines == [f"warning: {tmp_path / 'half.mp4'} is truncated or damaged: its index lists 40 "
+                                 "frames, the file holds 20 and 20 decode: the clip ends at frame 19"], err
+    assert len(list(video_io.FrameSource(str(tmp_path / "half.mp4.avi")))) == 20
+    rc, err = cut("one.mp4", pos[1])
+    assert rc == 2 and _one_error_line(err) == (f"error: {tmp_path / 'one.mp4'} is truncated or damaged: its index "
+                                                "lists 40 frames, the file holds 1 and 1 decode: stabilization "
+                                                "needs at least 2 frames"), err
+    rc, err = cut("index.mp4", pos[0] // 2)  # inside the index (faststart: before the data)
+    assert rc == 2 and _one_error_line(err) == (f"error: {tmp_path / 'index.mp4'} is truncated: the file ends "
+                                                f"inside its 'moov' box ({pos[0] // 2} bytes): it was cut short, as "
+                                                "when a recording or a copy is interrupted; no frame can be read"), err
+    late = tmp_path / "late.mp4"
+    pos = _mp4(late, frames, faststart=False)  # the index last: cut in the data, it is lost
+    rc, err = cut("noindex.mp4", pos[30], late.read_bytes())
+    assert rc == 2 and "noindex.mp4 is truncated: the file ends inside its 'mdat' box" in _one_error_line(err), err
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".avi") and n != "half.mp4.avi"]
+    assert video_io.FrameSource(str(full)).damage(40) is None  # an intact file: nothing to say
 
 
 def test_an_output_extension_we_cannot_write_is_refused(tmp_path, clip, capsys):

@@ -112,6 +112,29 @@ def test_converter_rejects_missing_and_misshaped_weights(fixture_path):
     assert "mask_net" in wrapped["params"]
 
 
+def test_converter_errors_name_the_state_dict_key(fixture_path):
+    """Issue 44: a bad weight gave numpy's words ('axes don't match array', 'could not convert
+    string to float', an IndexError) or a multi-line list; now one line naming the key, its
+    shape and the release's expected shape."""
+    sd, _ = official.read_state_dict(fixture_path)
+    key = "mask_generator.conv1.0.weight"
+    assert sd[key].shape == (8, 2, 3, 3)
+    cases = [
+        (sd[key][0, 0], f"released weight {key} has shape [3, 3]: it does not fit the model's "
+                        "params/mask_net/conv_0/kernel ([8, 2, 3, 3] expected)"),
+        (sd[key][:-1], f"released weight {key} has shape [7, 2, 3, 3]"),
+        (np.array(["a", "b"]), f"released weight {key} does not hold real numbers (dtype <U1)"),
+        (sd[key].astype(np.complex64), f"released weight {key} does not hold real numbers (dtype complex64)"),
+    ]
+    for value, expect in cases:
+        with pytest.raises(ValueError) as e:
+            official.convert_state_dict(dict(sd, **{key: value}))
+        assert expect in str(e.value) and "\n" not in str(e.value), str(e.value)
+    tokens = r"released weight h_net.query_token has shape \[1151\].*\[1, 12, 96\] expected"
+    with pytest.raises(ValueError, match=tokens):
+        official.convert_state_dict(dict(sd, **{"h_net.query_token": sd["h_net.query_token"].ravel()[:-1]}))
+
+
 def test_unreadable_inputs(tmp_path):
     with pytest.raises(FileNotFoundError):
         official.load_released(tmp_path / "nope.npz")

@@ -65,6 +65,8 @@ def _video_with_audio(path, frames, pts_ms, audio_codec="aac", audio_rate=16000)
         chunk = sound[k:k + n][None]
         if fmt.startswith("s16"):
             chunk = (chunk * 32767).astype(np.int16)
+        elif fmt.startswith("s32"):  # e.g. pcm_s24le: 24-bit samples in 32-bit words
+            chunk = (chunk * (2**31 - 256)).astype(np.int32)
         fr = av.AudioFrame.from_ndarray(chunk, format=fmt, layout="mono")
         fr.sample_rate, fr.pts = audio_rate, k
         for pk in a.encode(fr):
@@ -130,6 +132,30 @@ def test_audio_the_container_cannot_hold_is_transcoded_to_aac(tmp_path, clip, ca
     with av.open(str(tmp_path / "o.avi")) as c:
         got = sum(f.samples for f in c.decode(audio=0)) / 48000
     assert got == pytest.approx(src_len, abs=1 / 25)  # same duration within a frame
+
+
+def test_pcm_audio_into_mp4_is_transcoded_to_aac(tmp_path, clip, capsys):
+    """Issue 44: 24-bit 96 kHz PCM was copied into .mp4, where FFmpeg 5.1 decodes it as noise;
+    it is transcoded to AAC with a warning (the sine stays a sine), and kept as PCM in .mov."""
+    src = tmp_path / "in.mov"
+    _video_with_audio(src, clip.frames[:8], [40 * i for i in range(8)], "pcm_s24le", 96000)
+    assert _streams(src)["audio"]["codec"] == "pcm_s24le"
+    assert stabilize.main([str(src), "-o", str(tmp_path / "o.mp4"), "--estimator=identity"] + FAST) == 0
+    err = capsys.readouterr().err.strip()
+    assert err == ("warning: the input's pcm_s24le audio (96000 Hz) was transcoded to AAC: PCM in .mp4 is "
+                   "decoded as noise by common players (FFmpeg 5.1 among them); a .mov or .mkv output keeps "
+                   "it as it is"), err
+    assert json.loads((tmp_path / "o.json").read_text())["audio"].startswith("transcoded to aac")
+    with av.open(str(tmp_path / "o.mp4")) as c:
+        assert c.streams.audio[0].codec_context.name == "aac"
+        rate = c.streams.audio[0].codec_context.sample_rate
+        sound = np.concatenate([f.to_ndarray()[0] for f in c.decode(audio=0)])
+    assert rate == 96000 and len(sound) / rate == pytest.approx(8 * 0.04, abs=0.03)
+    spectrum = np.abs(np.fft.rfft(sound[2048:]))  # past the encoder's priming
+    peak = np.fft.rfftfreq(len(sound) - 2048, 1 / rate)[np.argmax(spectrum)]
+    assert abs(peak - 440) < 20 and np.max(np.abs(sound)) == pytest.approx(0.3, abs=0.05)
+    assert stabilize.main([str(src), "-o", str(tmp_path / "k.mov"), "--estimator=identity"] + FAST) == 0
+    assert capsys.readouterr().err == "" and _streams(tmp_path / "k.mov")["audio"]["codec"] == "pcm_s24le"
 
 
 def test_variable_frame_rate_keeps_its_timestamps(tmp_path, clip):
@@ -395,6 +421,63 @@ def test_motion_files_for_another_grid_or_out_of_order_are_refused(tmp_path, cli
     for ext in (".json", ".csv"):
         assert stabilize.main([str(src), "-o", str(tmp_path / f"r{ext[1:]}"), "--path",
                                str(tmp_path / f"m{ext}")] + args) == 0
+
+
+def test_motion_files_that_would_render_black_frames_are_refused(tmp_path, clip, capsys):
+    """Issue 44: a (nearly) singular smoothed path, a 1e6 px path edit and a 1e9 px pair motion
+    rendered black frames with exit code 0; each is refused before any output, naming the file,
+    the field and the frame. A small edit still renders."""
+    src = _folder(tmp_path / "in", clip.frames[:6])
+    args = ["--estimator=identity", "--crop", "none"] + FAST
+    assert stabilize.main([str(src), "-o", str(tmp_path / "a"), "--export-motion",
+                           str(tmp_path / "m.json")] + args) == 0
+    assert stabilize.main([str(src), "-o", str(tmp_path / "a2"), "--export-motion",
+                           str(tmp_path / "m.npz")] + args) == 0
+    good = json.loads((tmp_path / "m.json").read_text())
+    capsys.readouterr()
+
+    def render(name, doc):
+        (tmp_path / name).write_text(json.dumps(doc))
+        rc = stabilize.main([str(src), "-o", str(tmp_path / "o"), "--path", str(tmp_path / name)] + args)
+        return rc, capsys.readouterr().err
+
+    def refused(name, doc, *expect):
+        rc, err = render(name, doc)
+        line = _one_error_line(err)
+        assert rc == 2 and f"{tmp_path / name}: " in line, line
+        for e in expect:
+            assert e in line, line
+        assert not (tmp_path / "o").exists()
+
+    def edited(t, f):
+        doc = json.loads(json.dumps(good))
+        doc["frames"][t]["smoothed_path"] = f(np.asarray(doc["frames"][t]["smoothed_path"])).tolist()
+        return doc
+
+    refused("singular.json", edited(3, lambda s: np.diag([1e-5, 1e-5, 1.0]) @ s),
+            "smoothed_path at frame 3 is degenerate", "area change", "would render black")
+    moved = np.eye(3)
+    moved[0, 2] = 1e6
+    refused("far.json", edited(2, lambda s: moved @ s),
+            "smoothed_path at frame 2 would show the picture in only 0% of the output frame",
+            "at least 50% needed", "1e+06 px")
+    doc = json.loads(json.dumps(good))
+    doc["frames"][4]["pair_homography"][0][2] = 1e9
+    refused("pair.json", doc, "pair_homography at frame 4 moves the frame by 1e+09 px, more than "
+            "its diagonal (115 px)")
+    z = dict(np.load(tmp_path / "m.npz"))
+    flows = z["flows"].copy()
+    flows[1, ..., 1] = 1e9
+    np.savez(tmp_path / "flows.npz", **dict(z, flows=flows))
+    rc = stabilize.main([str(src), "-o", str(tmp_path / "o"), "--path", str(tmp_path / "flows.npz")] + args)
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 2 and "flows.npz: flows at frame 1 move a pixel by 1e+09 working px" in line, line
+    # A small edit (4 px, as test_an_edited_path_renders_as_warp_perspective_predicts) renders.
+    moved[0, 2] = 4.0
+    rc, err = render("small.json", edited(2, lambda s: moved @ s))
+    assert rc == 0, err
+    report = json.loads((tmp_path / "o.json").read_text())
+    assert report["path"]["frames_moved"] == 1 and report["unstabilized_frames"] == []
 
 
 # ----------------------------------------------------------------------------- fingerprint

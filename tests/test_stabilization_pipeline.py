@@ -274,3 +274,35 @@ def test_failure_note_says_what_was_used():
                     "pairs' motion, 2 left at the identity motion (runs of more than 30 failed pairs)")
     old = runner.failure_note("sift_ransac", {"calls": 50, "failures": 6}, 30)  # an older motion file
     assert old.endswith("; the identity motion was used there")
+
+
+def test_a_degenerate_correction_is_rendered_with_the_zoom_alone(tmp_path):
+    """Issue 44: a 1e9 px pair motion (here from a library estimator) with --crop none rendered
+    every frame black with exit code 0; the frames whose correction would be mostly black are
+    written with the zoom alone, counted in the report and named in a warning."""
+    from camflow_jax.stabilization import runner
+
+    frames = clips.planar_clip(8, 32, 48, seed=3).frames
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i, f in enumerate(frames):
+        cv2.imwrite(str(folder / f"{i:03d}.png"), f[..., ::-1])
+
+    def huge(a, b, calls=[]):  # noqa: B006 - counts the pairs
+        calls.append(1)
+        f = np.zeros(a.shape[:2] + (2,), np.float32)
+        f[..., 0] = 1e9 if len(calls) == 4 else 0.0
+        return f
+
+    report = runner.stabilize_video(str(folder), str(tmp_path / "out"), huge,
+                                    pipeline.StabilizerConfig(crop="none"), with_metrics=False,
+                                    with_plots=False, progress=False)
+    bad = report["unstabilized_frames"]
+    assert bad and report["border_fraction_max"] == 0.0, report
+    (note,) = [w for w in report["warnings"] if "mostly black" in w]
+    assert note.startswith(f"{len(bad)} of 8 frames would have been mostly black") and "zoom alone" in note
+    out = sorted((tmp_path / "out").iterdir())
+    for t in bad:  # zoom 1 (--crop none) and no correction: the input frame itself
+        np.testing.assert_array_equal(cv2.imread(str(out[t]))[..., ::-1], frames[t])
+    assert "mostly black" in (pipeline.fallback_note([(2, 1.0)], 8) or "")
+    assert pipeline.fallback_note([], 8) is None

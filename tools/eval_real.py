@@ -14,7 +14,8 @@ rows use ``--checkpoint`` or, without it, the model shipped in the package; when
 they are skipped with a note.
 
 Exit status: 0, or 2 with one line when the data (or an argument) is missing or a file cannot
-be read or written (``--verbose`` adds the traceback); 130 / 143 after SIGINT / SIGTERM. The two
+be read or written (``--verbose`` adds the traceback; an unwritable ``--out`` is found before
+the evaluation runs); 130 / 143 after SIGINT / SIGTERM. The two
 result files are written together (a hidden folder moved in when both are complete).
 """
 
@@ -38,6 +39,8 @@ from camflow_jax.experiments import real  # noqa: E402
 from camflow_jax.io import atomic  # noqa: E402
 
 PARTS = ("stereo", "video")
+#: The files --out receives (replaced on every run; other files in the folder are kept).
+OUTPUTS = ("results.json", "results.md")
 
 
 def _items(text: str) -> list[str]:
@@ -98,6 +101,8 @@ def _run(args, argv) -> int:
         extra = "" if args.data is None else f" (or a --data folder with {', '.join(missing)}; {data} lacks them)"
         print(datasets.MISSING_DATA + extra, file=sys.stderr)
         return 2
+    if args.out:  # refused or unwritable: said before the evaluation runs, as evaluate does
+        atomic.check_output_dir(args.out, OUTPUTS, overwrite=True, inputs=[data, args.checkpoint])
     methods = methods if "stereo" in parts else []
     video_names = video_names if "video" in parts else []
     model, note = None, "not requested"
@@ -116,7 +121,7 @@ def _run(args, argv) -> int:
     md = reports.real_markdown(results)
     print(md)
     if args.out:
-        with atomic.atomic_dir(args.out, ("results.json", "results.md")) as tmp:
+        with atomic.atomic_dir(args.out, OUTPUTS) as tmp:
             reports.write_json(os.path.join(tmp, "results.json"), results, indent=1)
             with open(os.path.join(tmp, "results.md"), "w") as fh:
                 fh.write(md + "\n")

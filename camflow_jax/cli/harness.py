@@ -18,6 +18,7 @@ an existing file without ``-y``); numeric inputs are checked by :mod:`camflow_ja
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import math
 import os
@@ -29,6 +30,7 @@ from collections.abc import Callable, Iterator
 from typing import NoReturn
 
 from camflow_jax.estimators import registry as estimators
+from camflow_jax.io import atomic
 from camflow_jax.io.errors import EXPECTED_ERRORS, describe_error
 from camflow_jax.refine import RefineConfig
 
@@ -99,6 +101,7 @@ def run_cli(body: Callable[[], int | None], verbose: bool = False) -> int:
       130 / 143;
     * anything else is a bug: it propagates with its traceback.
     """
+    atomic.reset_outcome()
     try:
         with signals_as_interrupts():
             return int(body() or 0)
@@ -106,14 +109,58 @@ def run_cli(body: Callable[[], int | None], verbose: bool = False) -> int:
         signum = getattr(e, "signum", signal.SIGINT)
         if verbose:
             traceback.print_exc()
-        print(f"error: interrupted by {signal.Signals(signum).name}: nothing was written or "
-              "replaced (partial outputs removed)", file=sys.stderr)
+        print(interrupt_line(signum), file=sys.stderr)
         return EXIT_INTERRUPTED.get(signum, 128 + int(signum))
     except EXPECTED_ERRORS as e:
         if verbose:
             traceback.print_exc()
         print(f"error: {describe_error(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def interrupt_line(signum: int, exiting_with: int | None = None) -> str:
+    """The one line after SIGINT / SIGTERM, saying whether the outputs were complete: none
+    moved into place ("nothing was written or replaced"), all of them ("written in full"), or
+    some, when the signal came while they were being moved (:func:`camflow_jax.io.atomic.outcome`).
+    ``exiting_with``: the signal came after the work, while the process was ending with that
+    status (:func:`exit_process`)."""
+    name = signal.Signals(signum).name
+    moved, kept = atomic.outcome()
+    when = "" if exiting_with is None else " as the process was ending"
+    if moved:
+        line = f"error: interrupted by {name}{when}: {', '.join(moved)} written in full"
+        if kept:
+            return line + f"; not written: {', '.join(kept)} (partial outputs removed; any previous version kept)"
+        return line + " (the outputs are complete)"
+    if exiting_with is None:
+        return f"error: interrupted by {name}: nothing was written or replaced (partial outputs removed)"
+    if exiting_with == 0:
+        return f"error: interrupted by {name}{when}: the run had finished; nothing was lost"
+    return f"error: interrupted by {name}{when} (exit status {exiting_with}, above)"
+
+
+def _late_signals(status: int) -> None:
+    """After the work: SIGINT / SIGTERM print :func:`interrupt_line` (naming the outputs, which
+    are complete) and end the process with 130 / 143 at once."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum, frame):
+        for s in EXIT_INTERRUPTED:
+            signal.signal(s, signal.SIG_IGN)
+        with contextlib.suppress(Exception):
+            print(interrupt_line(signum, status), file=sys.stderr)
+        _flush()
+        os._exit(EXIT_INTERRUPTED[signum])
+
+    for s in EXIT_INTERRUPTED:
+        signal.signal(s, handler)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
 
 
 def exit_process(status: int) -> NoReturn:
@@ -124,14 +171,26 @@ def exit_process(status: int) -> NoReturn:
     every cleanup already ran while :func:`run_cli` unwound, but other threads may still be
     inside XLA (the refinement compiles its two directions in worker threads), and Python's
     shutdown would wait for them and then tear the runtime down under them: the process died
-    with SIGSEGV (rc -11) when the signal came during such a compilation. Any other status:
-    ``sys.exit``."""
+    with SIGSEGV (rc -11) when the signal came during such a compilation.
+
+    Any other status: the work is over, so the process waits for its other (non-daemon)
+    threads, runs the exit handlers (``atexit``: logging's flush, JAX's own) and the flushes of
+    standard output and error, then ends, skipping the interpreter's teardown of the runtime
+    (about half a second). A SIGINT / SIGTERM meanwhile prints the one interrupt line, saying
+    that the outputs are complete, and ends with 130 / 143: Python's teardown used to restore
+    the default action first, so a signal in that last half second killed the process with rc
+    143 and no word although its output was written."""
+    _flush()
     if status in EXIT_INTERRUPTED.values():
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
         os._exit(status)
-    sys.exit(status)
+    _late_signals(status)
+    for t in threading.enumerate():
+        if t is not threading.current_thread() and not t.daemon:
+            t.join()
+    with contextlib.suppress(Exception):
+        atexit._run_exitfuncs()
+    _flush()
+    os._exit(int(status))
 
 
 def check_refine_size(size: int | None, no_refine: bool) -> None:

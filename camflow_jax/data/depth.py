@@ -55,13 +55,14 @@ def read_depth(path: str) -> np.ndarray:
 
 
 def depth_files(folder) -> list[str]:
-    """The depth files of a folder, one per video frame, in name order."""
+    """The depth files of a folder, one per video frame, in name order (hidden files, whose
+    names start with a dot, are ignored, as in frame folders)."""
     import os
 
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"depth folder not found: {folder}")
     files = sorted(os.path.join(folder, f) for f in os.listdir(folder)
-                   if os.path.splitext(f)[1].lower() in DEPTH_EXTENSIONS)
+                   if os.path.splitext(f)[1].lower() in DEPTH_EXTENSIONS and not f.startswith("."))
     if not files:
         raise ValueError(f"{folder} holds no depth files ({', '.join(DEPTH_EXTENSIONS)})")
     return files

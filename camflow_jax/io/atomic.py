@@ -98,6 +98,23 @@ def check_not_inputs(outputs: Iterable, inputs: Iterable,
                                  "and become one of its frames; choose another output")
 
 
+def check_distinct(outputs: Iterable[tuple[str, object]]) -> None:
+    """ValueError when two of a run's outputs, ``(what, path)`` pairs (``what`` names the flag
+    that chose it), are one file: the same path spelled differently, or links to one file.
+    Found up front, it would otherwise be found when the second is moved into place, after the
+    whole run, as if another run had written it."""
+    seen: list[tuple[str, str]] = []
+    for what, path in outputs:
+        if not path:
+            continue
+        path = os.fspath(path)
+        for other_what, other in seen:
+            if os.path.abspath(path) == os.path.abspath(other) or same_file(path, other):
+                raise ValueError(f"{what} and {other_what} are the same file ({path}): a run writes "
+                                 "each output once; choose another name for one of them")
+        seen.append((what, path))
+
+
 # ----------------------------------------------------------------------------- overwrite policy
 def existing_outputs(path, owned: Callable[[str], bool] | Iterable[str] | None = None) -> list[str]:
     """Existing files a run writing ``path`` would replace.
@@ -300,6 +317,7 @@ class AtomicOutputs:
     def _commit(self) -> None:
         done: list[tuple[str, list[str]]] = []  # kind, paths this run created (undone on a race)
         mode = 0o666 & ~_umask()
+        moved: list[str] = []
         try:
             for kind, tmp, path, owned in self._entries:
                 try:
@@ -317,10 +335,33 @@ class AtomicOutputs:
                         done.append(("dir" if created is None else "files", [path] if created is None else created))
                 except OSError as e:
                     raise _at_destination(e, tmp, path) from e
+                moved.append(path)
+                _OUTCOME["moved"].append(path)
         except BaseException:
             if not self.overwrite:
                 _undo(done)
+                _OUTCOME["moved"][:] = [p for p in _OUTCOME["moved"] if p not in moved]
+                moved = []
+            _OUTCOME["kept"].extend(path for _, _, path, _ in self._entries if path not in moved)
             raise
+
+
+#: What this process's :class:`AtomicOutputs` moved into place (``moved``) and, of a commit cut
+#: short (an error, SIGINT / SIGTERM), which outputs were not (``kept``: their previous version,
+#: if any, stays): the command lines' interrupt line says it (:func:`outcome`).
+_OUTCOME: dict[str, list[str]] = {"moved": [], "kept": []}
+
+
+def outcome() -> tuple[list[str], list[str]]:
+    """``(moved, kept)``: the outputs moved into place since :func:`reset_outcome`, and those a
+    commit cut short left out (see :data:`_OUTCOME`)."""
+    return list(_OUTCOME["moved"]), list(_OUTCOME["kept"])
+
+
+def reset_outcome() -> None:
+    """Forgets :func:`outcome` (each command-line run starts afresh)."""
+    for v in _OUTCOME.values():
+        v.clear()
 
 
 def _undo(done) -> None:

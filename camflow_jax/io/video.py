@@ -1,7 +1,8 @@
 """Streaming video / frame-folder input and output (PyAV, i.e. FFmpeg), RGB uint8 frames ``[H, W, 3]``.
 
 A *source* is either a video file (anything FFmpeg demuxes and decodes) or a folder of images
-(png, jpg, jpeg, bmp, tif, tiff; sorted in natural order, so ``f2.png`` < ``f10.png``). Frames
+(png, jpg, jpeg, bmp, tif, tiff; sorted in natural order, so ``f2.png`` < ``f10.png``; hidden
+files, whose names start with a dot such as macOS's ``._f0.png``, are ignored). Frames
 are read lazily and can be read any number of times, so a clip never has to fit in memory.
 
 Opening a video walks its video packets without decoding them (cheap): their number is the
@@ -11,7 +12,9 @@ frame count (the container's own count is often a guess) and their presentation 
 * **damaged frames**: a frame that does not decode is an error naming the frame when a later
   frame decodes (the video is damaged in the middle; a silently shortened clip would pass as a
   result). Damaged frames at the very end cannot be told from the end of the stream; the CLI
-  warns when fewer frames decode than the container holds. In frame folders, an image that
+  warns when fewer frames decode than the container holds, and names an MP4/MOV whose index
+  lists more frames than the file holds, or that ends inside a box, as truncated
+  (:meth:`FrameSource.damage`). In frame folders, an image that
   does not decode (or is truncated, see :func:`camflow_jax.data.images.read_rgb`) is an error
   naming its frame index.
 * **frame size changes**: every decoded frame is checked against the first; a change is an
@@ -42,7 +45,8 @@ extension (``.webm``, ``.png``...) is refused (:func:`output_kind`).
 * ``.avi``: Motion-JPEG at a constant rate (AVI has no per-frame timestamps).
 * **audio**: with ``audio_from``, the first audio stream of that file is copied packet by
   packet (no re-encoding, same timestamps); when the output container cannot hold its codec it
-  is transcoded to AAC, and :attr:`FrameSink.notes` says so. Frame folders hold no audio.
+  is transcoded to AAC, and :attr:`FrameSink.notes` says so. So is PCM audio into ``.mp4`` /
+  ``.m4v`` (:data:`PCM_UNSAFE`: players decode it as noise). Frame folders hold no audio.
 
 Every written video is checked after closing: its packets are counted (demuxed, not decoded),
 so a full disk that left a truncated file is an error, not a short result.
@@ -74,6 +78,12 @@ TIMESTAMPED = (".mp4", ".m4v", ".mov", ".mkv")
 
 #: libx264's constant rate factor (18: visually near lossless; FFmpeg's default is 23).
 H264_CRF = 18
+
+#: Outputs whose PCM audio is transcoded to AAC: MP4 can hold PCM (ISO/IEC 23003-5, 'ipcm'),
+#: but players and FFmpeg before 6 (5.1 measured) decode it as noise.
+PCM_UNSAFE = (".mp4", ".m4v")
+#: Sample rates the AAC encoder takes (another input rate is resampled to the next one up).
+AAC_RATES = (7350, 8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000, 64000, 88200, 96000)
 
 #: Frame intervals are "variable" when the longest exceeds the shortest by this factor.
 VFR_SPREAD = 1.5
@@ -157,6 +167,9 @@ class FrameSource:
     #: Set when a display matrix turns the frames (module doc); they are read upright.
     rotation_note: str | None = None
     _orient: tuple | None = None
+    #: The frame count an MP4/MOV file's index lists (None for other containers, folders).
+    index_count: int | None = None
+    count_hint: int | None = None
 
     def __init__(self, path: str, default_fps: float = 30.0):
         self.path = str(path)
@@ -165,8 +178,11 @@ class FrameSource:
         self.is_folder = os.path.isdir(self.path)
         self._files: list[str] = []
         if self.is_folder:
+            # Hidden files are not frames: macOS's ._NAME (AppleDouble) and .DS_Store, editors'
+            # and our own .partial temporaries; ._frame_000000.png sorted first and was read as
+            # frame 0 (with a size error blaming it).
             names = [n for n in os.listdir(self.path)
-                     if os.path.splitext(n)[1].lower() in IMAGE_EXTENSIONS]
+                     if os.path.splitext(n)[1].lower() in IMAGE_EXTENSIONS and not n.startswith(".")]
             if not names:
                 raise ValueError(f"input folder {self.path} holds no images "
                                  f"(looked for {', '.join(IMAGE_EXTENSIONS)})")
@@ -177,7 +193,8 @@ class FrameSource:
             self._scan(default_fps)
         first = next(iter(self), None)
         if first is None:
-            raise ValueError(f"no frame of {self.path} could be decoded")
+            raise ValueError(f"no frame of {self.path} could be decoded"
+                             + (f" ({self.damage(0)})" if self.damage(0) else ""))
         self.height, self.width = first.shape[:2]
         if self._orient is not None:
             self.rotation_note = _orientation_note(self._orient, self.path, self.width,
@@ -188,6 +205,9 @@ class FrameSource:
         try:
             container = av.open(self.path)
         except _error_types() as e:
+            why = _mp4_truncation(self.path)
+            if why:
+                raise ValueError(f"{self.path} is truncated: {why}; no frame can be read") from None
             raise ValueError(f"cannot open {self.path} as a video (unknown format or corrupt "
                              f"file: {e})") from None
         if not container.streams.video:
@@ -217,6 +237,10 @@ class FrameSource:
             except _error_types():
                 pass  # a damaged tail: decoding tells more, and the count is a hint only
             self.count_hint = count or None
+            # The frame count an MP4/MOV index (its sample table) lists: more than the packets
+            # the file holds means the file was cut short. Other containers' counts are guesses.
+            if c.format.name.startswith("mov") and stream.frames:
+                self.index_count = int(stream.frames)
             if stream.time_base and count and all(p is not None for p in stamps):
                 self.time_base = Fraction(stream.time_base)
                 self.pts = sorted(int(p) for p in stamps)
@@ -241,6 +265,19 @@ class FrameSource:
                 f"written at the mean rate {self.fps:.3f} fps so the output keeps the input's "
                 f"duration ({duration:.2f} s); the timing inside the clip is evened out (an "
                 ".mp4/.mov/.mkv output keeps the timestamps)")
+
+    def damage(self, decoded: int) -> str | None:
+        """How the video is damaged when only ``decoded`` of its frames decoded, in words naming
+        the file (None when nothing is missing): cut short (its MP4/MOV index lists more frames
+        than the file holds), or frames at the end that do not decode."""
+        held = self.count_hint or 0
+        if self.index_count and self.index_count > held:
+            return (f"{self.path} is truncated or damaged: its index lists {self.index_count} frames, "
+                    f"the file holds {held} and {decoded} decode")
+        if held and decoded < held:
+            return (f"{self.path}: the container holds {held} frames but only {decoded} decode (the end "
+                    "of the video may be damaged)")
+        return None
 
     def override_fps(self, fps: float) -> None:
         """The user's frame rate: the output is written at this constant rate."""
@@ -311,6 +348,44 @@ class FrameSource:
                     index += 1
                     yield _upright(fr.to_ndarray(format="rgb24"), self._orient)
             self.decoded_count = index
+
+
+def _mp4_truncation(path: str) -> str | None:
+    """Why an MP4/MOV file (an ``ftyp`` box first) that FFmpeg cannot open is truncated, or
+    None: a top-level box runs past the end of the file, or there is no ``moov`` box (the
+    index, written last by most recorders)."""
+    import struct
+
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            pos, boxes, cut = 0, [], None
+            while pos + 8 <= size and len(boxes) < 256:
+                f.seek(pos)
+                head = f.read(16)
+                length, kind = struct.unpack(">I4s", head[:8])
+                if length == 1 and len(head) == 16:
+                    length = struct.unpack(">Q", head[8:16])[0]
+                elif length == 0:  # "to the end of the file"
+                    length = size - pos
+                boxes.append(kind)
+                if length < 8:
+                    return None  # not a box structure we know
+                if pos + length > size:
+                    cut = kind.decode("latin-1")
+                    break
+                pos += length
+    except OSError:
+        return None
+    if not boxes or boxes[0] != b"ftyp":
+        return None
+    if cut is not None:
+        return (f"the file ends inside its '{cut}' box ({size} bytes): it was cut short, as when a "
+                "recording or a copy is interrupted")
+    if b"moov" not in boxes:
+        return ("it holds no index (the MP4/MOV 'moov' box, written last): it was cut short, as "
+                "when a recording or a copy is interrupted")
+    return None
 
 
 def _display_matrix(frame, stream) -> np.ndarray | None:
@@ -520,17 +595,26 @@ class FrameSink:
         a_in = src.streams.audio[0]
         name = a_in.codec_context.name
         self._audio_in = src
-        if name in self._out.supported_codecs:
+        pcm_in_mp4 = name.startswith("pcm_") and self.ext in PCM_UNSAFE
+        if name in self._out.supported_codecs and not pcm_in_mp4:
             self._audio = self._out.add_stream_from_template(a_in)
             self.audio_mode = "copied"
         else:
-            self._audio = self._out.add_stream("aac", rate=a_in.codec_context.sample_rate,
-                                               layout=a_in.codec_context.layout.name)
+            rate = a_in.codec_context.sample_rate
+            if rate not in AAC_RATES:
+                rate = min((r for r in AAC_RATES if r >= rate), default=max(AAC_RATES))
+            self._audio = self._out.add_stream("aac", rate=rate, layout=a_in.codec_context.layout.name)
             self._resampler = av.AudioResampler(format="fltp", layout=a_in.codec_context.layout.name,
-                                                rate=a_in.codec_context.sample_rate)
+                                                rate=rate)
             self.audio_mode = "transcoded to aac"
-            self.notes.append(f"the {self.ext} container cannot hold the input's {name} audio: "
-                              "it was transcoded to AAC")
+            if pcm_in_mp4:
+                self.notes.append(
+                    f"the input's {name} audio ({a_in.codec_context.sample_rate} Hz) was transcoded to AAC: "
+                    f"PCM in {self.ext} is decoded as noise by common players (FFmpeg 5.1 among them); "
+                    "a .mov or .mkv output keeps it as it is")
+            else:
+                self.notes.append(f"the {self.ext} container cannot hold the input's {name} audio: "
+                                  "it was transcoded to AAC")
         self._audio_packets = self._audio_source_packets(src, a_in)
         self._pending = None
 
@@ -584,8 +668,13 @@ class FrameSink:
         else:
             os.makedirs(self.path, exist_ok=True)
             name = os.path.join(self.path, f"frame_{self.count:06d}.png")
-            if not cv2.imwrite(name, cv2.cvtColor(frame, cv2.COLOR_RGB2BGR)):
-                raise ValueError(f"cannot write {name}")
+            # Encoded in memory and written by Python: a full disk is an OSError (ENOSPC) that
+            # the atomic writer names by the output folder, where cv2.imwrite printed libpng's
+            # "Write Error" and failed naming the hidden temporary file.
+            ok, png = cv2.imencode(".png", cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
+            if not ok:
+                raise ValueError(f"cannot encode frame {self.count} as PNG")
+            _write_file(name, png.tobytes())
         self.count += 1
 
     def _frame_pts(self, i: int) -> int:
@@ -660,6 +749,12 @@ class FrameSink:
             except _error_types():
                 pass
         return False
+
+
+def _write_file(path: str, data: bytes) -> None:
+    """Writes ``data`` to a new file ``path`` (OS errors raised as they are)."""
+    with open(path, "wb") as f:
+        f.write(data)
 
 
 def write_frames(path: str, frames, fps: float = 30.0, overwrite: bool = False) -> int:

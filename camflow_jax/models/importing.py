@@ -2,10 +2,11 @@
 work behind ``python tools/import_official_checkpoint.py`` (docs/network.md).
 
 :func:`import_released` reads the release (a ``.pth``, which needs PyTorch, or an ``.npz`` with
-``sd/<name>`` keys) through :func:`camflow_jax.models.official.load_released`, refuses a damaged
-basis (:func:`check_bases`) and writes model.json + arrays (the released 24 bases included),
-which :func:`camflow_jax.models.checkpoint.load_model` loads. The folder is written next to the output
-and moved into place when complete.
+``sd/<name>`` keys) through :func:`camflow_jax.models.official.load_released` (whose errors name
+the state-dict key of a bad weight), refuses a damaged basis (:func:`check_bases`) or one of a
+size the network cannot take (:func:`check_size`), and writes model.json + arrays (the released
+24 bases included), which :func:`camflow_jax.models.checkpoint.load_model` loads. The folder is
+written next to the output and moved into place when complete.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 from camflow_jax.io import atomic
 from camflow_jax.models import checkpoint, count_params, official
 
-__all__ = ["CHECKPOINT_ENTRIES", "check_bases", "import_released"]
+__all__ = ["CHECKPOINT_ENTRIES", "check_bases", "check_size", "import_released"]
 
 #: What a checkpoint folder written here holds (replaced only with overwrite; other files are kept).
 CHECKPOINT_ENTRIES = ("model.json", "arrays")
@@ -37,6 +38,18 @@ def check_bases(bases) -> np.ndarray:
     return b
 
 
+def check_size(size, multiple: int) -> None:
+    """ValueError unless the basis size ``(H, W)`` (the network size the checkpoint is written
+    for) is a multiple of the network's ``multiple``: such a checkpoint would be written, and
+    then refused by every tool that loads it."""
+    h, w = (int(v) for v in size)
+    if h % multiple or w % multiple:
+        raise ValueError(f"the basis is {h}x{w} (H x W), but the network's sides must be multiples of "
+                         f"{multiple}: estimate would refuse the checkpoint. Pass the size the weights "
+                         f"were trained at (--size H,W; the release: {official.RELEASED_SIZE[0]},"
+                         f"{official.RELEASED_SIZE[1]})")
+
+
 def import_released(input_path, output, size: tuple[int, int] | None = None,
                     overwrite: bool = False) -> tuple[str, int, tuple[int, ...]]:
     """Converts the released weights at ``input_path`` into the checkpoint folder ``output``;
@@ -51,6 +64,7 @@ def import_released(input_path, output, size: tuple[int, int] | None = None,
     atomic.check_output_dir(output, CHECKPOINT_ENTRIES, overwrite, inputs=[input_path])
     model, variables, bases = official.load_released(input_path, size=size)
     bases = check_bases(bases)
+    check_size(bases.shape[1:3], model.size_multiple)
     cfg = official.resolve_config(official.RELEASED_CONFIG)
     cfg.update(height=int(bases.shape[1]), width=int(bases.shape[2]),
                source={"released_checkpoint": str(input_path)})

@@ -15,6 +15,7 @@ our level l = 0, 1, 2 (coarse to fine) uses ``encoder_layers.{2-l}`` and
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -162,58 +163,108 @@ def convert_state_dict(state_dict: Mapping[str, Any], model_config: Mapping[str,
                        ) -> dict[str, Any]:
     """Released state dict (numpy arrays, released names) -> ``{'params', 'batch_stats'}``.
 
-    Raises ValueError listing missing or mis-shaped keys. Only 'homography' and 'stochastic'
-    groups exist in the release.
+    Raises a one-line ValueError naming the state-dict key of the first weight that is
+    missing, not an array of real numbers, non-finite, or of another shape than the model's
+    (and how many more are wrong). Only 'homography' and 'stochastic' groups exist in the
+    release.
     """
     cfg = resolve_config(model_config or RELEASED_CONFIG)
     unknown = [n for n in cfg["group_names"] if n not in (HOMOGRAPHY_GROUP, STOCHASTIC_GROUP)]
     if unknown:
         raise ValueError(f"the released weights have no basis group(s) {unknown}")
     sd = _strip_prefix(state_dict)
+    expected = _expected_shapes(cfg)
     variables: dict[str, Any] = {"params": {}, "batch_stats": {}}
     missing = []
     for coll, path, key, fn in _mapping(cfg):
         if key not in sd:
             missing.append(key)
             continue
-        arr = np.asarray(sd[key], dtype=np.float32)
-        if not np.all(np.isfinite(arr)):
-            raise ValueError(f"released weight {key} contains NaN or infinite values")
-        _set(variables[coll], path, fn(arr))
+        arr = _weight(key, sd[key])
+        want = expected.get((coll,) + path)
+        try:
+            value = fn(arr)
+        except (ValueError, IndexError):  # a transpose or reshape that does not fit
+            value = None
+        if value is None or (want is not None and tuple(value.shape) != want):
+            raise ValueError(f"released weight {key} has shape {list(arr.shape)}: it does not fit the "
+                             f"model's {coll}/{'/'.join(path)} ({_released_shape(fn, want)} expected)")
+        _set(variables[coll], path, value)
     if missing:
         raise ValueError(f"released state dict lacks {len(missing)} required key(s), e.g. {missing[:5]}")
     _check_shapes(variables, cfg)
     return variables
 
 
-def _check_shapes(variables: Mapping[str, Any], cfg: Mapping[str, Any]) -> None:
-    """Compares converted arrays with the shapes our model expects (no compute)."""
+def _weight(key: str, value) -> np.ndarray:
+    """A released weight as float32, or a ValueError naming its state-dict key."""
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"released weight {key} is not an array ({e})") from None
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"released weight {key} does not hold real numbers (dtype {arr.dtype})")
+    arr = arr.astype(np.float32)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"released weight {key} contains NaN or infinite values")
+    return arr
+
+
+def _released_shape(fn: Callable, want: tuple[int, ...] | None) -> str:
+    """The release's layout of a variable of our shape ``want`` (the inverse of ``fn``)."""
+    if want is None:
+        return "another shape"
+    if fn is _conv and len(want) == 4:
+        return str([want[3], want[2], want[0], want[1]])
+    if fn is _linear and len(want) == 2:
+        return str([want[1], want[0]])
+    if fn is _tokens and len(want) == 2:
+        return str([1, want[0], want[1]])
+    return str(list(want))
+
+
+def _expected_shapes(cfg: Mapping[str, Any]) -> dict[tuple[str, ...], tuple[int, ...]]:
+    """``(collection,) + path`` -> the shape our model gives that variable (no compute; kept
+    per configuration)."""
+    return dict(_shapes_of(json.dumps(cfg, sort_keys=True, default=str)))
+
+
+@functools.lru_cache(maxsize=4)
+def _shapes_of(cfg_json: str) -> tuple:
     import jax
     import jax.numpy as jnp
 
-    source = {(coll,) + path: key for coll, path, key, _ in _mapping(cfg)}
-
-    model = build_model(cfg)
+    model = build_model(json.loads(cfg_json))
     s = model.size_multiple
     ref = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, s, s, 1)), jnp.zeros((1, s, s, 1)),
                                             jnp.zeros((model.num_bases, s, s, 2))))
+    return tuple(((coll,) + tuple(getattr(k, "key", k) for k in p), tuple(v.shape))
+                 for coll in ("params", "batch_stats")
+                 for p, v in jax.tree_util.tree_flatten_with_path(ref[coll])[0])
+
+
+def _check_shapes(variables: Mapping[str, Any], cfg: Mapping[str, Any]) -> None:
+    """Compares converted arrays with the shapes our model expects (no compute); one line."""
+    import jax
+
+    source = {(coll,) + path: key for coll, path, key, _ in _mapping(cfg)}
+    flat_ref = _expected_shapes(cfg)
+    flat_got = {(coll,) + tuple(getattr(k, "key", k) for k in p): tuple(v.shape)
+                for coll in ("params", "batch_stats")
+                for p, v in jax.tree_util.tree_flatten_with_path(dict(variables[coll]))[0]}
     bad = []
-    for coll in ("params", "batch_stats"):
-        flat_ref = {tuple(getattr(k, "key", k) for k in p): v for p, v in
-                    jax.tree_util.tree_flatten_with_path(ref[coll])[0]}
-        flat_got = {tuple(getattr(k, "key", k) for k in p): v for p, v in
-                    jax.tree_util.tree_flatten_with_path(dict(variables[coll]))[0]}
-        for path, v in flat_ref.items():
-            got = flat_got.get(path)
-            if got is None:
-                bad.append(f"{coll}/{'/'.join(path)}: not produced by the converter")
-            elif tuple(got.shape) != tuple(v.shape):
-                bad.append(f"{source.get((coll,) + path, '?')} -> {coll}/{'/'.join(path)}: "
-                           f"converted shape {got.shape}, the model expects {v.shape}")
-        for path in set(flat_got) - set(flat_ref):
-            bad.append(f"{coll}/{'/'.join(path)}: unexpected")
+    for path, want in flat_ref.items():
+        got = flat_got.get(path)
+        if got is None:
+            bad.append(f"{'/'.join(path)} is not produced by the converter")
+        elif got != want:
+            bad.append(f"released weight {source.get(path, '?')} converts to shape {got}, the model's "
+                       f"{'/'.join(path)} is {want}")
+    for path in sorted(set(flat_got) - set(flat_ref)):
+        bad.append(f"{'/'.join(path)} is unexpected")
     if bad:
-        raise ValueError("released weights do not fit the model:\n  " + "\n  ".join(bad[:10]))
+        more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
+        raise ValueError("released weights do not fit the model: " + "; ".join(bad[:3]) + more)
 
 
 def unused_keys(state_dict: Mapping[str, Any], model_config: Mapping[str, Any] | None = None) -> list[str]:

@@ -39,13 +39,14 @@ import os
 import cv2
 import numpy as np
 
+from camflow_jax.geometry import checks
 from camflow_jax.io.errors import EXPECTED_ERRORS, describe_error
 from camflow_jax.stabilization import fingerprint
 from camflow_jax.stabilization import render as render_lib
 
 __all__ = ["VERSION", "FORMATS", "MotionRecord", "fit_homography", "pair_homography",
            "correction_homography", "homography_flows", "record_from_plan", "path_edits",
-           "edited_source_map", "normalized", "check_extension", "write", "read"]
+           "edit_problem", "pair_problem", "edited_source_map", "normalized", "check_extension", "write", "read"]
 
 #: The schema version written; :func:`read` accepts it (and 0, the flows-only NPZ).
 VERSION = 1
@@ -53,6 +54,9 @@ FORMAT_NAME = "camflow_jax motion"
 FORMATS = (".json", ".csv", ".npz")
 #: A path edit smaller than this (pixels, at the frame corners) is no edit.
 EDIT_TOLERANCE_PX = 1e-6
+#: An edited path must leave at least this fraction of each output frame showing the picture
+#: (:func:`edit_problem`): below it the frame would be mostly black border.
+MIN_EDIT_COVERAGE = 0.5
 #: Fits use every STEP-th working-grid point in each direction (and the last row / column).
 FIT_STEP = 2
 
@@ -209,6 +213,61 @@ def path_edits(wanted: np.ndarray, current: np.ndarray, zoom: float, height: int
         out.append(None if moved <= EDIT_TOLERANCE_PX else d)
         shifts.append(moved)
     return out, np.asarray(shifts)
+
+
+def edit_coverage(delta: np.ndarray, height: int, width: int, samples: int = 33) -> float:
+    """Fraction of an output frame (``samples`` x ``samples`` points) that the edit ``delta``
+    (output pixel y shows what the unedited output shows at ``delta^-1 y``) still fills with
+    the unedited frame; points that map through the horizon count as empty."""
+    ys, xs = np.meshgrid(np.linspace(0, height - 1, samples), np.linspace(0, width - 1, samples),
+                         indexing="ij")
+    pts = np.stack([xs.ravel(), ys.ravel(), np.ones(xs.size)], axis=-1)
+    with np.errstate(all="ignore"):
+        p = pts @ np.linalg.inv(delta).T
+        x, y = p[:, 0] / p[:, 2], p[:, 1] / p[:, 2]
+        inside = ((p[:, 2] > 0) & (x >= -0.5) & (x <= width - 0.5) & (y >= -0.5)
+                  & (y <= height - 0.5))
+    return float(inside.mean())
+
+
+def edit_problem(delta: np.ndarray, height: int, width: int) -> str | None:
+    """Why the path edit ``delta`` (:func:`path_edits`) would render a broken frame, or None:
+    a degenerate homography (:func:`camflow_jax.geometry.checks.homography_problem`: a
+    (nearly) singular smoothed path, a corner through the horizon), or one that leaves less
+    than :data:`MIN_EDIT_COVERAGE` of the frame showing the picture (e.g. a path moved by
+    1e6 px): such frames would be written black."""
+    why = checks.homography_problem(delta, height, width)
+    if why:
+        return f"is degenerate (the edit it makes: {why}): the frame would render black"
+    cover = edit_coverage(delta, height, width)
+    if cover < MIN_EDIT_COVERAGE:
+        return (f"would show the picture in only {100 * cover:.0f}% of the output frame (at "
+                f"least {100 * MIN_EDIT_COVERAGE:.0f}% needed), the rest black: its edit moves a "
+                f"frame corner by up to {_corner_shift(delta, height, width):.3g} px")
+    return None
+
+
+def _corner_shift(h: np.ndarray, height: int, width: int) -> float:
+    """How far (px) the homography ``h`` moves the frame's farthest-moved corner."""
+    corners = np.array([[0, 0], [width - 1, 0], [0, height - 1], [width - 1, height - 1]], float)
+    with np.errstate(all="ignore"):
+        return float(np.abs(_apply(h, corners) - corners).max())
+
+
+def pair_problem(h: np.ndarray, height: int, width: int) -> str | None:
+    """Why a pair homography (frame t -> t+1) cannot be a measured camera motion, or None:
+    degenerate (:func:`camflow_jax.geometry.checks.homography_problem`), or moving a frame
+    corner by more than the frame's diagonal (the two frames would share nothing, so no
+    estimator measured it; e.g. an edited 1e9 px)."""
+    why = checks.homography_problem(h, height, width)
+    if why:
+        return why
+    diagonal = float(np.hypot(height, width))
+    moved = _corner_shift(h, height, width)
+    if moved > diagonal:
+        return (f"moves the frame by {moved:.3g} px, more than its diagonal ({diagonal:.0f} px): "
+                "consecutive frames that far apart share nothing, so no estimator measured it")
+    return None
 
 
 def edited_source_map(update, height: int, width: int, zoom: float, iterations: int,
@@ -577,6 +636,12 @@ def _validate(rec: MotionRecord) -> None:
             det = np.linalg.det(a)
             if np.any(np.abs(det) < 1e-12):
                 raise _Bad(f"{name} is singular at frame {int(np.argmax(np.abs(det) < 1e-12))}")
+    height, width = rec.frame_size
+    if rec.pair_homography is not None:
+        for t, h in enumerate(rec.pair_homography):
+            why = pair_problem(h, height, width)
+            if why:
+                raise _Bad(f"pair_homography at frame {t} {why}")
     if rec.coefficients is not None:
         c = rec.coefficients
         if c.ndim != 2 or c.shape[0] != n - 1:
@@ -589,6 +654,13 @@ def _validate(rec: MotionRecord) -> None:
             raise _Bad(f"flows must be [{n - 1}, h, w, 2], got {list(f.shape)}")
         if not np.all(np.isfinite(f)):
             raise _Bad("flows contain non-finite values")
+        diagonal = float(np.hypot(*f.shape[1:3]))
+        moved = np.hypot(f[..., 0], f[..., 1]).max(axis=(1, 2))
+        if moved.size and moved.max() > diagonal:
+            t = int(np.argmax(moved))
+            raise _Bad(f"flows at frame {t} move a pixel by {moved[t]:.3g} working px, more than the "
+                       f"working grid's diagonal ({diagonal:.0f} px): consecutive frames that far "
+                       "apart share nothing, so no estimator measured it")
     if rec.zoom is not None and not (np.isfinite(rec.zoom) and rec.zoom >= 1):
         raise _Bad(f"zoom must be a finite number >= 1, got {rec.zoom}")
     if not (np.isfinite(rec.fps) and rec.fps > 0):

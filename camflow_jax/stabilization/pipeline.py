@@ -30,6 +30,7 @@ Every parameter lives in :class:`StabilizerConfig` and is the same for every est
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 from typing import Callable, Iterable, Iterator
 
@@ -44,7 +45,7 @@ from camflow_jax.stabilization.motion_file import edited_source_map
 
 __all__ = ["StabilizerConfig", "Motion", "Plan", "working_size", "estimation_size", "smoothing_for_clip",
            "complete_discontinuities", "estimate_motion", "fill_failed_pairs", "update_fields", "plan_stabilization",
-           "render", "stabilize", "zoom_from_crop"]
+           "render", "stabilize", "zoom_from_crop", "fallback_note", "MAX_BORDER_FRACTION"]
 
 
 #: Good pairs on each side whose mean fills a run of failed pairs (:func:`fill_failed_pairs`).
@@ -352,6 +353,14 @@ class Plan:
     edits: list | None = None
     #: [T] factors the update fields were scaled by to fit the zoom (1 = untouched), or None.
     update_scale: np.ndarray | None = None
+    #: Filled by :func:`render`: ``(frame, border fraction it would have had)`` for each frame
+    #: rendered with the zoom alone because its correction would have left it mostly black.
+    fallbacks: list = dataclasses.field(default_factory=list)
+
+
+#: A frame whose correction would leave more than this fraction of it without picture (a
+#: degenerate correction: e.g. a 1e9 px motion) is rendered with the zoom alone (:func:`render`).
+MAX_BORDER_FRACTION = 0.5
 
 
 def update_fields(flows, params: profiles_lib.SmoothingParams, threshold: float,
@@ -410,6 +419,23 @@ def smoothing_for_clip(params: profiles_lib.SmoothingParams,
     return dataclasses.replace(params, max_radius=limit, min_radius=min(params.min_radius, limit))
 
 
+def _reserve(path: str) -> None:
+    """Allocates the whole (sparse) memmap file ``path`` now: on a full disk the writes through
+    the mapping would kill the process with SIGBUS; reserved here, the disk's fullness is an
+    OSError naming the file."""
+    if not hasattr(os, "posix_fallocate"):
+        return
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+    except OSError as e:
+        if e.errno in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            return  # file systems without it: the mapping is written as before
+        raise OSError(e.errno, e.strerror, path) from None
+    finally:
+        os.close(fd)
+
+
 def plan_stabilization(motion: Motion, config: StabilizerConfig,
                        spill_dir: str | None = None) -> Plan:
     """Between the two streams: profiles, smoothing, update fields, zoom.
@@ -421,8 +447,9 @@ def plan_stabilization(motion: Motion, config: StabilizerConfig,
     threshold = sp.motion_threshold * float(np.hypot(h, w))  # fraction of the diagonal
     out = None
     if spill_dir:
-        out = np.lib.format.open_memmap(os.path.join(spill_dir, "updates.npy"), "w+",
-                                        np.float32, (motion.num_frames, h, w, 2))
+        path = os.path.join(spill_dir, "updates.npy")
+        out = np.lib.format.open_memmap(path, "w+", np.float32, (motion.num_frames, h, w, 2))
+        _reserve(path)
     b, radii = update_fields(motion.flows, sp, threshold, out)
     H, W = motion.frame_size
     zoom = zoom_from_crop(config.crop)
@@ -464,12 +491,34 @@ def render(frames: Iterable[np.ndarray], plan: Plan,
 
             mx, my = edited_source_map(plan.updates[t], H, W, plan.zoom,
                                        cfg.fixed_point_iterations, edit)
+        finite = bool(np.isfinite(mx).all() and np.isfinite(my).all())
+        border = render_lib.border_fraction(mx, my) if finite else 1.0
+        if border > MAX_BORDER_FRACTION:
+            # Never a black frame: a correction that would leave most of the frame without
+            # picture is degenerate (never a camera motion); this frame gets the zoom alone,
+            # which samples inside the input, and the caller reports it (plan.fallbacks).
+            plan.fallbacks.append((t, border))
+            mx, my = render_lib.source_map(np.zeros(plan.updates.shape[1:], np.float32), H, W, plan.zoom,
+                                           cfg.fixed_point_iterations)
+            border = render_lib.border_fraction(mx, my)
         out = cv2.remap(frame, mx, my, cv2.INTER_LINEAR,
                         borderMode=render_lib.BORDERS[cfg.border], borderValue=0)
-        yield frame, out, render_lib.border_fraction(mx, my)
+        yield frame, out, border
     if t + 1 != n:
         raise ValueError(f"the input has {t + 1} frames but the motion {plan.motion_origin} "
                          f"covers {n}")
+
+
+def fallback_note(fallbacks: list, num_frames: int) -> str | None:
+    """The warning for the frames :func:`render` gave the zoom alone (``plan.fallbacks``), or
+    None when there were none."""
+    if not fallbacks:
+        return None
+    shown = ", ".join(f"{t} ({100 * b:.0f}%)" for t, b in fallbacks[:5])
+    more = f" and {len(fallbacks) - 5} more" if len(fallbacks) > 5 else ""
+    return (f"{len(fallbacks)} of {num_frames} frames would have been mostly black (a degenerate "
+            f"correction; frame (black share): {shown}{more}): they were written unstabilized, "
+            "with the zoom alone")
 
 
 def stabilize(frames, estimator: Callable, config: StabilizerConfig | None = None,

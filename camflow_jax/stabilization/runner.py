@@ -20,6 +20,7 @@ error, not an unstabilized "result".
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import re
 import tempfile
@@ -34,7 +35,7 @@ from camflow_jax.io.video import IMAGE_EXTENSIONS, FrameSink, FrameSource, outpu
 from camflow_jax.stabilization import fingerprint, motion_file, pipeline, plots, render
 from camflow_jax.stabilization import metrics as metrics_lib
 
-__all__ = ["report_paths", "check_outputs", "stabilize_video"]
+__all__ = ["report_paths", "check_distinct", "check_outputs", "stabilize_video"]
 
 
 def report_paths(output: str, report: str | None = None) -> dict:
@@ -50,6 +51,21 @@ FRAME_NAME = re.compile(r"frame_\d{6}\.png")
 
 def _is_frame(name: str) -> bool:
     return FRAME_NAME.fullmatch(name) is not None
+
+
+def check_distinct(output: str, paths: dict, export_motion: str | None, with_plots: bool = True,
+                   names=("output", "from the report prefix", "export_motion")) -> None:
+    """ValueError, before any work, when two outputs of one run are one file (e.g.
+    ``--export-motion X.json`` beside ``-o X.mp4``, whose report is ``X.json``): the second
+    would otherwise be refused after the whole run, as if another run had written it.
+    ``paths``: :func:`report_paths`; ``names``: how the output, the report's prefix and the
+    motion file were chosen (flags in the CLI)."""
+    out, prefix, motion = names
+    items = [(out, output), (f"the report ({prefix})", paths["json"])]
+    if with_plots:
+        items += [(f"the path plot ({prefix})", paths["path_plot"]),
+                  (f"the tracks plot ({prefix})", paths["tracks_plot"])]
+    atomic.check_distinct(items + [(motion, export_motion)])
 
 
 def check_outputs(input_path: str, output: str, paths: list[str], overwrite: bool,
@@ -109,6 +125,7 @@ def stabilize_video(input_path: str, output_path: str, estimator,
     if export_motion:
         wanted.append(export_motion)
     if not checked:
+        check_distinct(output_path, paths, export_motion, with_plots)
         check_outputs(input_path, output_path, wanted, overwrite)
     source = FrameSource(input_path, default_fps=fps or 30.0)
     # The container's timestamps, which the fingerprint records and checks, before --fps.
@@ -122,10 +139,52 @@ def stabilize_video(input_path: str, output_path: str, estimator,
 
     # The scratch folder (memmaps) is removed on success, failure and SIGINT/SIGTERM alike
     # (harness.run_cli turns those signals into an exception).
-    with tempfile.TemporaryDirectory(prefix="camflow_stabilize_") as scratch:
-        return _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
-                    with_plots, export_motion, motion_path, low_hz, scratch, bar, stamps,
-                    ignore_fingerprint)
+    need = _scratch_bytes(source, config)
+    try:
+        scratch_dir = tempfile.TemporaryDirectory(prefix="camflow_stabilize_")
+    except OSError as e:
+        raise _scratch_error(e, None, need) from e
+    with scratch_dir as scratch:
+        try:
+            return _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
+                        with_plots, export_motion, motion_path, low_hz, scratch, bar, stamps,
+                        ignore_fingerprint)
+        except OSError as e:
+            err = _scratch_error(e, scratch, need)
+            if err is e:
+                raise
+            raise err from e
+
+
+#: OS failures of a write that mean the disk (or the user's quota) is full.
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _scratch_bytes(source, config) -> int | None:
+    """About how much the scratch folder holds: the flows and the update fields, float32 pairs
+    on the working grid per frame (None when the frame count is not known up front)."""
+    n = getattr(source, "count_hint", None)
+    if not n:
+        return None
+    h, w = pipeline.working_size(source.height, source.width, config)
+    return int(n) * h * w * 2 * 4 * 2
+
+
+def _scratch_error(e: OSError, scratch: str | None, need: int | None) -> OSError:
+    """A full disk met while writing the scratch folder, told as such: the path, the temporary
+    folder it lives in and TMPDIR (a full-disk error there named no path, although the output's
+    disk may have room). Other errors are returned as they are."""
+    if e.errno not in _FULL:
+        return e
+    name = os.fspath(e.filename) if e.filename not in (None, "") else None
+    if scratch is not None and name is not None and not name.startswith(scratch):
+        return e  # about another file (an output: named by the atomic writer)
+    where = scratch or tempfile.gettempdir()
+    size = ""
+    if need:
+        size = f"; it needs about {need / 1e6:.0f} MB" if need >= 1e6 else f"; it needs about {need / 1e3:.0f} kB"
+    return OSError(f"disk full: {where} (stabilize's scratch folder for the motion, in the temporary "
+                   f"folder {tempfile.gettempdir()}{size}): set TMPDIR to a folder on a disk with room")
 
 
 def _recorded_motion(record, config, motion_path: str = "the motion file") -> pipeline.Motion:
@@ -153,6 +212,12 @@ def _timestamps(source, n: int) -> np.ndarray:
         pts = np.asarray(source.pts[:n], np.float64)
         return (pts - pts[0]) * float(source.time_base)
     return np.arange(n) / float(source.fps)
+
+
+def _damage(source, decoded: int) -> str | None:
+    """:meth:`FrameSource.damage` (videos; None for other sources)."""
+    damage = getattr(source, "damage", None)
+    return damage(decoded) if damage is not None else None
 
 
 def _audio_from(source) -> str | None:
@@ -218,9 +283,22 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
         if estimator is None:
             raise ValueError(f"{motion_path} holds no per-pair motion: an estimator is needed")
         name = getattr(estimator, "name", "estimator")
-        motion = pipeline.estimate_motion(source, estimator, config, source.fps,
-                                          bar(f"motion ({name})", source.count_hint),
-                                          spill_dir=scratch)
+        seen = [0]
+
+        def frames():  # counted: a video cut short is told as such, not as "needs 2 frames"
+            for frame in source:
+                seen[0] += 1
+                yield frame
+
+        try:
+            motion = pipeline.estimate_motion(frames(), estimator, config, source.fps,
+                                              bar(f"motion ({name})", source.count_hint),
+                                              spill_dir=scratch)
+        except ValueError:
+            damage = _damage(source, seen[0])
+            if seen[0] < 2 and damage:
+                raise ValueError(f"{damage}: stabilization needs at least 2 frames") from None
+            raise
         if record is not None and record.num_frames != motion.num_frames:
             raise ValueError(f"{motion_path} has a path for {record.num_frames} frames but the "
                              f"input has {motion.num_frames}")
@@ -234,9 +312,9 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
     if failures:
         warnings.append(failure_note(motion.estimator, motion.stats, config.max_fill_gap))
     decoded = getattr(source, "decoded_count", None)
-    if source.count_hint and decoded is not None and decoded < source.count_hint:
-        warnings.append(f"the container holds {source.count_hint} frames but only {decoded} "
-                        "decode (the end of the video may be damaged)")
+    damage = None if decoded is None else _damage(source, decoded)
+    if damage:
+        warnings.append(f"{damage}: the clip ends at frame {decoded - 1}")
     keeps_time = video_io.keeps_timestamps(output_path)
     if getattr(source, "timing_note", None) and not keeps_time:
         warnings.append(source.timing_note)
@@ -261,6 +339,10 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
         plan.edits, shifts = motion_file.path_edits(record.smoothed_path, exported.smoothed_path,
                                                     plan.zoom, source.height, source.width)
         edited = [t for t, e in enumerate(plan.edits) if e is not None]
+        for t in edited:  # refused before any frame is written: it would render black
+            why = motion_file.edit_problem(plan.edits[t], source.height, source.width)
+            if why:
+                raise ValueError(f"{motion_path}: smoothed_path at frame {t} {why}")
         if edited:
             exported.smoothed_path = record.smoothed_path
             exported.correction = np.stack([exported.correction[t] if e is None else
@@ -312,6 +394,9 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
                 t_tracking += t1 - t2
             if check is not None:  # after the frame-count rule; before anything is moved in
                 check.finish()
+        note = pipeline.fallback_note(plan.fallbacks, n)
+        if note:
+            warnings.append(note)
         warnings.extend(sink.notes)
         if check is not None:
             warnings.extend(check.warnings)
@@ -337,6 +422,7 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
             "zoom_needed": None if plan.frame_zooms is None else float(plan.frame_zooms.max()),
             "border_fraction_max": float(np.max(borders)),
             "border_fraction_mean": float(np.mean(borders)),
+            "unstabilized_frames": [t for t, _ in plan.fallbacks],
             "window_radius": {"min": int(plan.radii.min()), "mean": float(plan.radii.mean()),
                               "max": int(plan.radii.max())},
             "masked_fraction_mean": (None if motion.masked_fraction is None
