@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from camflow_jax import stabilize
+from camflow_jax.io import orientation
 from camflow_jax.io import video as video_io
 from camflow_jax.stabilization import clips, fingerprint, motion_file
 
@@ -790,14 +791,14 @@ def test_older_pyav_rotation_sources_read_as_the_frame_matrix(tmp_path, clip):
         src = _h264(tmp_path / f"r{ccw}.mp4", clip.frames[:2], rotation=ccw)
         with av.open(str(src)) as c:
             frame = next(c.decode(video=0))
-        real = video_io._display_matrix(frame, NS(metadata={}))
+        real = orientation.display_matrix(frame, NS(metadata={}))
         assert real is not None
         bare = NS(side_data=())  # a frame without side data
-        side = video_io._display_matrix(bare, NS(side_data={"DISPLAYMATRIX": float(ccw)}, metadata={}))
-        tag = video_io._display_matrix(bare, NS(metadata={"rotate": str(-ccw % 360)}))
+        side = orientation.display_matrix(bare, NS(side_data={"DISPLAYMATRIX": float(ccw)}, metadata={}))
+        tag = orientation.display_matrix(bare, NS(metadata={"rotate": str(-ccw % 360)}))
         np.testing.assert_allclose(side, real, atol=1e-9)
         np.testing.assert_allclose(tag, real, atol=1e-9)
-    assert video_io._display_matrix(NS(side_data=()), NS(metadata={"rotate": "0"})) is None
+    assert orientation.display_matrix(NS(side_data=()), NS(metadata={"rotate": "0"})) is None
 
 
 @needs_display_matrix
