@@ -62,6 +62,7 @@ def _same_result(out, one):
     assert out["refine_info"]["improved"] == one["refine_info"]["improved"]
 
 
+@pytest.mark.slow  # 75 s of compiling on 2 cores; the accelerator's path (the default tier is over budget)
 def test_a_refined_batch_is_one_program_with_one_transfer_each_way(small, scenes):
     two = scenes[:2]  # batch 2: the programs the stabilizer test below reuses
     singles = [small(s["img1"], s["img2"], **_cam(s)) for s in two]
@@ -135,6 +136,7 @@ def test_bad_batches_are_refused_naming_the_problem(small, scenes, kwargs, words
     assert words in str(e.value)
 
 
+@pytest.mark.slow  # reuses the batch-2 programs of the refined-batch test above
 def test_the_stabilizer_in_batches_measures_what_it_measures_pair_by_pair(small, scenes):
     from camflow_jax.stabilization.estimators import CamFlowEstimator
     from camflow_jax.stabilization.pipeline import StabilizerConfig, estimate_motion
