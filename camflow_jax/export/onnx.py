@@ -5,7 +5,8 @@ The converter and the runtime are optional packages, imported on first use
 JAX 0.10 (0.14.1 and later) pin ``orbax-checkpoint<0.11.37`` although the converter never
 imports Orbax; installing them with their dependencies would downgrade the Orbax this package
 saves its checkpoints with, so jax2onnx is installed on its own, without dependencies
-(:data:`INSTALL_HINT`).
+(:data:`INSTALL_HINT`); what it needs of them at run time (onnx, onnx-ir, numpy, ml_dtypes, JAX)
+is there.
 
 After conversion (:func:`convert`) two passes touch the graph, neither changing what it
 computes:
@@ -32,12 +33,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MissingDependency", "INSTALL_HINT", "require", "versions", "convert", "einsum_to_matmul",
-           "session", "run", "DEFAULT_OPSET", "MIN_OPSET"]
+__all__ = ["MissingDependency", "INSTALL_HINT", "JAX2ONNX_VERSION", "require", "versions", "convert",
+           "convert_raw", "finish", "einsum_to_matmul", "session", "run", "DEFAULT_OPSET", "MIN_OPSET"]
 
+#: The jax2onnx release the export is tested with (0.14.1 is the first to run on JAX 0.10).
+JAX2ONNX_VERSION = "0.17.1"
 #: How to install the optional packages (README: the package is installed from a checkout).
-INSTALL_HINT = ("pip install -e '.[export]' && pip install --no-deps 'jax2onnx>=0.14.1' "
-                "(from a checkout of camflow_jax; --no-deps keeps jax2onnx's orbax-checkpoint<0.11.37 "
+INSTALL_HINT = (f"pip install -e '.[export]' && pip install --no-deps jax2onnx=={JAX2ONNX_VERSION} "
+                "(in a checkout of camflow_jax; --no-deps keeps jax2onnx's orbax-checkpoint<0.11.37 "
                 "pin from downgrading Orbax)")
 
 #: The ONNX opset the network is written in by default: the lowest the converter writes it in
@@ -91,18 +94,31 @@ def _quiet_converter() -> Iterator[None]:
 
 
 def convert(fn: Callable, inputs: Mapping[str, Any], output_names: Sequence[str], *, name: str,
-            opset: int = DEFAULT_OPSET, doc: str = "", metadata: Mapping[str, str] | None = None):
+            opset: int = DEFAULT_OPSET, doc: str = "", metadata: Mapping[str, str] | None = None,
+            matmul: bool = True):
     """``fn`` (a function of the arrays ``inputs``, name -> ``jax.ShapeDtypeStruct``, in call
     order) as a checked ``onnx.ModelProto`` with those input and output names, after the passes
-    of the module doc. ``doc`` and ``metadata`` are stored in the model (``doc_string``,
-    ``metadata_props``)."""
+    of the module doc (``matmul=False``: without the Einsum rewrite). ``doc`` and ``metadata``
+    are stored in the model (``doc_string``, ``metadata_props``)."""
+    return finish(convert_raw(fn, inputs, output_names, name=name, opset=opset), matmul=matmul, doc=doc,
+                  metadata=metadata)
+
+
+def convert_raw(fn: Callable, inputs: Mapping[str, Any], output_names: Sequence[str], *, name: str,
+                opset: int = DEFAULT_OPSET):
+    """jax2onnx's conversion of ``fn`` as it comes (:func:`convert` without its passes)."""
     jax2onnx = require("jax2onnx")
-    onnx = require("onnx")
     with _quiet_converter():
-        model = jax2onnx.to_onnx(fn, list(inputs.values()), model_name=name, opset=int(opset),
-                                 input_names=list(inputs), output_names=list(output_names))
+        return jax2onnx.to_onnx(fn, list(inputs.values()), model_name=name, opset=int(opset),
+                                input_names=list(inputs), output_names=list(output_names))
+
+
+def finish(model, *, matmul: bool = True, doc: str = "", metadata: Mapping[str, str] | None = None):
+    """:func:`convert`'s passes on a converted ``model``, in place; returns it, checked."""
+    onnx = require("onnx")
     del model.graph.value_info[:]
-    einsum_to_matmul(model)
+    if matmul:
+        einsum_to_matmul(model)
     model.doc_string = doc
     for key, value in (metadata or {}).items():
         entry = model.metadata_props.add()
