@@ -145,6 +145,7 @@ def test_manifest_describes_the_model_and_its_bases(tiny, exported):
     (["--batch", "0"], "--batch must be at least 1"),
     (["--platforms", "cpu,gpu"], "--platforms must be"),
     (["--formats", "tflite"], "--formats must be"),
+    (["--precision", "bfloat16"], "needs a float32 precision policy"),
     (["--checkpoint", "MISSING"], "checkpoint not found"),
     (["-o", "FILE/out"], "cannot write to"),
 ])

@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="onnx and/or stablehlo (default both)")
     p.add_argument("--opset", default=str(onnx_lib.DEFAULT_OPSET), metavar="N",
                    help=f"ONNX opset (default {onnx_lib.DEFAULT_OPSET})")
+    p.add_argument("--precision", default=None, choices=["exact", "default", "bfloat16"],
+                   help="the network's precision policy (default: the model's; docs/performance.md, "
+                        "'Precision policy'); ONNX needs a float32 one (exact or default)")
     p.add_argument("--no-check", action="store_true",
                    help="skip running the artifacts on the example pair (and example.npz)")
     harness.add_verbose_flag(p)
@@ -86,8 +89,11 @@ def _run(args) -> int:
                 onnx_lib.require(name)
         except export_lib.MissingDependency as e:
             raise ValueError(str(e)) from None  # one line, exit 2
-    pred = Predictor.load(args.checkpoint, refine=False)
+    pred = Predictor.load(args.checkpoint, refine=False, precision=args.precision)
     export_lib.export_spec(pred, size, batch)  # refuses a size the model cannot run at, before any output
+    if "onnx" in formats and pred.precision == "bfloat16":
+        raise ValueError("the ONNX export needs a float32 precision policy (ONNX's Conv has no bfloat16): "
+                         "pass --precision exact, or --formats stablehlo")
     print(f"model: {pred.description}", file=sys.stderr)
     manifest = export_lib.write_bundle(pred, args.out, size=size, batch=batch, platforms=platforms,
                                        formats=formats, opset=opset, check=not args.no_check,

@@ -97,6 +97,9 @@ def write_bundle(predictor, out_dir, *, size: tuple[int, int] | None = None, bat
     platforms = tuple(platforms)
     stablehlo.parse_platforms(",".join(platforms))  # validates
     spec = network.export_spec(predictor, size, batch)
+    if "onnx" in formats and getattr(predictor, "precision", None) == "bfloat16":
+        raise ValueError("the ONNX export needs a float32 precision policy (ONNX's Conv has no bfloat16): export "
+                         "with --precision exact (Predictor(precision='exact')), or --formats stablehlo")
     atomic.check_output_dir(out_dir, FILES, overwrite)
     if "onnx" in formats:
         for name in ("jax2onnx", "onnx", "onnxruntime"):
