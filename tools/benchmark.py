@@ -66,9 +66,10 @@ Measurements (``--mode``; ``all`` runs the four in this order):
 
   export  the shipped model exported as ``python -m camflow_jax.export`` does, at ``--height`` x
           ``--width`` and ``--batch``, on a held-out synthetic pair: the network in ONNX Runtime
-          (CPU, its default threads; as written, and without the Einsum rewrite) against the same
-          function in JAX (``jax.jit``) and as the deserialized StableHLO artifact, interleaved,
-          ``--repeats`` each after ``--warmup``; flow differences, conversion and first-call
+          (CPU, its default threads; as written, with its threads not spinning between calls, and
+          without the Einsum rewrite) against the same function in JAX (``jax.jit``) and as the
+          deserialized StableHLO artifact, in blocks of ``--repeats`` after ``--warmup``, the
+          blocks' sequence twice; flow differences, conversion and first-call
           seconds (``camflow_jax.experiments.benchmarking.export``). Needs the export's packages
           (docs/export.md).
 

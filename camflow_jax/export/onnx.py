@@ -233,10 +233,12 @@ def _as_matmul(node, shapes) -> list | None:
 
 
 # ----------------------------------------------------------------------------- running
-def session(model, threads: int | None = None):
+def session(model, threads: int | None = None, spinning: bool = True):
     """An ONNX Runtime CPU session of ``model`` (a ModelProto, its bytes or a path); ``threads``:
-    intra-op threads (None: ONNX Runtime's default, one per physical core). Warnings off (its
-    constant folding notes that it has no CPU kernel to fold jax2onnx's ``CastLike``)."""
+    intra-op threads (None: ONNX Runtime's default, one per physical core); ``spinning=False``:
+    its worker threads sleep between calls instead of spinning (``session.intra_op.allow_spinning``
+    0; better on a CPU shared with other work, docs/export.md). Warnings off (its constant folding
+    notes that it has no CPU kernel to fold jax2onnx's ``CastLike``)."""
     ort = require("onnxruntime")
     if hasattr(model, "SerializeToString"):
         model = model.SerializeToString()
@@ -244,6 +246,8 @@ def session(model, threads: int | None = None):
     options.log_severity_level = 3
     if threads is not None:
         options.intra_op_num_threads = int(threads)
+    if not spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
