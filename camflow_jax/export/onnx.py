@@ -18,7 +18,7 @@ computes:
 * every two-input ``Einsum`` whose operands have static shapes becomes Transpose / Reshape /
   ``MatMul`` / Reshape / Transpose (:func:`einsum_to_matmul`): the same products and sums,
   run by ONNX Runtime's GEMM kernels instead of its generic Einsum (the attention and basis
-  combination of the shipped model: the unrewritten graph took 1.09-1.10x the time on 2 CPU
+  combination of the shipped model: the unrewritten graph took 1.05-1.10x the time on 2 CPU
   cores; docs/export.md, "Speed").
 """
 
