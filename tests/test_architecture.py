@@ -10,7 +10,8 @@ from camflow_jax.experiments import architecture as arch
 from test_train import _losses
 
 ROOT = Path(__file__).resolve().parents[1]
-CLIS = {"camflow_jax.train", "camflow_jax.estimate", "camflow_jax.evaluate", "camflow_jax.stabilize"}
+CLIS = {"camflow_jax.train", "camflow_jax.estimate", "camflow_jax.evaluate", "camflow_jax.stabilize",
+        "camflow_jax.export.__main__"}
 
 
 @pytest.fixture(scope="module")

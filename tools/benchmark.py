@@ -70,6 +70,15 @@ Measurements (``--mode``; ``all`` runs the four in this order):
           threads is undercounted. Measure with huge pages (the default here): without them a
           fresh buffer's page faults are charged to whatever op first writes it.
 
+  export  the shipped model exported as ``python -m camflow_jax.export`` does, at ``--height`` x
+          ``--width`` and ``--batch``, on a held-out synthetic pair: the network in ONNX Runtime
+          (CPU, its default threads; as written, with its threads not spinning between calls, and
+          without the Einsum rewrite) against the same function in JAX (``jax.jit``) and as the
+          deserialized StableHLO artifact, in blocks of ``--repeats`` after ``--warmup``, the
+          blocks' sequence twice; flow differences, conversion and first-call
+          seconds (``camflow_jax.experiments.benchmarking.export``). Needs the export's packages
+          (docs/export.md).
+
 The network structure is the released CamFlow's (embed 24, depths (2, 4, 6), heads (3, 12, 24);
 ``--arch release``, the default) in every mode, or the ``model`` section of ``--config``
 (``--arch config``, e.g. the narrow nets of ``configs/synthetic.py`` and ``configs/smoke.py``).
@@ -101,6 +110,11 @@ Reproduce the Performance page's numbers (docs/performance.md) on an otherwise i
         --out docs/benchmarks/cpu_2core_flows_only.json
     python tools/benchmark.py --mode roofline --height 320 --width 576 --train-batch 2 --fast-compile \\
         --out docs/benchmarks/roofline_320x576.json
+
+The exported network in ONNX Runtime against JAX (docs/export.md), the shipped model at its own size:
+
+    python tools/benchmark.py --mode export --height 128 --width 256 --repeats 15 --warmup 3 \\
+        --out docs/benchmarks/cpu_2core_export_128x256.json
 
 Per-op profiles (docs/performance.md, "Twelfth round"):
 
@@ -154,6 +168,7 @@ if str(ROOT) not in sys.path:  # camflow_jax and configs from this checkout, ins
 from camflow_jax.compilation import cache as compile_cache  # noqa: E402
 from camflow_jax.experiments import benchmarking  # noqa: E402
 from camflow_jax.experiments.benchmarking import MODES  # noqa: E402
+from camflow_jax.export import MissingDependency  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -230,7 +245,7 @@ def main(argv=None):
     try:
         benchmarking.run(benchmarking.BenchmarkOptions(**opts),
                          on_result=lambda r: print(json.dumps(r), flush=True))
-    except benchmarking.ReleaseUnavailable as e:
+    except (benchmarking.ReleaseUnavailable, MissingDependency) as e:
         print(f"benchmark.py: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
 

@@ -27,6 +27,7 @@ from camflow_jax.experiments.benchmarking.common import (  # noqa: F401
     memory_of,
     timing_summary,
 )
+from camflow_jax.experiments.benchmarking.export import bench_export  # noqa: F401
 from camflow_jax.experiments.benchmarking.inference import bench_flows_only, bench_infer, bench_refine, bench_refine_batch, flows_only_setup  # noqa: F401,E501
 from camflow_jax.experiments.benchmarking.profile import (  # noqa: F401
     bench_profile,
@@ -47,4 +48,4 @@ from camflow_jax.experiments.benchmarking.roofline import bench_roofline, infere
 from camflow_jax.experiments.benchmarking.run import run  # noqa: F401
 from camflow_jax.experiments.benchmarking.training import bench_train, build_train, train_setup  # noqa: F401
 
-__all__ = ['MODES', 'BenchmarkOptions', 'run', 'bench_infer', 'bench_train', 'bench_refine', 'bench_refine_batch', 'build_train', 'load_config', 'apply_groups', 'arch_keys', 'cpu_model', 'machine_info', 'compile_fn', 'flops_of', 'memory_of', 'timing_summary', 'bench_roofline', 'inference_predictor', 'bench_flows_only', 'flows_only_setup', 'train_setup', 'ReleaseUnavailable', 'check_release', 'import_release', 'build_release', 'bench_release', 'bench_release_train', 'PROFILE_TARGETS', 'hlo_op_names', 'op_group', 'trace_op_times', 'profile_summary', 'bench_profile']
+__all__ = ['MODES', 'BenchmarkOptions', 'run', 'bench_infer', 'bench_train', 'bench_refine', 'bench_refine_batch', 'build_train', 'load_config', 'apply_groups', 'arch_keys', 'cpu_model', 'machine_info', 'compile_fn', 'flops_of', 'memory_of', 'timing_summary', 'bench_roofline', 'inference_predictor', 'bench_flows_only', 'flows_only_setup', 'train_setup', 'ReleaseUnavailable', 'check_release', 'import_release', 'build_release', 'bench_release', 'bench_release_train', 'PROFILE_TARGETS', 'hlo_op_names', 'op_group', 'trace_op_times', 'profile_summary', 'bench_profile', 'bench_export']

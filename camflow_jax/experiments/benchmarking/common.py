@@ -24,7 +24,8 @@ from camflow_jax.models import NETWORK_FIELDS, ModelConfig, basis_set
 from camflow_jax.models import precision as precision_lib
 from camflow_jax.training import loop as trainer
 
-MODES = ("infer", "train", "all", "refine", "refine_batch", "roofline", "flows_only", "release", "profile")
+MODES = ("infer", "train", "all", "refine", "refine_batch", "roofline", "flows_only", "release", "profile",
+         "export")
 PROFILE_TARGETS = ("all", "forward", "train")
 
 # Fields of ``Compiled.memory_analysis()`` reported when the installed jaxlib has them.

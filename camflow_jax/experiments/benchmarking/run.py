@@ -19,6 +19,7 @@ from camflow_jax.experiments.benchmarking.common import (
     precision_of,
     train_config,
 )
+from camflow_jax.experiments.benchmarking.export import bench_export
 from camflow_jax.experiments.benchmarking.inference import (bench_flows_only, bench_infer, bench_refine,
                                                           bench_refine_batch)
 from camflow_jax.experiments.benchmarking.profile import bench_profile
@@ -30,6 +31,7 @@ from camflow_jax.experiments.benchmarking.release import (
 )
 from camflow_jax.experiments.benchmarking.roofline import bench_roofline
 from camflow_jax.experiments.benchmarking.training import bench_train
+from camflow_jax.export import onnx as onnx_lib
 
 
 def run(opts: BenchmarkOptions, on_result: Callable[[dict], None] | None = None) -> dict:
@@ -45,6 +47,9 @@ def run(opts: BenchmarkOptions, on_result: Callable[[dict], None] | None = None)
             raise ValueError("--mode release compares the released structure: --arch release, --groups 12,12")
         root = check_release(opts.release_code, train=opts.release_train)
         release = {"root": root, **import_release(root, train=opts.release_train)}
+    if opts.mode == "export":  # a missing converter or runtime fails at once
+        for name in ("jax2onnx", "onnx", "onnxruntime"):
+            onnx_lib.require(name)
     machine = machine_info()
     results = []
 
@@ -57,6 +62,8 @@ def run(opts: BenchmarkOptions, on_result: Callable[[dict], None] | None = None)
         emit(bench_refine(opts))
     elif opts.mode == "refine_batch":
         emit(bench_refine_batch(opts))
+    elif opts.mode == "export":
+        emit(bench_export(opts))
     elif opts.mode == "profile":
         config = load_config(opts.config, opts.height, opts.width, opts.batch, precision_of(opts), opts.arch)
         for r in bench_profile(opts, config):

@@ -1,0 +1,25 @@
+"""Portable export of a model's network: ONNX, StableHLO and a manifest (docs/export.md).
+
+    python -m camflow_jax.export -o DIR                       # the shipped model at its size
+    python -m camflow_jax.export --checkpoint CKPT -o DIR --platforms cpu,cuda
+
+    from camflow_jax.export import write_bundle
+    manifest = write_bundle(Predictor.from_pretrained(), "out/export")
+
+* :mod:`.network`: what is exported (the flows-only forward at a fixed size, both directions;
+  CamFlow+'s basis builder), as plain JAX functions, and the export's shapes (:class:`ExportSpec`);
+* :mod:`.onnx`: conversion with jax2onnx and running with ONNX Runtime (optional packages,
+  imported on first use);
+* :mod:`.stablehlo`: ``jax.export`` artifacts;
+* :mod:`.manifest`: ``manifest.json``;
+* :mod:`.bundle`: the export folder, written atomically after the artifacts were checked.
+
+Test-time refinement, the confidence maps and the homography fit stay in camflow_jax.
+"""
+
+from camflow_jax.export.bundle import FILES, FORMATS, write_bundle
+from camflow_jax.export.network import ExportSpec, export_spec, parse_size
+from camflow_jax.export.onnx import INSTALL_HINT, MissingDependency
+
+__all__ = ["FILES", "FORMATS", "write_bundle", "ExportSpec", "export_spec", "parse_size", "INSTALL_HINT",
+           "MissingDependency"]
