@@ -254,12 +254,13 @@ def test_end_to_end_on_a_fake_data_folder(tmp_path):
 def test_missing_data_and_bad_arguments_exit_2_with_one_line(tmp_path):
     rc, _, err = _cli("--data", str(tmp_path / "nowhere"), "--out", "")
     lines = err.strip().splitlines()
-    assert rc == 2 and len(lines) == 1 and lines[0].startswith(datasets.MISSING_DATA)
+    assert rc == 2 and len(lines) == 1
+    assert lines[0].startswith(f"error: {tmp_path / 'nowhere'}: {datasets.MISSING_DATA}")
     assert datasets.MISSING_DATA == "needs Debian's opencv-doc package: apt-get install opencv-doc"
     # the default folder: the same line, exactly, when it is missing
     if not Path(datasets.OPENCV_DOC, "aloeL.jpg").is_file():
         rc, _, err = _cli("--out", "")
-        assert rc == 2 and err.strip() == datasets.MISSING_DATA
+        assert rc == 2 and err.strip() == f"error: {datasets.OPENCV_DOC}: {datasets.MISSING_DATA}"
     rc, _, err = _cli("--methods", "bogus")
     assert rc == 2 and err.startswith("error:") and "bogus" in err and len(err.strip().splitlines()) == 1
     # --refine-size needs a refined camflow row (checked before any data is read)

@@ -99,7 +99,7 @@ def _run(args, argv) -> int:
     missing = [f for f in needed if not (data / f).is_file()]
     if missing:
         extra = "" if args.data is None else f" (or a --data folder with {', '.join(missing)}; {data} lacks them)"
-        print(datasets.MISSING_DATA + extra, file=sys.stderr)
+        print(f"error: {data}: {datasets.MISSING_DATA}{extra}", file=sys.stderr)
         return 2
     if args.out:  # refused or unwritable: said before the evaluation runs, as evaluate does
         atomic.check_output_dir(args.out, OUTPUTS, overwrite=True, inputs=[data, args.checkpoint])
