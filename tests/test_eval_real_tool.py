@@ -269,26 +269,16 @@ def test_missing_data_and_bad_arguments_exit_2_with_one_line(tmp_path):
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "needs a refined camflow" in err
 
 
-def _tool():
-    """tools/eval_real.py as a module (in-process: no interpreter start)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("eval_real_tool", ROOT / "tools" / "eval_real.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool
-
-
-def test_an_unwritable_out_is_refused_before_the_evaluation(tmp_path, monkeypatch, capsys):
-    """Issue 44: an unwritable --out failed after the whole evaluation (evaluate checks up front)."""
+def test_an_unwritable_out_is_refused_before_the_evaluation(tmp_path):
+    """Issue 44: an unwritable --out failed after the whole evaluation (evaluate checks up front).
+    The data folder's left image is damaged, so an evaluation that ran first would fail on it
+    with another message."""
     data = _stereo_folder(tmp_path)
-    tool = _tool()
-    monkeypatch.setattr(tool.real, "stereo_experiment", lambda *a, **k: pytest.fail("the evaluation ran"))
+    (data / "aloeL.jpg").write_bytes(b"not a jpeg")
     (tmp_path / "file").write_text("x")
     for out, expect in ((tmp_path / "file" / "out", "cannot write to " + str(tmp_path / "file")),
                         (data, "is the input")):
-        rc = tool.main(["--data", str(data), "--out", str(out), "--parts", "stereo", "--methods", "identity"])
-        err = capsys.readouterr().err
+        rc, _, err = _cli("--data", str(data), "--out", str(out), "--parts", "stereo", "--methods", "identity")
         assert rc == 2 and err.startswith("error: ") and expect in err and len(err.strip().splitlines()) == 1, err
 
 
