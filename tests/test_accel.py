@@ -89,7 +89,8 @@ print(json.dumps(res))
 
 @pytest.mark.parametrize("precision", ["exact", pytest.param("bfloat16", marks=pytest.mark.slow)])
 def test_sharded_train_step_exports_for_gpu_and_tpu(tmp_path, precision):
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4"
+    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu",
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run([sys.executable, "-c", _TRAIN_EXPORT, precision], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)

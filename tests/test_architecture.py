@@ -64,6 +64,7 @@ def test_imports_point_down_the_layers(edges):
             assert e.source.startswith("camflow_jax.experiments"), e
 
 
+@pytest.mark.slow  # profiles a training run's tracing (about 40 s on 2 cores)
 def test_a_config_walks_through_at_most_eight_modules(tmp_path, cache, four_steps_one_device):
     """The modules whose functions receive the config (or a part of it) during a training run
     with a held-out evaluation: the session's 4-step reference run (conftest.four_steps_one_device,

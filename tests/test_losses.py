@@ -204,8 +204,10 @@ def test_every_parameter_gets_gradient_and_batchnorm_trains():
     variables = init_variables(model, jax.random.key(0))
     weights = {"motion": 1.0, "feature": 10.0, "smooth": 40.0}
 
+    # The inputs are arguments, not constants of the program: XLA would otherwise spend seconds
+    # constant-folding the loss's depth medians (a sort of every depth map) while compiling.
     @jax.jit
-    def grads(params):
+    def grads(params, g1, g2, bases, batch):
         def forward(p):
             return model.apply({"params": p, "batch_stats": variables["batch_stats"]}, g1, g2, bases,
                                train=True, mutable=["batch_stats"])
@@ -219,7 +221,7 @@ def test_every_parameter_gets_gradient_and_batchnorm_trains():
         (g,) = jax.vmap(vjp)(stacked)
         return jax.tree.map(lambda x: x[0], g), jax.tree.map(lambda x: x[1], g), mut
 
-    g_total, g_feat, mut = grads(variables["params"])
+    g_total, g_feat, mut = grads(variables["params"], g1, g2, bases, batch)
     flat = jax.tree_util.tree_flatten_with_path(g_total)[0]
     dead = [jax.tree_util.keystr(p) for p, x in flat if not np.any(np.asarray(x))]
     assert not dead, f"parameters without gradient: {dead[:10]}"

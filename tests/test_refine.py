@@ -378,7 +378,16 @@ def test_predictor_refines_by_default_and_keeps_the_network_result(shipped):
     dst = src + out["flow_f"][ys.ravel(), xs.ravel()]
     Hcv, _ = cv2.findHomography(src, dst, 0)
     assert interior_epe(fx.homography_flow(out["homography"], H, W), fx.homography_flow(Hcv, H, W)) < 0.3
-    # Portrait input: the same pair turned by 90 degrees gives the same motion, turned.
+
+
+@pytest.mark.slow  # compiles the refinement again for the turned size (about 25 s on 2 cores)
+def test_predictor_turned_pair_gives_the_turned_motion(shipped):
+    """Portrait input: the same pair turned by 90 degrees gives the same refined motion, turned
+    (the default tier checks the network's portrait path in test_estimate)."""
+    from camflow_jax.data.synthetic.scenes import SyntheticScenes
+
+    p = SyntheticScenes(seed=5, num_samples=1, height=H, width=W, categories=("RE",))[0]
+    out = shipped(p["img1"], p["img2"], depth1=p["depth1"], depth2=p["depth2"], intrinsics=p["K"])
     rot = lambda a: np.ascontiguousarray(np.rot90(a, k=-1, axes=(0, 1)))  # noqa: E731
     K = np.asarray(p["K"], np.float64)  # (fx, fy, cx, cy); rot90 k=-1 maps (x, y) -> (H-1-y, x)
     Kr = (K[1], K[0], H - 1 - K[3], K[2])

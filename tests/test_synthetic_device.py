@@ -47,7 +47,7 @@ TRAIN_KEYS = {"img1", "img2", "flow_f", "flow_b", "label_mask_f", "label_mask_b"
 
 _SHARDED = """
 import os, sys
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
 os.environ["JAX_PLATFORMS"] = "cpu"
 import numpy as np, jax
 from jax.sharding import Mesh

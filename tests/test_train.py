@@ -33,7 +33,8 @@ EVAL = "--config.data.num_eval=2"
 
 def _env(tmp_cache, devices=1):
     env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    # The suite's flags (conftest: the fast-compile level) and the device count.
+    env["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"
     env["JAX_PLATFORMS"] = "cpu"
     env["JAX_COMPILATION_CACHE_DIR"] = str(tmp_cache)
     env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
@@ -182,10 +183,9 @@ def _assert_same_run(wd, ref_wd):
             np.testing.assert_allclose(got[k], ref[k], rtol=1e-3, atol=4 * 1e-4 + 1e-6, err_msg=k)
 
 
-# Slow tier: test_two_processes_match_single_process runs 2 devices in each of 2 processes, so
-# the default tier still shards a batch over several devices of one process; this adds only the
-# one-process, 4-device mesh, at the price of compiling one more program.
-@pytest.mark.slow
+# The default tier's multi-device run: one process with a 4-device mesh (one program to compile).
+# Its slow sibling, test_two_processes_match_single_process, runs 2 processes with 2 devices each
+# (two programs compiled at once: about 95 s of the 2-core machine against about 45 s).
 def test_four_devices_match_one_device(tmp_path, cache, four_steps_one_device):
     wd = tmp_path / "four"
     out = _train(wd, "--config.num_steps=4", devices=4, cache=cache).stdout
@@ -199,6 +199,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # see test_four_devices_match_one_device
 def test_two_processes_match_single_process(tmp_path, cache, four_steps_one_device):
     import jax
 
@@ -246,6 +247,22 @@ def test_bad_hyperparameters_are_one_line_errors(tmp_path, cache, flag, needle):
     assert not (tmp_path / "w" / "checkpoints").exists() or not any((tmp_path / "w" / "checkpoints").iterdir())
 
 
+def test_a_non_finite_step_term_is_a_divergence_that_names_it():
+    """The loop's guard (the slow-tier test below runs it end to end): any non-finite term of a
+    step, the parameter norm included, stops the run with one message naming the terms and the
+    last saved step."""
+    from camflow_jax.training import loop
+
+    ok = loop.check_finite({"total": np.float32(1.5), "param_norm": np.float32(3.0)}, 7, 6)
+    assert ok == {"total": 1.5, "param_norm": 3.0}
+    with pytest.raises(loop.DivergedError, match=r"diverged at step 7: non-finite param_norm, total; nothing "
+                                                 r"after step 6 was saved"):
+        loop.check_finite({"total": np.float32(np.nan), "param_norm": np.float32(np.inf), "nll": 1.0}, 7, 6)
+    with pytest.raises(loop.DivergedError, match="nothing after step 0 was saved"):
+        loop.check_finite({"param_norm": np.float32(np.inf)}, 1, None)
+
+
+@pytest.mark.slow  # compiles a program of its own (the learning rate is a constant of the step): ~45 s
 def test_divergence_stops_before_saving(tmp_path, cache):
     # lr 1e30: the parameters blow up at the first update. The NLL excludes non-finite
     # predictions, so the loss alone would look fine; the parameter norm gives it away.
