@@ -227,3 +227,34 @@ def test_the_hard_sets_degradations_keep_the_ground_truth_and_do_what_they_say()
     assert np.abs(np.diff(blur.frames.astype(float), axis=2)).mean() < 0.6 * np.abs(np.diff(src, axis=2)).mean()
     with pytest.raises(ValueError, match="gain must be positive"):
         clips.degrade(clip, gain=0)
+
+
+@pytest.mark.skipif(shutil.which("ffmpeg") is None or not benchmark.ffmpeg_has_vidstab(),
+                    reason="needs ffmpeg with vid.stab (apt-get install ffmpeg)")
+def test_wall_time_comparison_runs_both_command_lines(tmp_path):
+    """Issue 42's wall-time measure on a tiny clip: both sides run as command lines on the same
+    H.264 file and write their .mp4; the times are real (the outputs decode to the clip's length)."""
+    from camflow_jax.experiments import stabilization_time as st
+
+    src = tmp_path / "still.mp4"
+    st.write_h264(clips.planar_clip(12, 64, 96, seed=1).frames, str(src), 30.0)
+    assert benchmark.decode_video(str(src)).shape == (12, 64, 96, 3)
+    rows = st.compare_wall_time(str(src), str(tmp_path), clips={"tiny": (10, (48, 64))}, runs=1,
+                                extra=("--no-plots",), log=lambda m: None)
+    (row,) = rows
+    assert row["clip"] == "tiny" and len(row["ours_s"]) == len(row["vidstab_s"]) == 1
+    assert row["ours_s"][0] > 0 and row["vidstab_s"][0] > 0 and row["ratio"] == row["ours_s"][0] / row["vidstab_s"][0]
+    for side in ("ours", "vidstab"):
+        assert benchmark.decode_video(str(tmp_path / f"tiny_{side}.mp4")).shape[0] == 10
+    with pytest.raises(OSError, match="failed"):
+        st.time_command([sys.executable, "-c", "import sys; sys.exit(3)"])
+
+
+def test_wall_time_tool_bad_arguments_exit_2(tmp_path):
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    tool = [sys.executable, str(ROOT / "tools" / "stab_wall_time.py")]
+    res = subprocess.run(tool + ["--runs", "0"], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    missing = str(tmp_path / "no.mp4")
+    res = subprocess.run(tool + ["--video", missing], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert res.returncode == 2 and "video not found" in res.stderr and "Traceback" not in res.stderr
