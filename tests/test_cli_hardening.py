@@ -505,3 +505,19 @@ def test_stabilize_failure_midway_leaves_previous_output(tmp_path, clip, monkeyp
     assert stabilize.main([str(src), "-o", str(out), "-y", "--estimator=identity", "-q"]) == 2
     assert _digest(out) == before and _digest(tmp_path / "o.json") == report
     assert _no_partials(tmp_path)
+
+
+def test_a_command_line_ends_with_a_live_thread_pool():
+    """``harness.exit_process`` with a thread pool still alive (the Predictor's refinement pool
+    of two threads on a CPU): the process ends with its status. Joining the pool's idle
+    workers before concurrent.futures' exit hook told them to stop hung ``estimate`` and
+    ``stabilize --estimator camflow`` for good after their outputs were written."""
+    script = ("from concurrent.futures import ThreadPoolExecutor\n"
+              "from camflow_jax.cli import harness\n"
+              "pool = ThreadPoolExecutor(2, thread_name_prefix='camflow-refine')\n"
+              "assert pool.submit(lambda: 7).result() == 7\n"
+              "print('done', flush=True)\n"
+              "harness.exit_process(0)\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0 and proc.stdout == "done\n", proc.stderr[-2000:]

@@ -184,9 +184,17 @@ def exit_process(status: int) -> NoReturn:
     if status in EXIT_INTERRUPTED.values():
         os._exit(status)
     _late_signals(status)
-    for t in threading.enumerate():
-        if t is not threading.current_thread() and not t.daemon:
-            t.join()
+    # What the interpreter does first at exit: the hooks of threading's own exit list (a thread
+    # pool's workers wait for work until concurrent.futures' hook tells them to stop: joined
+    # before it, a live pool, the Predictor's refinement threads, hung the process for good),
+    # then the join of every non-daemon thread.
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        shutdown()
+    else:  # a Python without it: the joins alone
+        for t in threading.enumerate():
+            if t is not threading.current_thread() and not t.daemon:
+                t.join()
     with contextlib.suppress(Exception):
         atexit._run_exitfuncs()
     _flush()
