@@ -27,7 +27,7 @@ import cv2
 import numpy as np
 
 __all__ = ["BORDERS", "sample_field", "solve_inverse", "source_offsets", "source_map",
-           "render_frame", "forward_points", "border_fraction", "required_zoom", "required_zooms",
+           "render_frame", "forward_points", "border_fraction", "required_zoom", "required_zooms", "fits",
            "auto_zoom", "fit_updates_to_zoom"]
 
 BORDERS = {"black": cv2.BORDER_CONSTANT, "replicate": cv2.BORDER_REPLICATE,
@@ -45,17 +45,28 @@ def _check_update(update) -> np.ndarray:
 
 def sample_field(field: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Bilinear samples of ``field`` ``[h, w, C]`` at (x, y), edge-clamped -> ``x.shape + [C]``."""
-    h, w = field.shape[:2]
-    x = np.clip(np.asarray(x, np.float64), 0.0, w - 1.0)
-    y = np.clip(np.asarray(y, np.float64), 0.0, h - 1.0)
-    x0 = np.minimum(np.floor(x).astype(np.int64), max(w - 2, 0))
-    y0 = np.minimum(np.floor(y).astype(np.int64), max(h - 2, 0))
-    x1, y1 = np.minimum(x0 + 1, w - 1), np.minimum(y0 + 1, h - 1)
+    h, w, ch = np.shape(field)
+    x = np.asarray(x, np.float64)
+    return _bilinear(np.asarray(field, np.float64).reshape(h * w, ch), h, w, x,
+                     np.asarray(y, np.float64), 0).reshape(x.shape + (ch,))
+
+
+def _bilinear(flat: np.ndarray, h: int, w: int, x: np.ndarray, y: np.ndarray, base) -> np.ndarray:
+    """Bilinear, edge-clamped samples of fields stored as rows ``flat`` ``[N, C]``: the field
+    starting at row ``base`` (an int or an array broadcasting with ``x``), ``h x w`` rows in
+    row-major order, read at (x, y) -> ``x.shape + [C]`` (float64). The four neighbours are
+    gathered with flat row indices (``np.take``), the fastest numpy gather."""
+    x = np.clip(x, 0.0, w - 1.0)
+    y = np.clip(y, 0.0, h - 1.0)
+    x0 = np.minimum(x.astype(np.int64), max(w - 2, 0))  # x >= 0: truncation is the floor
+    y0 = np.minimum(y.astype(np.int64), max(h - 2, 0))
     fx, fy = (x - x0)[..., None], (y - y0)[..., None]
-    f = field.astype(np.float64)
-    top = f[y0, x0] * (1 - fx) + f[y0, x1] * fx
-    bot = f[y1, x0] * (1 - fx) + f[y1, x1] * fx
-    return top * (1 - fy) + bot * fy
+    i = base + y0 * w + x0
+    dx, dy = (1 if w > 1 else 0), (w if h > 1 else 0)
+    f00, f01 = np.take(flat, i, axis=0), np.take(flat, i + dx, axis=0)
+    f10, f11 = np.take(flat, i + dy, axis=0), np.take(flat, i + dy + dx, axis=0)
+    top = f00 + (f01 - f00) * fx
+    return top + (f10 + (f11 - f10) * fx - top) * fy
 
 
 def solve_inverse(update, y: np.ndarray, iterations: int = 4) -> np.ndarray:
@@ -101,6 +112,14 @@ def _upsampling_maps(height, width, h, w):
     return mx, my
 
 
+@functools.lru_cache(maxsize=8)
+def _pixel_grid(height, width):
+    """Full-resolution pixel coordinates (xs, ys) ``[H, W]`` float32 (read-only, shared)."""
+    ys, xs = np.mgrid[0:height, 0:width].astype(np.float32)
+    xs.flags.writeable = ys.flags.writeable = False
+    return xs, ys
+
+
 def source_map(update, height: int, width: int, zoom: float = 1.0,
                iterations: int = 4) -> tuple[np.ndarray, np.ndarray]:
     """Full-resolution sampling maps (map_x, map_y) ``[H, W]`` float32 for ``cv2.remap``."""
@@ -108,10 +127,9 @@ def source_map(update, height: int, width: int, zoom: float = 1.0,
     h, w = update.shape[:2]
     s = source_offsets(update, zoom, iterations, pad=1)
     mx, my = _upsampling_maps(height, width, h, w)
-    s = cv2.remap(s, mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-    s = s * np.array([width / w, height / h], np.float32)
-    ys, xs = np.mgrid[0:height, 0:width].astype(np.float32)
-    return xs + s[..., 0], ys + s[..., 1]
+    sx, sy = cv2.split(cv2.remap(s, mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE))
+    xs, ys = _pixel_grid(height, width)
+    return cv2.scaleAdd(sx, width / w, xs), cv2.scaleAdd(sy, height / h, ys)
 
 
 def render_frame(frame, update, zoom: float = 1.0, iterations: int = 4,
@@ -156,40 +174,19 @@ def border_fraction(map_x: np.ndarray, map_y: np.ndarray) -> float:
 def _sample_batched(field: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """:func:`sample_field` for a stack ``[T, h, w, C]`` with points ``[T, N]`` -> ``[T, N, C]``."""
     t_len, h, w, ch = field.shape
-    x = np.clip(x, 0.0, w - 1.0)
-    y = np.clip(y, 0.0, h - 1.0)
-    x0 = np.minimum(np.floor(x).astype(np.int64), max(w - 2, 0))
-    y0 = np.minimum(np.floor(y).astype(np.int64), max(h - 2, 0))
-    x1, y1 = np.minimum(x0 + 1, w - 1), np.minimum(y0 + 1, h - 1)
-    fx, fy = (x - x0)[..., None], (y - y0)[..., None]
-    flat = field.reshape(-1, ch)
     base = (np.arange(t_len) * h * w)[:, None]
-
-    def at(yy, xx):
-        return flat[base + yy * w + xx]
-
-    top = at(y0, x0) * (1 - fx) + at(y0, x1) * fx
-    bot = at(y1, x0) * (1 - fx) + at(y1, x1) * fx
-    return top * (1 - fy) + bot * fy
+    return _bilinear(field.reshape(-1, ch), h, w, x, y, base)
 
 
-def required_zooms(updates, height: int, width: int, max_zoom: float = 1.5,
-                   iterations: int = 4, steps: int = 14, tol: float = 1e-3) -> np.ndarray:
-    """Per frame, the smallest zoom in [1, max_zoom] whose centred crop samples only inside the
-    input (``updates`` ``[T, h, w, 2]`` -> ``[T]``).
+#: Rounds of :func:`required_zooms` that follow the margin's line before plain halvings.
+_LINE_ROUNDS = 4
 
-    Evaluates exactly the sampling map :func:`render_frame` uses (the upsampled source
-    offsets) along the output frame's outline (at the breakpoints of its piecewise-linear
-    interpolation, up to cv2.remap's 1/32-pixel weights); the region that samples
-    outside the input is connected to the outside for camera-motion warps, so a valid outline
-    means a valid frame. Bisection over 1/zoom (``steps`` halvings), vectorized over frames.
-    Frames for which even ``max_zoom`` shows borders get ``max_zoom``.
-    """
-    if not isinstance(updates, np.ndarray):  # memmaps stay on disk; chunks are read below
-        updates = np.asarray(updates)
-    if updates.ndim != 4 or updates.shape[-1] != 2:
-        raise ValueError(f"updates must be [T, h, w, 2], got shape {updates.shape}")
-    t_len, h, w = updates.shape[:3]
+
+def _outline_margin(h: int, w: int, height: int, width: int, iterations: int, tol: float):
+    """``margin(u, a)``: for update fields ``u`` ``[t, h, w, 2]`` and 1 / zoom ``a`` ``[t]``, the
+    least distance (pixels) inside the input's edges, plus ``tol``, of the samples that the
+    output frame's outline reads in :func:`render_frame` -> ``[t]``; >= 0 where the crop fits
+    (:func:`required_zooms`)."""
     sx, sy = width / w, height / h
     # Along an edge of the frame the upsampled offsets are linear between the working-grid
     # columns (rows), so the sampled position is too: checking the edge at those breakpoints
@@ -213,37 +210,103 @@ def required_zooms(updates, height: int, width: int, max_zoom: float = 1.5,
     c_low = np.array([(w - 1) / 2.0, (h - 1) / 2.0])
     n_out = outline.shape[0]
 
-    def ok(u, a, s):  # u [t, h, w, 2], a [t] -> bool [t]; s: scratch [t, h + 2, w + 2, 2]
+    def margin(u, a):  # u [t, h, w, 2], a [t] -> [t]: >= 0 where the crop at 1 / a fits
         y = c_low + a[:, None, None] * (q - c_low)  # [t, R, 2]
         x = y.copy()
         for _ in range(max(1, iterations)):
             x = y - _sample_batched(u, x[..., 0], x[..., 1])
+        s = np.zeros((u.shape[0], h + 2, w + 2, 2))
         s[:, ring] = x - q  # only ring entries are read below
         off = _sample_batched(s, np.broadcast_to(lx, (u.shape[0], n_out)),
                               np.broadcast_to(ly, (u.shape[0], n_out))) * np.array([sx, sy])
         src = outline + off
-        inside = ((src[..., 0] >= -tol) & (src[..., 0] <= width - 1 + tol)
-                  & (src[..., 1] >= -tol) & (src[..., 1] <= height - 1 + tol))
-        return inside.all(axis=1)
+        inside = np.minimum(np.minimum(src[..., 0], width - 1.0 - src[..., 0]),
+                            np.minimum(src[..., 1], height - 1.0 - src[..., 1]))
+        return inside.min(axis=1) + tol
 
+    return margin
+
+
+def required_zooms(updates, height: int, width: int, max_zoom: float = 1.5,
+                   iterations: int = 4, steps: int = 14, tol: float = 1e-3) -> np.ndarray:
+    """Per frame, the smallest zoom in [1, max_zoom] whose centred crop samples only inside the
+    input (``updates`` ``[T, h, w, 2]`` -> ``[T]``), to ``2**-steps`` of the range of 1 / zoom
+    and on the safe side (the crop at the returned zoom samples inside).
+
+    Evaluates exactly the sampling map :func:`render_frame` uses (the upsampled source
+    offsets) along the output frame's outline (at the breakpoints of its piecewise-linear
+    interpolation, up to cv2.remap's 1/32-pixel weights); the region that samples
+    outside the input is connected to the outside for camera-motion warps, so a valid outline
+    means a valid frame. The search over a = 1 / zoom, vectorized over frames, keeps a bracket
+    (``lo`` fits, ``hi`` does not) of the outline's inside margin (the least distance, in
+    pixels, of a sample inside the input's edges, less ``tol``), which is nearly linear in a:
+    each round evaluates two points, a hair on either side of the root of the margin's line
+    (through the bracket's ends, then through the last round's two points), so a linear margin
+    is bracketed in one round; after :data:`_LINE_ROUNDS` rounds (or where the line does not
+    fall) the rounds halve the bracket, so the search always ends. Frames for which even
+    ``max_zoom`` shows borders get ``max_zoom``.
+    """
+    if not isinstance(updates, np.ndarray):  # memmaps stay on disk; chunks are read below
+        updates = np.asarray(updates)
+    if updates.ndim != 4 or updates.shape[-1] != 2:
+        raise ValueError(f"updates must be [T, h, w, 2], got shape {updates.shape}")
+    t_len, h, w = updates.shape[:3]
+    margin = _outline_margin(h, w, height, width, iterations, tol)
+    eps = (1.0 - 1.0 / float(max_zoom)) * 2.0 ** -steps  # the bracket's final width
     out = np.empty(t_len)
     for start in range(0, t_len, 256):  # bounded memory on long clips
         u = np.asarray(updates[start:start + 256], np.float64)
         if not np.all(np.isfinite(u)):
             raise ValueError("update fields contain non-finite values")
         n = u.shape[0]
-        scratch = np.zeros((n, h + 2, w + 2, 2))
-        one = ok(u, np.ones(n), scratch)
+        m_hi = margin(u, np.ones(n))
         lo = np.full(n, 1.0 / float(max_zoom))
-        fine_at_cap = ok(u, lo, scratch)
+        m_lo = margin(u, lo)
         hi = np.ones(n)
-        for _ in range(steps):  # invariant where it matters: ok(lo), not ok(hi)
-            mid = 0.5 * (lo + hi)
-            good = ok(u, mid, scratch)
-            lo, hi = np.where(good, mid, lo), np.where(good, hi, mid)
+        one, at_cap = m_hi >= 0, m_lo >= 0
+        todo = np.flatnonzero(~one & at_cap)  # frames that need a zoom below the cap
+        # the first guess: the root of the line through the bracket's ends
+        guess = lo + (hi - lo) * m_lo / np.where(m_lo > m_hi, m_lo - m_hi, 1.0)
+        rounds = 0
+        while todo.size:  # invariant: margin(lo) >= 0 > margin(hi)
+            a0, a1 = lo[todo], hi[todo]
+            root = guess[todo]
+            ok = (root > a0) & (root < a1) & (rounds < _LINE_ROUNDS)
+            root = np.where(ok, root, 0.5 * (a0 + a1))
+            below = np.clip(root - 0.25 * eps, a0, a1)
+            above = np.clip(root + 0.25 * eps, a0, a1)
+            m = margin(u[np.r_[todo, todo]], np.r_[below, above])
+            k = todo.size
+            mb, ma = m[:k], m[k:]
+            for at, mv in ((below, mb), (above, ma)):
+                good = mv >= 0
+                lo[todo] = np.where(good & (at > lo[todo]), at, lo[todo])
+                hi[todo] = np.where(~good & (at < hi[todo]), at, hi[todo])
+            # next: the root of the margin's local line through its two new points (a halving
+            # where that line does not fall or its root leaves the bracket)
+            slope = (ma - mb) / np.maximum(above - below, 1e-300)
+            nxt = np.where(slope < 0, below - mb / np.where(slope < 0, slope, -1.0), np.nan)
+            guess[todo] = nxt
+            todo = todo[hi[todo] - lo[todo] > eps]
+            rounds += 1
         z = 1.0 / lo
-        z = np.where(one, 1.0, np.where(fine_at_cap, z, float(max_zoom)))
+        z = np.where(one, 1.0, np.where(at_cap, z, float(max_zoom)))
         out[start:start + n] = z
+    return out
+
+
+def fits(updates, height: int, width: int, zoom: float, iterations: int = 4,
+         tol: float = 1e-3) -> np.ndarray:
+    """Per frame, whether the centred crop at ``zoom`` samples only inside the input (bool
+    ``[T]``; the test of :func:`required_zooms` at one zoom)."""
+    if not isinstance(updates, np.ndarray):
+        updates = np.asarray(updates)
+    t_len, h, w = updates.shape[:3]
+    margin = _outline_margin(h, w, height, width, iterations, tol)
+    out = np.empty(t_len, bool)
+    for start in range(0, t_len, 256):
+        u = np.asarray(updates[start:start + 256], np.float64)
+        out[start:start + u.shape[0]] = margin(u, np.full(u.shape[0], 1.0 / zoom)) >= 0
     return out
 
 
@@ -281,9 +344,9 @@ def fit_updates_to_zoom(updates, height: int, width: int, zoom: float, iteration
         raise ValueError(f"zoom must be >= 1, got {zoom}")
     t_len = updates.shape[0]
     if need is None:
-        need = required_zooms(updates, height, width, max_zoom=zoom * 1.001, iterations=iterations)
-    need = np.asarray(need, np.float64)
-    bad = np.flatnonzero(need > zoom * (1 + 1e-6))
+        bad = np.flatnonzero(~fits(updates, height, width, zoom * (1 + 1e-6), iterations))
+    else:
+        bad = np.flatnonzero(np.asarray(need, np.float64) > zoom * (1 + 1e-6))
     alpha = np.ones(t_len)
     if bad.size == 0:
         return alpha
@@ -291,9 +354,8 @@ def fit_updates_to_zoom(updates, height: int, width: int, zoom: float, iteration
     lo, hi = np.zeros(bad.size), np.ones(bad.size)
     for _ in range(steps):  # invariant: lo fits, hi does not
         mid = 0.5 * (lo + hi)
-        z = required_zooms((base * mid[:, None, None, None]).astype(np.float32), height, width,
-                           max_zoom=zoom * 1.001, iterations=iterations)
-        good = z <= zoom * (1 + 1e-6)
+        good = fits((base * mid[:, None, None, None]).astype(np.float32), height, width,
+                    zoom * (1 + 1e-6), iterations)
         lo, hi = np.where(good, mid, lo), np.where(good, hi, mid)
     alpha[bad] = lo
     r = max(0, int(radius))
