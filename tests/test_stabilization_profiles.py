@@ -48,12 +48,16 @@ def test_accumulate_profiles_rejects_bad_input():
         pr.accumulate_profiles(bad)
 
 
-def test_blocked_jacobi_matches_reference_loop():
+@pytest.mark.parametrize("operator", [True, False], ids=["operator", "iterated"])
+def test_blocked_jacobi_matches_reference_loop(operator, monkeypatch):
+    # both ways smooth_profiles applies (3): its T x T operator, and the banded iteration
+    # it uses for clips longer than OPERATOR_MAX_FRAMES
+    monkeypatch.setattr(pr, "OPERATOR_MAX_FRAMES", 10_000 if operator else 0)
     rng = np.random.default_rng(0)
     t_len = 37
     c = rng.normal(size=(t_len, 2, 3, 2)).astype(np.float32) * 5
     radii = rng.integers(1, 12, size=t_len)
-    # Small blocks and column chunks exercise the block boundaries and the chunk padding.
+    # Small blocks and column chunks exercise the block boundaries and the column chunks.
     got = pr.smooth_profiles(c, radii, strength=3.0, iterations=6, extrapolate_ends=False,
                              block=8, column_chunk=5)
     want = _reference_jacobi(c, radii, 3.0, 6)

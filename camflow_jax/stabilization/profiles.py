@@ -18,7 +18,11 @@ and is computed, as in SteadyFlow, with a fixed number of Jacobi iterations star
 Stacking all profiles as the columns of a ``[T, M]`` matrix turns (3) into one banded
 ``T x T`` matrix product per iteration; we evaluate it block-wise (row blocks of ``block``
 frames against the ``block + 2 R`` frames they can reach), so memory is linear in T, and over
-chunks of columns, so device memory stays bounded on long clips.
+chunks of columns, so memory stays bounded on long clips. As (3) is linear in C, the whole
+iteration is one ``T x T`` operator M (P = M C); up to :data:`OPERATOR_MAX_FRAMES` frames we
+build M by iterating on the identity and apply it once, which costs several times fewer
+operations than iterating on the profiles (the pipeline smooths segments of at most ~1400
+frames). numpy: the stabilizer's default path imports no JAX.
 
 Adaptive window (our statement of SteadyFlow's rule): the radius Omega_t is the largest
 r <= max_radius such that the motion traced inside the window stays below a threshold,
@@ -44,10 +48,7 @@ symmetric (and, with the extension, everywhere); high temporal frequencies are a
 from __future__ import annotations
 
 import dataclasses
-import functools
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["SmoothingParams", "accumulate_profiles", "subgrid", "adaptive_radii",
@@ -132,38 +133,42 @@ def adaptive_radii(profiles, max_radius: int, min_radius: int, threshold: float,
 
 
 def _block_weights(radii, t_len, radius, block, n_blocks):
-    """Row blocks of the banded weight matrix: ``[n_blocks, block, block + 2 radius]``."""
-    rows = jnp.arange(n_blocks * block).reshape(n_blocks, block, 1)
-    cols = (jnp.arange(n_blocks)[:, None, None] * block
-            + jnp.arange(block + 2 * radius)[None, None, :] - radius)
-    rad = jnp.pad(radii.astype(jnp.float32), (0, n_blocks * block - t_len),
-                  constant_values=1.0)[rows]
-    d = (cols - rows).astype(jnp.float32)
-    w = jnp.exp(-(d ** 2) / (jnp.maximum(rad, 1e-6) / 3.0) ** 2)
-    valid = (d != 0) & (jnp.abs(d) <= rad) & (cols >= 0) & (cols < t_len) & (rows < t_len)
-    return jnp.where(valid, w, 0.0)
+    """Row blocks of the banded weight matrix: ``[n_blocks, block, block + 2 radius]`` float32."""
+    rows = np.arange(n_blocks * block).reshape(n_blocks, block, 1)
+    cols = (np.arange(n_blocks)[:, None, None] * block
+            + np.arange(block + 2 * radius)[None, None, :] - radius)
+    rad = np.pad(np.asarray(radii, np.float64), (0, n_blocks * block - t_len),
+                 constant_values=1.0)[rows]
+    d = (cols - rows).astype(np.float64)
+    w = np.exp(-(d ** 2) / (np.maximum(rad, 1e-6) / 3.0) ** 2)
+    valid = (d != 0) & (np.abs(d) <= rad) & (cols >= 0) & (cols < t_len) & (rows < t_len)
+    return np.where(valid, w, 0.0).astype(np.float32)
 
 
-@functools.partial(jax.jit, static_argnames=("radius", "block", "iterations"))
 def _jacobi(c, radii, strength, radius, block, iterations):
-    """Jacobi iterations (3) on ``c`` ``[T, M]`` with per-frame radii ``[T]``."""
-    t_len = c.shape[0]
+    """Jacobi iterations (3) on ``c`` ``[T, M]`` float32 with per-frame radii ``[T]``: per
+    iteration, each row block of the banded weights times the ``block + 2 radius`` frames it
+    reaches (a slice of the zero-padded iterate, so no copies)."""
+    t_len, m = c.shape
     n_blocks = -(-t_len // block)
     wb = _block_weights(radii, t_len, radius, block, n_blocks)
-    wsum = wb.sum(axis=-1).reshape(-1)[:t_len]
-    # Padded frame index j of block b's window is b * block + j (frame b * block + j - radius).
-    idx = jnp.arange(n_blocks)[:, None] * block + jnp.arange(block + 2 * radius)[None, :]
-    pad = ((radius, n_blocks * block - t_len + radius), (0, 0))
-    denom = (1.0 + strength * wsum)[:, None]
+    denom = (1.0 + strength * wb.sum(axis=-1).reshape(-1)[:t_len])[:, None].astype(np.float32)
+    wb, denom = wb.astype(c.dtype), denom.astype(c.dtype)
+    padded = np.zeros((n_blocks * block + 2 * radius, m), c.dtype)
+    s = np.empty((n_blocks * block, m), c.dtype)
+    p = c
+    for _ in range(iterations):
+        padded[radius:radius + t_len] = p
+        for k in range(n_blocks):
+            np.matmul(wb[k], padded[k * block:k * block + block + 2 * radius],
+                      out=s[k * block:(k + 1) * block])
+        p = (c + c.dtype.type(strength) * s[:t_len]) / denom
+    return p
 
-    def step(_, p):
-        windows = jnp.pad(p, pad)[idx]  # [n_blocks, block + 2R, M]
-        # HIGHEST: profiles reach thousands of pixels on long pans; TF32/bf16 passes would
-        # put pixel-sized errors into B = P - C.
-        s = jnp.einsum("bij,bjm->bim", wb, windows, precision=jax.lax.Precision.HIGHEST)
-        return (c + strength * s.reshape(n_blocks * block, -1)[:t_len]) / denom
 
-    return jax.lax.fori_loop(0, iterations, step, c)
+#: Up to this many frames (the clip and its end extensions), :func:`smooth_profiles` applies
+#: the iterations as one ``T x T`` operator (module doc); longer, it iterates the banded product.
+OPERATOR_MAX_FRAMES = 2048
 
 
 def _extend_linearly(flat: np.ndarray, fit_len: int, pad_head: int,
@@ -196,8 +201,7 @@ def smooth_profiles(profiles, radii, strength: float = 5.0, iterations: int = 10
 
     ``extrapolate_ends``: extend the clip linearly before smoothing (module doc), at both ends
     or per end as ``(head, tail)``; False gives plain truncated windows. Returns float32 numpy
-    of the profiles' shape. Columns are processed in chunks of ``column_chunk`` (padded to a
-    fixed size so one compilation serves them all). ``max_radius`` (default: the largest
+    of the profiles' shape. Columns are processed in chunks of ``column_chunk``. ``max_radius`` (default: the largest
     radius) sets the band width and the end extension's fit length and size, so results do not
     depend on which radii a segment happens to contain.
 
@@ -228,14 +232,16 @@ def smooth_profiles(profiles, radii, strength: float = 5.0, iterations: int = 10
     block = int(min(block, total))
     m = flat.shape[1]
     chunk = int(min(column_chunk, m))
-    out = np.empty_like(flat)
-    radii_j = jnp.asarray(radii, jnp.int32)
+    if total <= OPERATOR_MAX_FRAMES:
+        # (3) is linear in C, P = M C: M is (3) run on the identity (float64), and the kept rows
+        # of M times C is one matrix product, several times fewer operations than iterating
+        op = _jacobi(np.eye(total), radii, float(strength), radius, block, int(iterations))
+        op = op[pad:pad + t_len].astype(np.float32)
+        return np.concatenate([op @ flat[:, start:start + chunk] for start in range(0, m, chunk)],
+                              axis=1).reshape(c.shape)
+    out = np.empty((t_len, m), np.float32)
     for start in range(0, m, chunk):
-        part = flat[:, start:start + chunk]
-        width = part.shape[1]
-        if width < chunk:
-            part = np.pad(part, ((0, 0), (0, chunk - width)))
-        res = _jacobi(jnp.asarray(part), radii_j, jnp.float32(strength), radius, block,
-                      int(iterations))
-        out[:, start:start + width] = np.asarray(res)[:, :width]
-    return out[pad:pad + t_len].reshape(c.shape)
+        part = np.ascontiguousarray(flat[:, start:start + chunk])
+        out[:, start:start + part.shape[1]] = _jacobi(part, radii, float(strength), radius, block,
+                                                      int(iterations))[pad:pad + t_len]
+    return out.reshape(c.shape)
