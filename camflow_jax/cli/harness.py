@@ -32,7 +32,6 @@ from typing import NoReturn
 from camflow_jax.estimators import registry as estimators
 from camflow_jax.io import atomic
 from camflow_jax.io.errors import EXPECTED_ERRORS, describe_error
-from camflow_jax.refine import RefineConfig
 
 #: Exit code of every CLI for bad input, bad arguments or a refused output.
 EXIT_BAD_INPUT = 2
@@ -208,6 +207,7 @@ def check_refine_size(size: int | None, no_refine: bool) -> None:
         return
     if no_refine:
         raise ValueError("--refine-size needs refinement: do not also give --no-refine")
+    from camflow_jax.refine import RefineConfig  # JAX: imported when a size is given
     try:
         RefineConfig.at_size(size)  # the one rule for a working size
     except ValueError:

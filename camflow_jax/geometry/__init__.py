@@ -2,12 +2,35 @@
 
 * :mod:`.device`: JAX pixel grids, homographies, bilinear warping, flow composition, resizing and
   intrinsics updates (jit/vmap-friendly). Its public functions are re-exported here, so
-  ``from camflow_jax import geometry; geometry.warp(...)`` works.
+  ``from camflow_jax import geometry; geometry.warp(...)`` works; :mod:`.device` (and JAX) is
+  imported on the first such use, so host code that imports :mod:`.host` or :mod:`.classical`
+  (the stabilizer, the input pipelines) does not import JAX.
 * :mod:`.host`: the same warp, homography flow and flow resizing in numpy/OpenCV for host code
   (input pipelines, the stabilizer, the command lines).
 * :mod:`.checks`: checks of intrinsics, depth maps, flows and homographies (numpy).
 * :mod:`.classical`: the OpenCV estimators (SIFT/ORB with RANSAC/MAGSAC, DIS, ECC).
 """
 
-from camflow_jax.geometry.device import *  # noqa: F401,F403
-from camflow_jax.geometry.device import __all__  # noqa: F401
+import importlib
+
+
+def _device():
+    return importlib.import_module("camflow_jax.geometry.device")
+
+
+_SUBMODULES = ("device", "host", "checks", "classical")
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:  # ``from camflow_jax.geometry import host`` asks before importing it
+        return importlib.import_module(f"camflow_jax.geometry.{name}")
+    if name == "__all__" or not name.startswith("__"):
+        try:
+            return getattr(_device(), name)
+        except AttributeError:
+            pass
+    raise AttributeError(f"module 'camflow_jax.geometry' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_device().__all__))
