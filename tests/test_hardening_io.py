@@ -488,7 +488,7 @@ def test_outputs_follow_the_umask(tmp_path, clip):
     old = os.umask(0o022)
     try:
         assert stabilize.main([str(src), "-o", str(tmp_path / "s.avi"), "--estimator=identity", "-q",
-                               "--save-motion", str(tmp_path / "m.npz")]) == 0
+                               "--metrics", "--save-motion", str(tmp_path / "m.npz")]) == 0
         assert stabilize.main([str(src), "-o", str(tmp_path / "frames"), "-q"] + FAST[:1]) == 0
         assert estimate.main([a, b, "--method", "dis", "-o", str(tmp_path / "e")]) == 0
         os.umask(0o027)

@@ -31,7 +31,7 @@ def test_video_run_keeps_frames_and_fps_and_writes_report(tmp_path, clip, capsys
     src = tmp_path / "in.avi"
     video_io.write_frames(str(src), clip.frames, fps=24.0)
     out = tmp_path / "out.mp4"
-    rc = stabilize.main([str(src), "-o", str(out), "--estimator=dis", "-q"])
+    rc = stabilize.main([str(src), "-o", str(out), "--estimator=dis", "-q", "--metrics"])
     assert rc == 0, capsys.readouterr().err
     n, fps = _count_frames(out)
     assert (n, fps) == (20, 24.0)
@@ -51,6 +51,11 @@ def test_video_run_keeps_frames_and_fps_and_writes_report(tmp_path, clip, capsys
     assert "-y" in capsys.readouterr().err and out.stat().st_mtime_ns == before
     assert stabilize.main([str(src), "-o", str(out), "--estimator=dis", "-q", "-y",
                            "--no-metrics", "--no-plots", "--crop", "none"]) == 0
+    # Without --metrics (the default): no scoring, no plots.
+    assert stabilize.main([str(src), "-o", str(tmp_path / "plain.mp4"), "--estimator=dis", "-q"]) == 0
+    plain = json.loads((tmp_path / "plain.json").read_text())
+    assert "metrics" not in plain and "plots" not in plain and plain["frames"] == 20
+    assert not (tmp_path / "plain_path.png").exists() and not (tmp_path / "plain_tracks.png").exists()
 
 
 def test_unreadable_inputs_are_refused(tmp_path, capsys):
@@ -120,3 +125,20 @@ def test_frame_size_change_is_an_error(tmp_path):
         list(video_io.FrameSource(str(d)))
     with pytest.raises(FileExistsError):
         video_io.FrameSink(str(d / "0.png"), 30.0)
+
+
+def test_the_default_run_imports_neither_jax_nor_matplotlib(tmp_path, clip):
+    # Start-up is part of a run's wall time (issue 42): the default estimator (SIFT), the
+    # smoothing and the rendering are numpy and OpenCV; JAX (~1 s to import) comes in with
+    # camflow only, matplotlib with --metrics' plots only.
+    import subprocess
+    import sys
+
+    src = tmp_path / "in.avi"
+    video_io.write_frames(str(src), clip.frames, fps=24.0)
+    code = ("import sys\nfrom camflow_jax import stabilize\n"
+            f"rc = stabilize.main([{str(src)!r}, '-o', {str(tmp_path / 'o.mp4')!r}, '-q'])\n"
+            "print(rc, sorted(m for m in ('jax', 'flax', 'matplotlib') if m in sys.modules))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split("\n")[-2] == "0 []", res.stdout + res.stderr

@@ -102,7 +102,7 @@ def _jsonable(x):
 
 def stabilize_video(input_path: str, output_path: str, estimator,
                     config: pipeline.StabilizerConfig | None = None, *, overwrite: bool = False,
-                    fps: float | None = None, with_metrics: bool = True, with_plots: bool = True,
+                    fps: float | None = None, with_metrics: bool = False, with_plots: bool = False,
                     report: str | None = None, export_motion: str | None = None,
                     motion_path: str | None = None, progress: bool = True,
                     low_hz: float = 1.0, checked: bool = False,
