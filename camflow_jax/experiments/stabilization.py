@@ -55,7 +55,7 @@ from camflow_jax.stabilization.plots import COLORS, stacked_axes
 
 __all__ = ["evaluate_clip", "hard_clips", "run_benchmark", "markdown_table", "plot_paths", "main",
            "VTEST_CANDIDATES", "find_vtest", "ffmpeg_has_vidstab", "decode_video",
-           "encode_lossless", "run_vidstab", "output_residual", "score_output",
+           "encode_lossless", "time_command", "vidstab_commands", "run_vidstab", "output_residual", "score_output",
            "compare_with_vidstab", "comparison_table", "load_average"]
 
 #: Where Debian's opencv-doc package puts OpenCV's sample video of walking people.
@@ -219,12 +219,14 @@ def ffmpeg_has_vidstab() -> bool:
     return "vidstabdetect" in out and "vidstabtransform" in out
 
 
-def _run(cmd: list[str]) -> float:
+def time_command(cmd: list[str], env: dict | None = None) -> float:
+    """Wall seconds of ``cmd`` from start to exit; OSError naming the program and its last
+    stderr line if it fails."""
     t0 = time.perf_counter()
-    res = subprocess.run(cmd, capture_output=True, text=True)
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if res.returncode != 0:
         last = (res.stderr.strip().splitlines() or ["(no message)"])[-1]
-        raise OSError(f"{os.path.basename(cmd[0])} failed: {last}")
+        raise OSError(f"{os.path.basename(cmd[0])} {' '.join(cmd[1:3])} ... failed ({res.returncode}): {last}")
     return time.perf_counter() - t0
 
 
@@ -295,21 +297,33 @@ def encode_lossless(frames, path: str, fps: float) -> float:
     return time.perf_counter() - t0
 
 
+def vidstab_commands(src: str, dst: str, trf: str, smoothing: int = 30, shakiness: int = 5,
+                     accuracy: int = 15, lossless: bool = True) -> list[list[str]]:
+    """vid.stab's two ffmpeg passes on ``src`` -> ``dst``: ``vidstabdetect`` (shakiness,
+    accuracy; transforms to the ``trf`` file), then ``vidstabtransform`` (``smoothing`` frames
+    each side, ``optzoom=1``: the static zoom that hides borders, ``interpol=bicubic``).
+    ``lossless``: through 4:4:4 to FFV1 (for scoring); else to H.264 as a user would (libx264,
+    CRF 18, 4:2:0)."""
+    ff = [_ffmpeg(), "-v", "error", "-y", "-i", src]
+    pre = "format=yuv444p," if lossless else ""
+    out = ["-c:v", "ffv1", "-pix_fmt", "bgr0"] if lossless else ["-c:v", "libx264", "-crf", "18",
+                                                                 "-pix_fmt", "yuv420p"]
+    return [ff + ["-vf", f"{pre}vidstabdetect=shakiness={shakiness}:accuracy={accuracy}:result={trf}",
+                  "-f", "null", "-"],
+            ff + ["-vf", f"{pre}vidstabtransform=input={trf}:smoothing={smoothing}:optzoom=1:interpol=bicubic",
+                  *out, dst]]
+
+
 def run_vidstab(src: str, dst: str, smoothing: int = 30, shakiness: int = 5,
                 accuracy: int = 15, workdir: str | None = None) -> dict:
-    """vid.stab's two passes on ``src`` -> ``dst`` (FFV1): ``vidstabdetect`` (shakiness,
-    accuracy; transforms to a .trf file) then ``vidstabtransform`` (``smoothing`` frames each
-    side, ``optzoom=1``: the static zoom that hides borders, ``interpol=bicubic``). Also times a
-    plain FFV1 transcode of ``src`` (the share of decoding and encoding). Returns seconds."""
+    """:func:`vidstab_commands` (lossless) on ``src`` -> ``dst``, timed; also times a plain
+    FFV1 transcode of ``src`` (the share of decoding and encoding). Returns seconds."""
     workdir = workdir or os.path.dirname(os.path.abspath(dst))
-    trf = os.path.join(workdir, "vidstab.trf")
-    ff = [_ffmpeg(), "-v", "error", "-y", "-i", src]
-    t_detect = _run(ff + ["-vf", f"format=yuv444p,vidstabdetect=shakiness={shakiness}:accuracy={accuracy}:"
-                                 f"result={trf}", "-f", "null", "-"])
-    t_transform = _run(ff + ["-vf", f"format=yuv444p,vidstabtransform=input={trf}:smoothing={smoothing}:"
-                                    "optzoom=1:interpol=bicubic", "-c:v", "ffv1",
-                             "-pix_fmt", "bgr0", dst])
-    t_copy = _run(ff + ["-c:v", "ffv1", "-pix_fmt", "bgr0", os.path.join(workdir, "copy.mkv")])
+    detect, transform = vidstab_commands(src, dst, os.path.join(workdir, "vidstab.trf"), smoothing,
+                                         shakiness, accuracy)
+    t_detect, t_transform = time_command(detect), time_command(transform)
+    t_copy = time_command([_ffmpeg(), "-v", "error", "-y", "-i", src, "-c:v", "ffv1", "-pix_fmt", "bgr0",
+                           os.path.join(workdir, "copy.mkv")])
     return {"detect_s": t_detect, "transform_s": t_transform, "transcode_s": t_copy}
 
 

@@ -6,7 +6,7 @@ to exit, on the same H.264 input, writing an H.264 ``.mp4``:
 - ours: ``python -m camflow_jax.stabilize IN -o OUT -y -q`` with the defaults (estimator,
   metrics and plots included) or the given ``extra`` arguments;
 - vid.stab: ``vidstabdetect`` to a transforms file, then ``vidstabtransform`` (``smoothing=30``,
-  ``optzoom=1``, bicubic) encoding with libx264 (the settings of ``stabilization.run_vidstab``).
+  ``optzoom=1``, bicubic) encoding with libx264 (``stabilization.vidstab_commands``).
 
 Each command runs ``runs`` times in turn; the first run of ours also fills the caches a fresh
 install fills on its first run (compiled programs for camflow), so the later runs are the
@@ -20,13 +20,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 
 from camflow_jax.experiments import stabilization as bench
 
-__all__ = ["CLIPS", "write_h264", "time_command", "compare_wall_time"]
+__all__ = ["CLIPS", "write_h264", "compare_wall_time"]
 
 #: name -> (frames, (H, W)) of the shaken vtest clips timed by default.
 CLIPS = {"vtest_640x480_300": (300, (480, 640)), "vtest_150x200_120": (120, (150, 200))}
@@ -44,23 +43,6 @@ def write_h264(frames, path: str, fps: float, crf: int = 18) -> None:
         raise OSError(f"ffmpeg could not write {path}: {res.stderr.decode(errors='replace')[-200:]}")
 
 
-def time_command(cmd: list[str], env: dict | None = None) -> float:
-    """Wall seconds of ``cmd`` from start to exit; OSError naming its last stderr line if it fails."""
-    t0 = time.perf_counter()
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if res.returncode != 0:
-        last = (res.stderr.strip().splitlines() or ["(no message)"])[-1]
-        raise OSError(f"{' '.join(cmd[:4])} ... failed ({res.returncode}): {last}")
-    return time.perf_counter() - t0
-
-
-def _vidstab_commands(src: str, dst: str, trf: str) -> list[list[str]]:
-    ff = [bench._ffmpeg(), "-v", "error", "-y", "-i", src]
-    return [ff + ["-vf", f"vidstabdetect=shakiness=5:accuracy=15:result={trf}", "-f", "null", "-"],
-            ff + ["-vf", f"vidstabtransform=input={trf}:smoothing=30:optzoom=1:interpol=bicubic",
-                  "-c:v", "libx264", "-crf", "18", "-pix_fmt", "yuv420p", dst]]
-
-
 def compare_wall_time(video: str, workdir: str, clips: dict | None = None, runs: int = 2, seed: int = 0,
                       extra: tuple[str, ...] = (), log=print) -> list[dict]:
     """One row per clip: ``ours_s`` and ``vidstab_s`` (wall seconds of each run, in order),
@@ -74,11 +56,12 @@ def compare_wall_time(video: str, workdir: str, clips: dict | None = None, runs:
         write_h264(clips_lib.shake_video(bench.decode_video(video, frames, size), seed, fps=fps).frames, src, fps)
         ours_cmd = [sys.executable, "-m", "camflow_jax.stabilize", src, "-o", os.path.join(workdir, f"{name}_ours.mp4"),
                     "-y", "-q", *extra]
-        vs = _vidstab_commands(src, os.path.join(workdir, f"{name}_vidstab.mp4"), os.path.join(workdir, f"{name}.trf"))
+        vs = bench.vidstab_commands(src, os.path.join(workdir, f"{name}_vidstab.mp4"),
+                                    os.path.join(workdir, f"{name}.trf"), lossless=False)
         load0, ours, vid = bench.load_average(), [], []
         for k in range(runs):
-            ours.append(time_command(ours_cmd))
-            vid.append(sum(time_command(c) for c in vs))
+            ours.append(bench.time_command(ours_cmd))
+            vid.append(sum(bench.time_command(c) for c in vs))
             log(f"{name} run {k + 1}: ours {ours[-1]:.2f} s, vid.stab {vid[-1]:.2f} s")
         rows.append({"clip": name, "frames": frames, "size": list(size), "extra": list(extra), "ours_s": ours,
                      "vidstab_s": vid, "ratio": ours[-1] / vid[-1], "load_before": load0,
