@@ -53,6 +53,14 @@ def with_fast_compile(flags: str | None) -> str:
     return flags if "xla_backend_optimization_level" in flags else f"{flags} {FAST_COMPILE_FLAG}".strip()
 
 
+def with_devices(count: int, flags: str | None = None) -> str:
+    """An ``XLA_FLAGS`` value for a subprocess with ``count`` forced host (CPU) devices: the
+    suite's flags (``flags``, default this process's, e.g. the fast-compile level) plus the
+    device count."""
+    flags = os.environ.get("XLA_FLAGS", "") if flags is None else flags
+    return f"{flags} --xla_force_host_platform_device_count={int(count)}".strip()
+
+
 def _xdist_worker() -> bool:
     return bool(os.environ.get("PYTEST_XDIST_WORKER"))
 

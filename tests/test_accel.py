@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import with_devices
 
 from camflow_jax.data.synthetic.scenes import SyntheticScenes
 from camflow_jax.experiments import benchmarking
@@ -89,8 +90,7 @@ print(json.dumps(res))
 
 @pytest.mark.parametrize("precision", ["exact", pytest.param("bfloat16", marks=pytest.mark.slow)])
 def test_sharded_train_step_exports_for_gpu_and_tpu(tmp_path, precision):
-    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4"
-    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu",
+    env = dict(os.environ, XLA_FLAGS=with_devices(4), JAX_PLATFORMS="cpu",
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run([sys.executable, "-c", _TRAIN_EXPORT, precision], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)

@@ -299,14 +299,19 @@ def test_an_edited_path_renders_as_warp_perspective_predicts(tmp_path, clip):
     assert json.loads((tmp_path / "f.json").read_text())["version"] == 1
 
 
-def test_bad_motion_files_are_one_line_errors(tmp_path, clip, capsys):
+def _exported_motion(tmp_path, clip, args, second: str):
+    """Six frames in a folder, stabilized with ``args`` twice, exporting the motion as
+    ``m.json`` and as ``m<second>``; returns the folder and the JSON document."""
     src = _folder(tmp_path / "in", clip.frames[:6])
+    for out, name in (("a", "m.json"), ("a2", "m" + second)):
+        assert stabilize.main([str(src), "-o", str(tmp_path / out), "--export-motion",
+                               str(tmp_path / name)] + args) == 0
+    return src, json.loads((tmp_path / "m.json").read_text())
+
+
+def test_bad_motion_files_are_one_line_errors(tmp_path, clip, capsys):
     args = ["--estimator=identity"] + FAST
-    assert stabilize.main([str(src), "-o", str(tmp_path / "a"), "--export-motion",
-                           str(tmp_path / "m.json")] + args) == 0
-    assert stabilize.main([str(src), "-o", str(tmp_path / "a2"), "--export-motion",
-                           str(tmp_path / "m.csv")] + args) == 0
-    good = json.loads((tmp_path / "m.json").read_text())
+    src, good = _exported_motion(tmp_path, clip, args, ".csv")
     capsys.readouterr()
 
     def bad(name, doc=None, text=None, expect=""):
@@ -428,13 +433,8 @@ def test_motion_files_that_would_render_black_frames_are_refused(tmp_path, clip,
     """Issue 44: a (nearly) singular smoothed path, a 1e6 px path edit and a 1e9 px pair motion
     rendered black frames with exit code 0; each is refused before any output, naming the file,
     the field and the frame. A small edit still renders."""
-    src = _folder(tmp_path / "in", clip.frames[:6])
     args = ["--estimator=identity", "--crop", "none"] + FAST
-    assert stabilize.main([str(src), "-o", str(tmp_path / "a"), "--export-motion",
-                           str(tmp_path / "m.json")] + args) == 0
-    assert stabilize.main([str(src), "-o", str(tmp_path / "a2"), "--export-motion",
-                           str(tmp_path / "m.npz")] + args) == 0
-    good = json.loads((tmp_path / "m.json").read_text())
+    src, good = _exported_motion(tmp_path, clip, args, ".npz")
     capsys.readouterr()
 
     def render(name, doc):

@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import with_devices
 
 from camflow_jax.data.synthetic import device as D
 from camflow_jax.data.synthetic import device_sampling as smp
@@ -47,7 +48,6 @@ TRAIN_KEYS = {"img1", "img2", "flow_f", "flow_b", "label_mask_f", "label_mask_b"
 
 _SHARDED = """
 import os, sys
-os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
 os.environ["JAX_PLATFORMS"] = "cpu"
 import numpy as np, jax
 from jax.sharding import Mesh
@@ -75,7 +75,8 @@ np.savez(out, **arrays)
 def sharded_job(tmp_path_factory):
     """The 4-device run, started at once in its own process (its compilation overlaps ours)."""
     out = tmp_path_factory.mktemp("sharded") / "batch.npz"
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, XLA_FLAGS=with_devices(4),
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.Popen([sys.executable, "-c", _SHARDED, str(H), str(W), str(B), str(SEED), str(N_TEX),
                              str(TEX_SIZE), str(out)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import with_devices
 
 ROOT = Path(__file__).resolve().parents[1]
 # One pyramid level, one Swin block (the fewest ModelConfig allows: the three basis groups and
@@ -34,7 +35,7 @@ EVAL = "--config.data.num_eval=2"
 def _env(tmp_cache, devices=1):
     env = dict(os.environ)
     # The suite's flags (conftest: the fast-compile level) and the device count.
-    env["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"
+    env["XLA_FLAGS"] = with_devices(devices)
     env["JAX_PLATFORMS"] = "cpu"
     env["JAX_COMPILATION_CACHE_DIR"] = str(tmp_cache)
     env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"

@@ -5,9 +5,10 @@ working resolution (or loads it from a motion file), pass 2 re-reads the frames,
 writes them, and feeds the metrics and the point trackers. Flows and update fields live in
 memmaps in a temporary folder (removed at the end), so RAM does not grow with the clip.
 
-Outputs next to OUTPUT (or under ``report``): ``<stem>.json`` (metrics, settings, timings),
-``<stem>_path.png`` (camera path before/after), ``<stem>_tracks.png`` (tracked-point
-trajectories). Nothing existing is replaced unless ``overwrite``.
+Outputs next to OUTPUT (or under ``report``): ``<stem>.json`` (settings, timings, warnings; the
+metrics with ``with_metrics``), and with ``with_plots`` ``<stem>_path.png`` (camera path
+before/after; needs the metrics) and ``<stem>_tracks.png`` (tracked-point trajectories).
+Nothing existing is replaced unless ``overwrite``.
 
 Safety (docs/what_the_tools_refuse.md): an output that is the input by file identity (the same
 path, a symlink or a hard link to it, or a file that would land in the input frame folder) is
