@@ -86,6 +86,10 @@ def test_auto_zoom_hides_every_border_and_no_less_zoom_does():
     assert worst == 0.0
     less = max(rd.border_fraction(*rd.source_map(u, h, w, zoom * 0.99)) for u in updates)
     assert less > 0.0
+    # fits (one zoom, no search) agrees with the rendered maps' borders frame by frame
+    for z in (per_frame.min() * 0.99, float(np.median(per_frame)), zoom):
+        rendered = [rd.border_fraction(*rd.source_map(u, h, w, z)) == 0.0 for u in updates]
+        assert rd.fits(updates, h, w, z).tolist() == rendered, z
 
 
 def test_forward_points_and_rendering_agree():

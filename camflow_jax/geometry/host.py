@@ -20,6 +20,8 @@ same closed forms by tests/test_geometry.py and to OpenCV's resize by tests/test
 
 from __future__ import annotations
 
+import functools
+
 import cv2
 import numpy as np
 
@@ -53,13 +55,20 @@ def _inside(x: np.ndarray, y: np.ndarray, h: int, w: int) -> np.ndarray:
     return np.asarray(in_frame(np.asarray(x), np.asarray(y), h, w))
 
 
+@functools.lru_cache(maxsize=8)
+def _grid(h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pixel coordinates (xs, ys) ``[h, w]`` float64 (read-only, shared between calls)."""
+    ys, xs = np.mgrid[0:h, 0:w].astype(np.float64)
+    xs.flags.writeable = ys.flags.writeable = False
+    return xs, ys
+
+
 def _targets(flow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sample coordinates ``p + flow(p)`` (float64) of a flow ``[H, W, 2]``."""
     flow = np.asarray(flow)
     if flow.ndim != 3 or flow.shape[-1] != 2:
         raise ValueError(f"flow must be [H, W, 2], got shape {flow.shape}")
-    h, w = flow.shape[:2]
-    ys, xs = np.mgrid[0:h, 0:w].astype(np.float64)
+    xs, ys = _grid(*flow.shape[:2])
     return xs + flow[..., 0], ys + flow[..., 1]
 
 
@@ -83,14 +92,17 @@ def warp(image: np.ndarray, flow: np.ndarray) -> np.ndarray:
     inside = _inside(x, y, h, w)
     x = np.where(inside, x, 0.0)
     y = np.where(inside, y, 0.0)
-    x0 = np.minimum(np.floor(x).astype(np.intp), max(w - 2, 0))
-    y0 = np.minimum(np.floor(y).astype(np.intp), max(h - 2, 0))
-    x1, y1 = np.minimum(x0 + 1, w - 1), np.minimum(y0 + 1, h - 1)
-    src = image.reshape(h, w, -1).astype(np.float32)
+    x0 = np.minimum(x.astype(np.intp), max(w - 2, 0))  # x >= 0 here: truncation is the floor
+    y0 = np.minimum(y.astype(np.intp), max(h - 2, 0))
+    # The four neighbours by flat row index (np.take: numpy's fastest gather); x0 + 1 and
+    # y0 + 1 stay inside except on a one-pixel-wide (tall) image, where they are x0 (y0).
+    src = image.reshape(h * w, -1).astype(np.float32)
+    i = y0 * w + x0
+    dx, dy = (1 if w > 1 else 0), (w if h > 1 else 0)
     fx = (x - x0)[..., None]
     fy = (y - y0)[..., None]
-    top = src[y0, x0] * (1 - fx) + src[y0, x1] * fx
-    bot = src[y1, x0] * (1 - fx) + src[y1, x1] * fx
+    top = np.take(src, i, axis=0) * (1 - fx) + np.take(src, i + dx, axis=0) * fx
+    bot = np.take(src, i + dy, axis=0) * (1 - fx) + np.take(src, i + dy + dx, axis=0) * fx
     out = np.where(inside[..., None], top * (1 - fy) + bot * fy, 0.0)
     return out.astype(np.float32).reshape(image.shape)
 
