@@ -65,7 +65,12 @@ class StabilizerConfig:
     smoothing: profiles_lib.SmoothingParams = profiles_lib.SmoothingParams()
     work_scale: float = 0.25
     max_work_side: int = 256
-    estimate_max_side: int = 640
+    #: the longer side (pixels) of the frames the estimator sees (never upscaled): 480 since
+    #: 28 Nov 2026 (640 before), chosen on 640x480 clips (docs/stabilization.md, "Wall time"):
+    #: SIFT + RANSAC at 480 takes about half the time of 640 and left no more shake on the dark,
+    #: noisy and the blurred clip; 320 was faster still but made the 288x384 dark, noisy clip
+    #: far shakier than its input
+    estimate_max_side: int = 480
     mask_discontinuities: bool = True
     gradient_threshold: float = 0.5
     fill_sigma: float = 3.0
