@@ -72,7 +72,7 @@ def _fmt(v) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     from camflow_jax.estimators import registry as estimators
-    from camflow_jax.stabilization import fingerprint
+    from camflow_jax.stabilization import fingerprint, profiles
     p = argparse.ArgumentParser(prog="python -m camflow_jax.stabilize",
                                 description=__doc__.split("\n\n")[1],
                                 formatter_class=argparse.RawTextHelpFormatter)
@@ -96,7 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--smoothing", type=_radius, default=30, metavar="N",
                    help="largest temporal window radius in frames (default: 30; clamped to the "
                         "clip length - 1)")
-    p.add_argument("--strength", type=_nonnegative, default=5.0, help="smoothing lambda (default: 5)")
+    strength = profiles.SmoothingParams().strength
+    p.add_argument("--strength", type=_nonnegative, default=strength,
+                   help=f"smoothing lambda (default: {strength:g})")
     p.add_argument("--crop", default="auto", metavar="auto|none|RATIO",
                    help="auto: smallest centred zoom hiding borders (<= --max-zoom); none: no "
                         "zoom; RATIO in (0, 1]: keep that fraction of width and height")
