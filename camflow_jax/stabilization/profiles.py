@@ -45,9 +45,9 @@ symmetric (and, with the extension, everywhere); high temporal frequencies are a
 (with the defaults, at full windows: periods <= 16 frames to ~0.3 %, 32 frames to ~0.5 %, 64
 frames to ~9 %, 128 frames to ~53 %). The default lambda, 20 (5 until 28 Nov 2026), was chosen
 on development clips (seeds 1 and 2 of shaken vtest and the synthetic clips with and without a
-moving object): against 5 it leaves a third to a half of the high-frequency shake (the floor of
-the response, 1.1 % at lambda 5) for 0.1-0.4 % more zoom, and slow motion is followed as before
-(128 frames: 53 % against 55 %); docs/stabilization.md, "Smoothing strength".
+moving object): against 5 it leaves 30-65 % less high-frequency shake (the floor of the
+response was 1.1 %) for 0.2-0.8 % more zoom, and slow motion is followed as before (128
+frames: 53 % against 55 %); docs/stabilization.md, "Smoothing strength".
 """
 
 from __future__ import annotations
