@@ -344,6 +344,19 @@ def test_the_interrupt_line_says_whether_the_outputs_were_complete(tmp_path, mon
     assert not (tmp_path / "d.txt").exists() and not _partials(tmp_path)
     monkeypatch.setattr(atomic.os, "replace", real)
 
+    # A compiled program stored in the compile cache meanwhile is not one of the run's outputs
+    # (the line named the cache's files after an interrupted camflow run).
+    monkeypatch.setenv("CAMFLOW_JAX_CACHE_DIR", str(tmp_path / "cache"))
+
+    def with_cache_entry():
+        from camflow_jax.compilation import store
+        assert store.write("test", {"k": 1}, b"payload")
+        return write("e.txt")()
+
+    assert harness.run_cli(with_cache_entry) == 143
+    line = _one_error_line(capsys.readouterr().err)
+    assert line == f"error: interrupted by SIGTERM: {tmp_path / 'e.txt'} written in full (the outputs are complete)"
+
     def nothing():
         raise harness.Interrupted(signal.SIGINT)
 

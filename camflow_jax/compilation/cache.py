@@ -198,7 +198,7 @@ def _file_cache_class():
                 return
             try:
                 self._path.mkdir(parents=True, exist_ok=True)
-                with atomic.atomic_file(self._file(key)) as tmp:
+                with atomic.atomic_file(self._file(key), record=False) as tmp:
                     with open(tmp, "wb") as fh:
                         fh.write(value)
             except OSError as e:

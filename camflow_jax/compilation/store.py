@@ -137,7 +137,7 @@ def write(kind: str, parts: Any, payload: bytes) -> bool:
                         sort_keys=True).encode()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic.atomic_file(path) as tmp:
+        with atomic.atomic_file(path, record=False) as tmp:
             with open(tmp, "wb") as fh:
                 fh.write(MAGIC + struct.pack("<I", len(header)) + header)
                 fh.write(payload)

@@ -261,11 +261,13 @@ class AtomicOutputs:
     which fails instead of replacing, so the check cannot race; the outputs already moved by
     this run are then taken back and the run fails with ``refusing to overwrite PATH``.
     ``overwrite=True``: destinations are replaced (``os.replace``). Files and folders get the
-    permissions the umask gives (not mkstemp's 0600).
+    permissions the umask gives (not mkstemp's 0600). ``record=False``: the files are not the
+    run's outputs (a cache's entries) and :func:`outcome` does not list them.
     """
 
-    def __init__(self, overwrite: bool = True):
+    def __init__(self, overwrite: bool = True, *, record: bool = True):
         self.overwrite = bool(overwrite)
+        self.record = bool(record)
         self._entries: list[tuple[str, str, str, Callable[[str], bool]]] = []  # kind, tmp, path, owned
 
     def file(self, path, suffix: str | None = None) -> str:
@@ -336,13 +338,15 @@ class AtomicOutputs:
                 except OSError as e:
                     raise _at_destination(e, tmp, path) from e
                 moved.append(path)
-                _OUTCOME["moved"].append(path)
+                if self.record:
+                    _OUTCOME["moved"].append(path)
         except BaseException:
             if not self.overwrite:
                 _undo(done)
                 _OUTCOME["moved"][:] = [p for p in _OUTCOME["moved"] if p not in moved]
                 moved = []
-            _OUTCOME["kept"].extend(path for _, _, path, _ in self._entries if path not in moved)
+            if self.record:
+                _OUTCOME["kept"].extend(path for _, _, path, _ in self._entries if path not in moved)
             raise
 
 
@@ -376,12 +380,14 @@ def _undo(done) -> None:
 
 
 @contextlib.contextmanager
-def atomic_file(path, suffix: str | None = None, *, overwrite: bool = True) -> Iterator[str]:
+def atomic_file(path, suffix: str | None = None, *, overwrite: bool = True,
+                record: bool = True) -> Iterator[str]:
     """Yields a temporary path next to ``path`` (same extension, so writers that pick a format
     by extension still work); moved onto ``path`` when the block succeeds, removed when it
-    fails. ``overwrite=False``: fails instead of replacing a ``path`` that exists by then
-    (:class:`AtomicOutputs`). A symlink at ``path`` is replaced, never its target."""
-    with AtomicOutputs(overwrite) as outs:
+    fails. ``overwrite=False``: fails instead of replacing a ``path`` that exists by then;
+    ``record=False``: not one of the run's outputs (:class:`AtomicOutputs`). A symlink at
+    ``path`` is replaced, never its target."""
+    with AtomicOutputs(overwrite, record=record) as outs:
         yield outs.file(path, suffix)
 
 
