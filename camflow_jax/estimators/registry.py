@@ -213,11 +213,12 @@ class _HomographyEstimator(Estimator):
 
 class _Feature(_HomographyEstimator):
     def __init__(self, detector: str, robust: str, *, ratio: float = 0.7, threshold: float = 3.0,
-                 min_matches: int = 10, max_features: int = 4000, forward_only: bool = False):
+                 min_matches: int = 10, max_features: int = 4000, stretch: bool = False,
+                 forward_only: bool = False):
         super().__init__(forward_only)
         self.detector, self.robust = detector, robust
         self.options = {"ratio": ratio, "threshold": threshold, "min_matches": min_matches,
-                        "max_features": max_features}
+                        "max_features": max_features, "stretch": bool(stretch)}
         # consecutive video pairs share a frame: its features are detected once (exact reuse)
         self.cache = baselines.FeatureCache(2)
 

@@ -14,7 +14,8 @@ import hashlib
 import cv2
 import numpy as np
 
-__all__ = ["to_gray_u8", "FeatureCache", "detect_features", "feature_homography", "dis_flow", "ecc_homography"]
+__all__ = ["to_gray_u8", "stretch_contrast", "FeatureCache", "detect_features", "feature_homography", "dis_flow",
+           "ecc_homography"]
 
 #: Smallest image side :func:`dis_flow` accepts (OpenCV's DIS fails or crashes below it).
 DIS_MIN_SIDE = 32
@@ -29,6 +30,24 @@ def to_gray_u8(img: np.ndarray) -> np.ndarray:
     if img.ndim != 2:
         raise ValueError(f"expected an image [H, W], [H, W, 1] or [H, W, 3], got shape {img.shape}")
     return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def stretch_contrast(gray: np.ndarray, low: float = 1.0, high: float = 99.0) -> np.ndarray:
+    """A uint8 grey image with its ``low``-th .. ``high``-th percentile grey levels stretched
+    linearly to 0..255 (clipped outside); returned as it is when that range is under one grey
+    level (a flat image). Dark and low-contrast frames then reach SIFT's contrast threshold,
+    which is relative to the full range (docs/stabilization.md, "Dark and low-contrast
+    frames"). Percentiles from the 256-bin histogram (the smallest level whose cumulative
+    count reaches the share)."""
+    g = np.asarray(gray)
+    if g.dtype != np.uint8 or g.ndim != 2:
+        raise ValueError(f"expected a uint8 image [H, W], got {g.dtype} {g.shape}")
+    cum = np.cumsum(np.bincount(g.ravel(), minlength=256))
+    lo, hi = (int(np.searchsorted(cum, q / 100.0 * cum[-1])) for q in (low, high))
+    if hi - lo < 1:
+        return g
+    lut = np.clip(np.round((np.arange(256) - lo) * (255.0 / (hi - lo))), 0, 255).astype(np.uint8)
+    return cv2.LUT(g, lut)
 
 
 class FeatureCache:
@@ -82,16 +101,19 @@ def detect_features(gray: np.ndarray, detector: str = "sift",
 
 def feature_homography(img1, img2, detector: str = "sift", method: str = "magsac", *,
                        ratio: float = 0.7, min_matches: int = 10, threshold: float = 3.0,
-                       max_features: int = 4000,
+                       max_features: int = 4000, stretch: bool = False,
                        cache: FeatureCache | None = None) -> np.ndarray | None:
     """Keypoint matching (Lowe ratio test) + robust homography fit.
 
     Returns the ``[3, 3]`` homography image 1 -> image 2, or ``None`` when fewer than
     ``min_matches`` matches survive or the fit fails (callers decide the fallback; a stale
     homography is never reused silently). ``cache``: a :class:`FeatureCache` that keeps the
-    features of images seen before (consecutive video pairs share a frame).
+    features of images seen before (consecutive video pairs share a frame). ``stretch``: each
+    grey image's contrast is stretched first (:func:`stretch_contrast`).
     """
     g1, g2 = to_gray_u8(img1), to_gray_u8(img2)
+    if stretch:
+        g1, g2 = stretch_contrast(g1), stretch_contrast(g2)
     _detector(detector, 1)  # validates the name before any work
     norm = cv2.NORM_L2 if detector == "sift" else cv2.NORM_HAMMING
     flags = {"ransac": cv2.RANSAC, "magsac": cv2.USAC_MAGSAC}
