@@ -13,11 +13,11 @@ Frame count, frame rate and timestamps are kept (variable frame rates too, in
 with a note, where the container cannot hold it). Video output is H.264 (libx264) except .avi
 (Motion-JPEG). ``--export-motion FILE`` writes the camera motion, path, smoothed path and
 applied correction (JSON/CSV/NPZ); ``--path FILE`` renders with a (possibly edited) smoothed
-path from such a file, refused when the file was exported from another video (``--ignore-
-fingerprint`` applies it anyway). Rotated (phone) videos are read and written upright. Existing
-files are never replaced without ``-y``, not even by a run that finishes second. Failures: one
-``error:`` line, exit 2 (``--verbose`` adds the traceback); SIGINT / SIGTERM: partial outputs
-and temporaries removed, exit 130 / 143.
+path from such a file, refused when the file was exported from another video
+(``--ignore-fingerprint`` applies it anyway). Rotated (phone) videos are read and written
+upright. Existing files are never replaced without ``-y``, not even by a run that finishes
+second. Failures: one ``error:`` line, exit 2 (``--verbose`` adds the traceback); SIGINT /
+SIGTERM: partial outputs and temporaries removed, exit 130 / 143.
 
 Examples::
 

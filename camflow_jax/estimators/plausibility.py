@@ -25,12 +25,10 @@ them (the evaluation tables measure the estimators themselves). Plain numpy and 
 
 from __future__ import annotations
 
-import hashlib
-import threading
-
 import cv2
 import numpy as np
 
+from camflow_jax.geometry import classical
 from camflow_jax.geometry import host as geometry_np
 
 __all__ = ["texture", "featureless", "alignment_errors", "worse_than_identity", "gradient_correlation",
@@ -80,37 +78,15 @@ def texture(img) -> float:
     return float(np.percentile(np.hypot(gx, gy), 99.0))
 
 
-class _TextureCache:
-    """:func:`texture` of the last few images, keyed by a digest of their bytes (a video's frame
-    is image 2 of one pair and image 1 of the next: measured once). A hit returns exactly what
-    :func:`texture` gives; thread-safe."""
-
-    def __init__(self, size: int = 4):
-        self.size = size
-        self._items: dict = {}
-        self._lock = threading.Lock()
-
-    def __call__(self, img) -> float:
-        a = np.ascontiguousarray(img)
-        key = (a.shape, a.dtype.str, hashlib.blake2b(a.tobytes(), digest_size=16).digest())
-        with self._lock:
-            found = self._items.pop(key, None)
-        if found is None:
-            found = texture(a)
-        with self._lock:
-            self._items[key] = found  # most recent last
-            while len(self._items) > self.size:
-                self._items.pop(next(iter(self._items)))
-        return found
-
-
-_texture_of = _TextureCache()
+#: :func:`texture` of the last few images (a video frame is image 2 of one pair and image 1 of
+#: the next: measured once; a hit is exactly what :func:`texture` gives).
+_textures = classical.ContentCache(4)
 
 
 def featureless(img1, img2) -> str | None:
     """The reason the pair cannot be aligned for lack of texture (naming the image), or None."""
     for name, img in (("image 1", img1), ("image 2", img2)):
-        t = _texture_of(img)
+        t = _textures.get(img, texture)
         if t < MIN_TEXTURE:
             return (f"{name} is featureless (texture {t:.2f} < {MIN_TEXTURE} grey levels per pixel: "
                     "nothing to align)")

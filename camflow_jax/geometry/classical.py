@@ -10,12 +10,13 @@ image 1's grid (``warp(img2, flow) ≈ img1``), following docs/design.md, "Conve
 from __future__ import annotations
 
 import hashlib
+import threading
 
 import cv2
 import numpy as np
 
-__all__ = ["to_gray_u8", "stretch_contrast", "FeatureCache", "detect_features", "feature_homography", "dis_flow",
-           "ecc_homography"]
+__all__ = ["to_gray_u8", "stretch_contrast", "ContentCache", "FeatureCache", "detect_features",
+           "feature_homography", "dis_flow", "ecc_homography"]
 
 #: Smallest image side :func:`dis_flow` accepts (OpenCV's DIS fails or crashes below it).
 DIS_MIN_SIDE = 32
@@ -50,36 +51,49 @@ def stretch_contrast(gray: np.ndarray, low: float = 1.0, high: float = 99.0) -> 
     return cv2.LUT(g, lut)
 
 
-class FeatureCache:
-    """The keypoints and descriptors of the last few images, keyed by the image's content.
+_MISSING = object()
 
-    A video's frame t+1 is image 2 of pair (t, t+1) and image 1 of pair (t+1, t+2); with a
-    cache :func:`feature_homography` detects it once. The key is a digest of the grey image's
-    bytes with the detector settings, so a hit returns exactly what detection would (a cache
-    never changes a result, only its cost). ``size``: how many images are kept (oldest first
-    out); ``hits`` / ``misses`` count lookups.
-    """
+
+class ContentCache:
+    """What ``compute(image)`` gave for the last few images, keyed by a digest of the image's
+    bytes (with its shape, dtype and the caller's ``settings``): a video's frame t+1 is image 2
+    of pair (t, t+1) and image 1 of pair (t+1, t+2), so with a cache it is measured once. A hit
+    returns exactly what ``compute`` would (a cache never changes a result, only its cost).
+    ``size``: how many images are kept (oldest first out); ``hits`` / ``misses`` count
+    lookups. Thread-safe (``compute`` runs outside the lock)."""
 
     def __init__(self, size: int = 2):
         if size < 1:
             raise ValueError(f"cache size must be >= 1, got {size}")
         self.size = int(size)
         self._items: dict = {}
+        self._lock = threading.Lock()
         self.hits = self.misses = 0
 
-    def features(self, gray: np.ndarray, detector: str, max_features: int):
-        key = (detector, int(max_features), gray.shape,
-               hashlib.blake2b(np.ascontiguousarray(gray).tobytes(), digest_size=16).digest())
-        found = self._items.pop(key, None)
-        if found is None:
-            self.misses += 1
-            found = detect_features(gray, detector, max_features)
-        else:
-            self.hits += 1
-        self._items[key] = found  # most recent last
-        while len(self._items) > self.size:
-            self._items.pop(next(iter(self._items)))
+    def get(self, image: np.ndarray, compute, settings=()):
+        a = np.ascontiguousarray(image)
+        key = (settings, a.shape, a.dtype.str, hashlib.blake2b(a.tobytes(), digest_size=16).digest())
+        with self._lock:
+            found = self._items.pop(key, _MISSING)
+        hit = found is not _MISSING
+        if not hit:
+            found = compute(a)
+        with self._lock:
+            self.hits, self.misses = self.hits + hit, self.misses + (not hit)
+            self._items[key] = found  # most recent last
+            while len(self._items) > self.size:
+                self._items.pop(next(iter(self._items)))
         return found
+
+
+class FeatureCache(ContentCache):
+    """The keypoints and descriptors of the last few grey images (:class:`ContentCache`, keyed
+    with the detector settings): with a cache :func:`feature_homography` detects each video
+    frame once."""
+
+    def features(self, gray: np.ndarray, detector: str, max_features: int):
+        return self.get(gray, lambda g: detect_features(g, detector, max_features),
+                        (detector, int(max_features)))
 
 
 def _detector(detector: str, max_features: int):

@@ -25,8 +25,8 @@ import functools
 import cv2
 import numpy as np
 
-__all__ = ["in_frame", "gray", "warp", "warp_validity", "homography_flow", "resize_flow", "resize_intrinsics",
-           "crop_intrinsics"]
+__all__ = ["in_frame", "gray", "pixel_grid", "warp", "warp_validity", "homography_flow", "resize_flow",
+           "resize_intrinsics", "crop_intrinsics"]
 
 
 def gray(img) -> np.ndarray:
@@ -56,9 +56,10 @@ def _inside(x: np.ndarray, y: np.ndarray, h: int, w: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=8)
-def _grid(h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
-    """Pixel coordinates (xs, ys) ``[h, w]`` float64 (read-only, shared between calls)."""
-    ys, xs = np.mgrid[0:h, 0:w].astype(np.float64)
+def pixel_grid(h: int, w: int, dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
+    """Pixel coordinates (xs, ys) ``[h, w]`` of ``dtype`` (read-only arrays shared between
+    calls: made once per size)."""
+    ys, xs = np.mgrid[0:h, 0:w].astype(dtype)
     xs.flags.writeable = ys.flags.writeable = False
     return xs, ys
 
@@ -68,7 +69,7 @@ def _targets(flow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     flow = np.asarray(flow)
     if flow.ndim != 3 or flow.shape[-1] != 2:
         raise ValueError(f"flow must be [H, W, 2], got shape {flow.shape}")
-    xs, ys = _grid(*flow.shape[:2])
+    xs, ys = pixel_grid(*flow.shape[:2])
     return xs + flow[..., 0], ys + flow[..., 1]
 
 

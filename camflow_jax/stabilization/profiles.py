@@ -138,7 +138,7 @@ def adaptive_radii(profiles, max_radius: int, min_radius: int, threshold: float,
 
 
 def _block_weights(radii, t_len, radius, block, n_blocks):
-    """Row blocks of the banded weight matrix: ``[n_blocks, block, block + 2 radius]`` float32."""
+    """Row blocks of the banded weight matrix: ``[n_blocks, block, block + 2 radius]`` float64."""
     rows = np.arange(n_blocks * block).reshape(n_blocks, block, 1)
     cols = (np.arange(n_blocks)[:, None, None] * block
             + np.arange(block + 2 * radius)[None, None, :] - radius)
@@ -147,18 +147,18 @@ def _block_weights(radii, t_len, radius, block, n_blocks):
     d = (cols - rows).astype(np.float64)
     w = np.exp(-(d ** 2) / (np.maximum(rad, 1e-6) / 3.0) ** 2)
     valid = (d != 0) & (np.abs(d) <= rad) & (cols >= 0) & (cols < t_len) & (rows < t_len)
-    return np.where(valid, w, 0.0).astype(np.float32)
+    return np.where(valid, w, 0.0)
 
 
 def _jacobi(c, radii, strength, radius, block, iterations):
-    """Jacobi iterations (3) on ``c`` ``[T, M]`` float32 with per-frame radii ``[T]``: per
-    iteration, each row block of the banded weights times the ``block + 2 radius`` frames it
-    reaches (a slice of the zero-padded iterate, so no copies)."""
+    """Jacobi iterations (3) on ``c`` ``[T, M]`` with per-frame radii ``[T]``, in ``c``'s dtype:
+    per iteration, each row block of the banded weights times the ``block + 2 radius`` frames
+    it reaches (a slice of the zero-padded iterate, so no copies)."""
     t_len, m = c.shape
     n_blocks = -(-t_len // block)
     wb = _block_weights(radii, t_len, radius, block, n_blocks)
-    denom = (1.0 + strength * wb.sum(axis=-1).reshape(-1)[:t_len])[:, None].astype(np.float32)
-    wb, denom = wb.astype(c.dtype), denom.astype(c.dtype)
+    denom = (1.0 + strength * wb.sum(axis=-1).reshape(-1)[:t_len])[:, None].astype(c.dtype)
+    wb = wb.astype(c.dtype)
     padded = np.zeros((n_blocks * block + 2 * radius, m), c.dtype)
     s = np.empty((n_blocks * block, m), c.dtype)
     p = c
@@ -206,9 +206,9 @@ def smooth_profiles(profiles, radii, strength: float = SmoothingParams.strength,
 
     ``extrapolate_ends``: extend the clip linearly before smoothing (module doc), at both ends
     or per end as ``(head, tail)``; False gives plain truncated windows. Returns float32 numpy
-    of the profiles' shape. Columns are processed in chunks of ``column_chunk``. ``max_radius`` (default: the largest
-    radius) sets the band width and the end extension's fit length and size, so results do not
-    depend on which radii a segment happens to contain.
+    of the profiles' shape. Columns are processed in chunks of ``column_chunk``. ``max_radius``
+    (default: the largest radius) sets the band width and the end extension's fit length and
+    size, so results do not depend on which radii a segment happens to contain.
 
     Locality: after n iterations P_t depends only on C within n * max(radii) frames of t (plus
     the end extensions), which lets the pipeline smooth long clips in overlapping temporal

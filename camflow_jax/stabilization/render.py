@@ -26,6 +26,8 @@ import functools
 import cv2
 import numpy as np
 
+from camflow_jax.geometry.host import pixel_grid
+
 __all__ = ["BORDERS", "sample_field", "solve_inverse", "source_offsets", "source_map",
            "render_frame", "forward_points", "border_fraction", "required_zoom", "required_zooms", "fits",
            "auto_zoom", "fit_updates_to_zoom"]
@@ -112,14 +114,6 @@ def _upsampling_maps(height, width, h, w):
     return mx, my
 
 
-@functools.lru_cache(maxsize=8)
-def _pixel_grid(height, width):
-    """Full-resolution pixel coordinates (xs, ys) ``[H, W]`` float32 (read-only, shared)."""
-    ys, xs = np.mgrid[0:height, 0:width].astype(np.float32)
-    xs.flags.writeable = ys.flags.writeable = False
-    return xs, ys
-
-
 def source_map(update, height: int, width: int, zoom: float = 1.0,
                iterations: int = 4) -> tuple[np.ndarray, np.ndarray]:
     """Full-resolution sampling maps (map_x, map_y) ``[H, W]`` float32 for ``cv2.remap``."""
@@ -128,7 +122,7 @@ def source_map(update, height: int, width: int, zoom: float = 1.0,
     s = source_offsets(update, zoom, iterations, pad=1)
     mx, my = _upsampling_maps(height, width, h, w)
     sx, sy = cv2.split(cv2.remap(s, mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE))
-    xs, ys = _pixel_grid(height, width)
+    xs, ys = pixel_grid(height, width, np.float32)
     return cv2.scaleAdd(sx, width / w, xs), cv2.scaleAdd(sy, height / h, ys)
 
 
@@ -176,6 +170,26 @@ def _sample_batched(field: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarr
     t_len, h, w, ch = field.shape
     base = (np.arange(t_len) * h * w)[:, None]
     return _bilinear(field.reshape(-1, ch), h, w, x, y, base)
+
+
+def _check_updates(updates) -> np.ndarray:
+    """``updates`` as an array ``[T, h, w, 2]`` (a memmap stays on disk); ValueError for another
+    shape."""
+    if not isinstance(updates, np.ndarray):
+        updates = np.asarray(updates)
+    if updates.ndim != 4 or updates.shape[-1] != 2:
+        raise ValueError(f"updates must be [T, h, w, 2], got shape {updates.shape}")
+    return updates
+
+
+def _chunks(updates, size: int = 256):
+    """``(start, u)``: checked ``updates`` read ``size`` frames at a time (bounded memory on long
+    clips) as float64; ValueError for non-finite values."""
+    for start in range(0, updates.shape[0], size):
+        u = np.asarray(updates[start:start + size], np.float64)
+        if not np.all(np.isfinite(u)):
+            raise ValueError("update fields contain non-finite values")
+        yield start, u
 
 
 #: Rounds of :func:`required_zooms` that follow the margin's line before plain halvings.
@@ -246,18 +260,11 @@ def required_zooms(updates, height: int, width: int, max_zoom: float = 1.5,
     fall) the rounds halve the bracket, so the search always ends. Frames for which even
     ``max_zoom`` shows borders get ``max_zoom``.
     """
-    if not isinstance(updates, np.ndarray):  # memmaps stay on disk; chunks are read below
-        updates = np.asarray(updates)
-    if updates.ndim != 4 or updates.shape[-1] != 2:
-        raise ValueError(f"updates must be [T, h, w, 2], got shape {updates.shape}")
-    t_len, h, w = updates.shape[:3]
-    margin = _outline_margin(h, w, height, width, iterations, tol)
+    updates = _check_updates(updates)
+    margin = _outline_margin(*updates.shape[1:3], height, width, iterations, tol)
     eps = (1.0 - 1.0 / float(max_zoom)) * 2.0 ** -steps  # the bracket's final width
-    out = np.empty(t_len)
-    for start in range(0, t_len, 256):  # bounded memory on long clips
-        u = np.asarray(updates[start:start + 256], np.float64)
-        if not np.all(np.isfinite(u)):
-            raise ValueError("update fields contain non-finite values")
+    out = np.empty(updates.shape[0])
+    for start, u in _chunks(updates):
         n = u.shape[0]
         m_hi = margin(u, np.ones(n))
         lo = np.full(n, 1.0 / float(max_zoom))
@@ -299,13 +306,10 @@ def fits(updates, height: int, width: int, zoom: float, iterations: int = 4,
          tol: float = 1e-3) -> np.ndarray:
     """Per frame, whether the centred crop at ``zoom`` samples only inside the input (bool
     ``[T]``; the test of :func:`required_zooms` at one zoom)."""
-    if not isinstance(updates, np.ndarray):
-        updates = np.asarray(updates)
-    t_len, h, w = updates.shape[:3]
-    margin = _outline_margin(h, w, height, width, iterations, tol)
-    out = np.empty(t_len, bool)
-    for start in range(0, t_len, 256):
-        u = np.asarray(updates[start:start + 256], np.float64)
+    updates = _check_updates(updates)
+    margin = _outline_margin(*updates.shape[1:3], height, width, iterations, tol)
+    out = np.empty(updates.shape[0], bool)
+    for start, u in _chunks(updates):
         out[start:start + u.shape[0]] = margin(u, np.full(u.shape[0], 1.0 / zoom)) >= 0
     return out
 
