@@ -43,6 +43,29 @@ def test_warp_matches_opencv_remap_inside_the_valid_region():
     np.testing.assert_allclose(gray[valid], ref[..., 0][valid], atol=255 / 32)
 
 
+def test_the_fast_warp_is_the_exact_one_up_to_opencvs_weight_rounding():
+    """exact=False: the same validity rule (exactly 0 outside, NaN flow outside) and values
+    within 1/64 of the largest difference between a sample's four neighbours of the exact
+    warp's (cv2.remap rounds the weights to 1/32 pixel); any channel count."""
+    img, flow = _image_and_flow(seed=2)
+    flow[5, 7] = np.nan
+    h, w = flow.shape[:2]
+    for image in (img, img[..., 0], np.concatenate([img, img[..., :2]], -1)):  # 3, 1 (2-D), 5 channels
+        exact = geometry_np.warp(image, flow)
+        fast = geometry_np.warp(image, flow, exact=False)
+        assert fast.shape == exact.shape and fast.dtype == np.float32
+        valid = geometry_np.warp_validity(flow) > 0
+        assert np.all(fast[~valid] == 0) and fast[5, 7].max() == 0
+        x = np.arange(w)[None] + flow[..., 0]
+        y = np.arange(h)[:, None] + flow[..., 1]
+        x0 = np.clip(np.floor(np.nan_to_num(x)), 0, w - 2).astype(int)
+        y0 = np.clip(np.floor(np.nan_to_num(y)), 0, h - 2).astype(int)
+        im = image.reshape(h, w, -1)
+        nb = np.stack([im[y0, x0], im[y0, x0 + 1], im[y0 + 1, x0], im[y0 + 1, x0 + 1]])
+        spread = (nb.max(0) - nb.min(0)).reshape(exact.shape)
+        assert np.all(np.abs(fast - exact)[valid] <= spread[valid] / 64 + 1e-3)
+
+
 def test_warp_of_a_shift_is_exact_and_nan_flow_gives_zero():
     img = np.arange(20 * 30, dtype=np.float32).reshape(20, 30)
     flow = np.zeros((20, 30, 2), np.float32)

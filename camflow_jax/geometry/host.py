@@ -79,16 +79,21 @@ def warp_validity(flow: np.ndarray) -> np.ndarray:
     return _inside(x, y, *np.shape(flow)[:2]).astype(np.float32)
 
 
-def warp(image: np.ndarray, flow: np.ndarray) -> np.ndarray:
+def warp(image: np.ndarray, flow: np.ndarray, *, exact: bool = True) -> np.ndarray:
     """Backward bilinear warp ``out(p) = image(p + flow(p))`` (float32, exactly 0 outside).
 
     ``image`` is ``[H, W]`` or ``[H, W, C]`` on the flow's grid; the result has its shape.
-    Non-finite flow values give 0.
+    Non-finite flow values give 0. ``exact=False``: OpenCV's ``cv2.remap`` does the
+    interpolation, with its weights rounded to 1/32 pixel (so a value can differ from the exact
+    one by up to 1/64 of the largest difference between its four neighbours), under the same
+    validity rule; 10-40x faster, for measurements that need no more (the plausibility checks).
     """
     image = np.asarray(image)
     h, w = np.shape(flow)[:2]
     if image.shape[:2] != (h, w):
         raise ValueError(f"warp: image is {image.shape[:2]} but flow is {(h, w)}; they must match")
+    if not exact:
+        return _remap(image, np.asarray(flow))
     x, y = _targets(flow)
     inside = _inside(x, y, h, w)
     x = np.where(inside, x, 0.0)
@@ -108,17 +113,35 @@ def warp(image: np.ndarray, flow: np.ndarray) -> np.ndarray:
     return out.astype(np.float32).reshape(image.shape)
 
 
+def _remap(image: np.ndarray, flow: np.ndarray) -> np.ndarray:
+    """:func:`warp` with ``exact=False``."""
+    h, w = flow.shape[:2]
+    xs, ys = pixel_grid(h, w, np.float32)
+    mx = cv2.add(xs, np.ascontiguousarray(flow[..., 0], np.float32))
+    my = cv2.add(ys, np.ascontiguousarray(flow[..., 1], np.float32))
+    inside = _inside(mx, my, h, w)  # non-finite targets compare False: outside
+    src = image.reshape(h, w, -1).astype(np.float32)
+    out = np.empty(src.shape, np.float32)
+    for c0 in range(0, src.shape[-1], 4):  # remap takes at most 4 channels
+        part = cv2.remap(np.ascontiguousarray(src[..., c0:c0 + 4]), mx, my, cv2.INTER_LINEAR,
+                         borderMode=cv2.BORDER_REPLICATE)
+        out[..., c0:c0 + 4] = part.reshape(h, w, -1)
+    out[~inside] = 0.0
+    return out.reshape(image.shape)
+
+
 def homography_flow(H: np.ndarray, h: int, w: int) -> np.ndarray:
     """Dense flow ``H(p) - p`` on the ``h x w`` pixel grid, float32 ``[h, w, 2]`` (computed in
     float64)."""
     H = np.asarray(H, np.float64)
     if H.shape != (3, 3):
         raise ValueError(f"homography must be [3, 3], got shape {H.shape}")
-    ys, xs = np.mgrid[0:h, 0:w].astype(np.float64)
+    xs, ys = pixel_grid(h, w)
     den = H[2, 0] * xs + H[2, 1] * ys + H[2, 2]
-    u = (H[0, 0] * xs + H[0, 1] * ys + H[0, 2]) / den - xs
-    v = (H[1, 0] * xs + H[1, 1] * ys + H[1, 2]) / den - ys
-    return np.stack([u, v], axis=-1).astype(np.float32)
+    out = np.empty((h, w, 2), np.float32)
+    out[..., 0] = (H[0, 0] * xs + H[0, 1] * ys + H[0, 2]) / den - xs
+    out[..., 1] = (H[1, 0] * xs + H[1, 1] * ys + H[1, 2]) / den - ys
+    return out
 
 
 def resize_flow(flow: np.ndarray, h: int, w: int) -> np.ndarray:
