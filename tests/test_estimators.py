@@ -27,7 +27,7 @@ def pair():
 # ----------------------------------------------------------------------------- names
 def test_names_are_defined_once_and_unknown_names_fail_in_one_line():
     assert estimators.NAMES == ("identity", "sift_ransac", "sift_magsac", "orb_ransac", "orb_magsac",
-                                "ecc", "dis", "camflow", "camflow_net")
+                                "klt_ransac", "klt_magsac", "ecc", "dis", "camflow", "camflow_net")
     assert "camflow" not in estimators.CLASSICAL and "ecc" in estimators.CLASSICAL
     with pytest.raises(ValueError) as e:
         estimators.get("raft")
@@ -78,7 +78,8 @@ def test_identity():
 
 
 @pytest.mark.parametrize("name,tol", [("sift_ransac", 0.3), ("sift_magsac", 0.3), ("orb_ransac", 1.0),
-                                      ("orb_magsac", 1.0), ("ecc", 0.1)])
+                                      ("orb_magsac", 1.0), ("klt_ransac", 0.3), ("klt_magsac", 0.3),
+                                      ("ecc", 0.1)])
 def test_homography_estimators_recover_a_known_homography(pair, name, tol):
     img1, img2, H = pair
     h, w = img1.shape[:2]
@@ -146,6 +147,23 @@ def test_a_stretched_contrast_lets_sift_measure_a_dark_pair(pair):
         assert Hs is not None and _epe(fx.homography_flow(Hs, h, w), truth) < 0.3
 
 
+def test_klt_keeps_only_tracks_that_return_and_fits_the_known_motion():
+    """Corners tracked there and back: on a pair related by a known homography every kept
+    track agrees with it; a pair with too few corners is a failure (None), never a guess."""
+    img1, img2, H = fx.make_pair(np.random.default_rng(5), 192, 256, jitter=6.0)
+    got = baselines.klt_homography(img1, img2, threshold=0.5)
+    ys, xs = np.mgrid[16:192:32, 16:256:32].astype(np.float64)
+    p = np.stack([xs.ravel(), ys.ravel(), np.ones(xs.size)])
+    q, g = got @ p, H @ p
+    assert np.abs(q[:2] / q[2] - g[:2] / g[2]).max() < 0.2
+    # a single corner: too few tracks
+    dot = np.zeros((64, 64), np.uint8)
+    dot[30:34, 30:34] = 255
+    assert baselines.klt_homography(dot, np.roll(dot, 1, axis=1)) is None
+    with pytest.raises(ValueError, match="method"):
+        baselines.klt_homography(img1, img2, "lmeds")
+
+
 def test_ecc_coarse_to_fine_recovers_a_larger_motion():
     img1, img2, H = fx.make_pair(np.random.default_rng(11), 192, 256, jitter=12.0)
     m = estimators.get("ecc", min_side=40)(img1, img2)  # 192 -> 96 -> 48: three levels
@@ -169,7 +187,7 @@ def test_ecc_keeps_the_coarser_estimate_when_a_finer_level_fails(monkeypatch):
     assert _epe(m.flow_f, fx.homography_flow(H, 192, 256)) < 0.3
 
 
-@pytest.mark.parametrize("name", ["sift_magsac", "orb_ransac", "ecc"])
+@pytest.mark.parametrize("name", ["sift_magsac", "orb_ransac", "klt_ransac", "ecc"])
 def test_failure_is_an_identity_fallback_with_a_note(name):
     flat = np.full((64, 80, 3), 120, np.uint8)
     m = estimators.get(name).raw(flat, flat)  # the estimator's own failure path (no plausibility checks)

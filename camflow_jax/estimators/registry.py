@@ -220,7 +220,7 @@ class _Feature(_HomographyEstimator):
         self.options = {"ratio": ratio, "threshold": threshold, "min_matches": min_matches,
                         "max_features": max_features, "stretch": bool(stretch)}
         # consecutive video pairs share a frame: its features are detected once (exact reuse)
-        self.cache = baselines.FeatureCache(2)
+        self.cache = baselines.FeatureCache(8)
 
     def _estimate(self, a, b, depth1, depth2, intrinsics):
         H = baselines.feature_homography(a, b, self.detector, self.robust, cache=self.cache,
@@ -233,6 +233,28 @@ for _det, _det_text in (("sift", "SIFT"), ("orb", "ORB")):
         register(f"{_det}_{_rob}", f"{_det_text} matches (ratio test) + {_rob_text} homography")(
             functools.partial(_Feature, _det, _rob))
 del _det, _det_text, _rob, _rob_text
+
+
+class _KLT(_HomographyEstimator):
+    def __init__(self, robust: str, *, max_corners: int = 1000, quality: float = 0.01,
+                 min_distance: int = 8, window: int = 21, levels: int = 3, round_trip: float = 0.5,
+                 threshold: float = 3.0, min_tracks: int = 10, stretch: bool = False,
+                 forward_only: bool = False):
+        super().__init__(forward_only)
+        self.robust = robust
+        self.options = {"max_corners": max_corners, "quality": quality, "min_distance": min_distance,
+                        "window": window, "levels": levels, "round_trip": round_trip,
+                        "threshold": threshold, "min_tracks": min_tracks, "stretch": bool(stretch)}
+
+    def _estimate(self, a, b, depth1, depth2, intrinsics):
+        H = baselines.klt_homography(a, b, self.robust, **self.options)
+        return self._motion(H, *a.shape[:2], "too few corner tracks")
+
+
+for _rob, _rob_text in (("ransac", "RANSAC"), ("magsac", "MAGSAC++")):
+    register(f"klt_{_rob}", f"Shi-Tomasi corners tracked by pyramidal Lucas-Kanade (round trip checked) "
+                            f"+ {_rob_text} homography")(functools.partial(_KLT, _rob))
+del _rob, _rob_text
 
 
 @register("ecc", "OpenCV ECC (enhanced correlation coefficient) homography, coarse to fine")

@@ -16,7 +16,7 @@ import cv2
 import numpy as np
 
 __all__ = ["to_gray_u8", "stretch_contrast", "ContentCache", "FeatureCache", "detect_features",
-           "feature_homography", "dis_flow", "ecc_homography"]
+           "feature_homography", "klt_homography", "dis_flow", "ecc_homography"]
 
 #: Smallest image side :func:`dis_flow` accepts (OpenCV's DIS fails or crashes below it).
 DIS_MIN_SIDE = 32
@@ -147,6 +147,47 @@ def feature_homography(img1, img2, detector: str = "sift", method: str = "magsac
     dst = p2[[m.trainIdx for m in good]].reshape(-1, 1, 2)
     H, _ = cv2.findHomography(src, dst, flags[method], threshold, maxIters=5000, confidence=0.999)
     if H is None or not np.all(np.isfinite(H)):
+        return None
+    return (H / H[2, 2]).astype(np.float64)
+
+
+def klt_homography(img1, img2, method: str = "ransac", *, max_corners: int = 1000,
+                   quality: float = 0.01, min_distance: int = 8, window: int = 21, levels: int = 3,
+                   round_trip: float = 0.5, threshold: float = 3.0, min_tracks: int = 10,
+                   stretch: bool = False) -> np.ndarray | None:
+    """Corner tracking + robust homography fit: Shi-Tomasi corners of image 1
+    (``cv2.goodFeaturesToTrack``: at most ``max_corners``, ``quality`` of the strongest corner's
+    score, ``min_distance`` px apart) tracked into image 2 by pyramidal Lucas-Kanade
+    (``cv2.calcOpticalFlowPyrLK``, ``window`` px, ``levels`` pyramid levels above the image),
+    then back into image 1; a track is kept when both passes converge and it returns within
+    ``round_trip`` px of where it started. The kept tracks are fitted with RANSAC / MAGSAC++
+    (``threshold`` px).
+
+    Returns the ``[3, 3]`` homography image 1 -> image 2, or ``None`` when fewer than
+    ``min_tracks`` tracks are kept or the fit fails. ``stretch``: each grey image's contrast is
+    stretched first (:func:`stretch_contrast`). Motions larger than about
+    ``window / 2 * 2 ** levels`` px are out of the tracker's reach.
+    """
+    flags = {"ransac": cv2.RANSAC, "magsac": cv2.USAC_MAGSAC}
+    if method not in flags:
+        raise ValueError(f"method must be 'ransac' or 'magsac', got {method!r}")
+    g1, g2 = to_gray_u8(img1), to_gray_u8(img2)
+    if stretch:
+        g1, g2 = stretch_contrast(g1), stretch_contrast(g2)
+    p1 = cv2.goodFeaturesToTrack(g1, int(max_corners), float(quality), float(min_distance))
+    if p1 is None or len(p1) < max(min_tracks, 4):
+        return None
+    p1 = p1.astype(np.float32).reshape(-1, 1, 2)
+    lk = {"winSize": (int(window), int(window)), "maxLevel": int(levels),
+          "criteria": (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 30, 0.01)}
+    p2, ok2, _ = cv2.calcOpticalFlowPyrLK(g1, g2, p1, None, **lk)
+    back, ok1, _ = cv2.calcOpticalFlowPyrLK(g2, g1, p2, None, **lk)
+    keep = (ok2.ravel() == 1) & (ok1.ravel() == 1) & (
+        np.linalg.norm((back - p1).reshape(-1, 2), axis=1) <= round_trip)
+    if keep.sum() < max(min_tracks, 4):
+        return None
+    H, _ = cv2.findHomography(p1[keep], p2[keep], flags[method], threshold, maxIters=5000, confidence=0.999)
+    if H is None or not np.all(np.isfinite(H)) or abs(H[2, 2]) < 1e-12:
         return None
     return (H / H[2, 2]).astype(np.float64)
 
