@@ -222,18 +222,34 @@ def _outline_margin(h: int, w: int, height: int, width: int, iterations: int, to
     ring[:, [0, 1, -2, -1]] = True
     q = _low_grid(h, w, pad=1)[ring]  # [R, 2]
     c_low = np.array([(w - 1) / 2.0, (h - 1) / 2.0])
-    n_out = outline.shape[0]
 
-    def margin(u, a):  # u [t, h, w, 2], a [t] -> [t]: >= 0 where the crop at 1 / a fits
-        y = c_low + a[:, None, None] * (q - c_low)  # [t, R, 2]
+    # The outline's bilinear reads of the padded grid, as _bilinear makes them (the same points
+    # for every frame): the four neighbours, as positions in the ring, and the weights.
+    wp = w + 2
+    ring_pos = np.full((h + 2) * wp, -1)
+    ring_pos[np.flatnonzero(ring.ravel())] = np.arange(q.shape[0])
+    gx, gy = np.clip(lx, 0.0, w + 1.0), np.clip(ly, 0.0, h + 1.0)
+    x0, y0 = np.minimum(gx.astype(np.int64), w), np.minimum(gy.astype(np.int64), h)
+    fx, fy = (gx - x0)[:, None], (gy - y0)[:, None]
+    i = y0 * wp + x0
+    reads = [ring_pos[j] for j in (i, i + 1, i + wp, i + wp + 1)]
+    assert all((r >= 0).all() for r in reads), "the outline reads outside the ring"
+    scale = np.array([sx, sy])
+
+    def margin(u, a, frames=None):
+        """u [t, h, w, 2]; a [n]; frames [n] (which of u's frames; default all) -> [n]: >= 0
+        where the crop at 1 / a fits."""
+        frames = np.arange(u.shape[0]) if frames is None else np.asarray(frames)
+        base = (frames * (h * w))[:, None]
+        flat = u.reshape(-1, 2)
+        y = c_low + a[:, None, None] * (q - c_low)  # [n, R, 2]
         x = y.copy()
         for _ in range(max(1, iterations)):
-            x = y - _sample_batched(u, x[..., 0], x[..., 1])
-        s = np.zeros((u.shape[0], h + 2, w + 2, 2))
-        s[:, ring] = x - q  # only ring entries are read below
-        off = _sample_batched(s, np.broadcast_to(lx, (u.shape[0], n_out)),
-                              np.broadcast_to(ly, (u.shape[0], n_out))) * np.array([sx, sy])
-        src = outline + off
+            x = y - _bilinear(flat, h, w, x[..., 0], x[..., 1], base)
+        d = x - q  # the offsets on the ring
+        f00, f01, f10, f11 = (d[:, r] for r in reads)
+        top = f00 + (f01 - f00) * fx
+        src = outline + (top + (f10 + (f11 - f10) * fx - top) * fy) * scale
         inside = np.minimum(np.minimum(src[..., 0], width - 1.0 - src[..., 0]),
                             np.minimum(src[..., 1], height - 1.0 - src[..., 1]))
         return inside.min(axis=1) + tol
@@ -282,7 +298,7 @@ def required_zooms(updates, height: int, width: int, max_zoom: float = 1.5,
             root = np.where(ok, root, 0.5 * (a0 + a1))
             below = np.clip(root - 0.25 * eps, a0, a1)
             above = np.clip(root + 0.25 * eps, a0, a1)
-            m = margin(u[np.r_[todo, todo]], np.r_[below, above])
+            m = margin(u, np.r_[below, above], np.r_[todo, todo])
             k = todo.size
             mb, ma = m[:k], m[k:]
             for at, mv in ((below, mb), (above, ma)):
