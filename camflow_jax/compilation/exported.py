@@ -71,6 +71,15 @@ def _leaf_signature(x):
     return None
 
 
+def _fast_signature(x):
+    """:func:`_leaf_signature` with the dtype itself, not its name (a dict key per call)."""
+    if isinstance(x, jax.Array):
+        return x.shape, x.dtype, bool(getattr(x, "weak_type", False))
+    if isinstance(x, (np.ndarray, np.generic)):
+        return np.shape(x), x.dtype, False
+    return None
+
+
 class ExportedJit:
     """``jax.jit(fun, static_argnames=static_argnames)`` with its traced programs kept on disk
     (see the module doc). Called like the jitted function (static arguments by keyword).
@@ -109,17 +118,21 @@ class ExportedJit:
 
     def __call__(self, *args, **static):
         leaves, tree = jax.tree.flatten(args)
-        sig = (tree, tuple(_leaf_signature(x) for x in leaves), tuple(sorted(static.items())))
-        call = self._calls.get(sig)
+        # the lookup key: shapes and dtypes as they are (hashing np.dtype is cheaper than
+        # naming it; a model has hundreds of leaves); the stored key names them (_prepare)
+        fast = (tree, tuple(_fast_signature(x) for x in leaves), tuple(sorted(static.items())))
+        call = self._calls.get(fast)
         if call is None:
             with self._lock:  # one preparation per signature, whichever thread asks first
-                call = self._calls.get(sig)
+                call = self._calls.get(fast)
                 if call is None:
-                    call, how = self._prepare(args, static, sig)
-                    self._calls[sig], self._how[sig] = call, how
+                    sig = (tree, tuple(_leaf_signature(x) for x in leaves), fast[2])
+                    call, how = self._prepare(args, static, sig, fast)
+                    self._calls[fast], self._how[fast] = call, how
         return call(*args)
 
-    def _prepare(self, args, static, sig) -> tuple[Callable, str]:
+    def _prepare(self, args, static, sig, key) -> tuple[Callable, str]:
+        """The call for signature ``sig`` (names: the stored artifact's key), kept under ``key``."""
         plain = functools.partial(self.jitted, **static) if static else self.jitted
         if not can_serialize() or any(s is None for s in sig[1]) or store.path_for(KIND, ()) is None:
             return plain, "jit"
@@ -132,7 +145,7 @@ class ExportedJit:
                 _log.debug("cannot load the stored %s (%s: %s); exporting it again", self.name, type(e).__name__, e)
             else:
                 again = lambda: self._export(args, static, parts, plain)  # noqa: E731
-                return self._first_call_checked(loaded, sig, again), "loaded"
+                return self._first_call_checked(loaded, key, again), "loaded"
         return self._export(args, static, parts, plain)
 
     def _export(self, args, static, parts, plain) -> tuple[Callable, str]:
@@ -147,7 +160,7 @@ class ExportedJit:
         store.write(KIND, parts, bytes(payload))
         return jax.jit(exp.call), "exported"
 
-    def _first_call_checked(self, loaded: Callable, sig, again: Callable[[], tuple[Callable, str]]) -> Callable:
+    def _first_call_checked(self, loaded: Callable, key, again: Callable[[], tuple[Callable, str]]) -> Callable:
         """``loaded``, whose first call falls back to ``again()`` (export from the code) when it
         raises: a stored program that cannot be lowered or compiled here never fails a run."""
 
@@ -158,11 +171,11 @@ class ExportedJit:
                 _log.debug("the stored %s failed (%s: %s); exporting it again", self.name, type(e).__name__, e)
                 with self._lock:
                     call, how = again()
-                    self._calls[sig], self._how[sig] = call, how
+                    self._calls[key], self._how[key] = call, how
                 return call(*args)
             with self._lock:
-                if self._calls.get(sig) is first:
-                    self._calls[sig] = loaded  # later calls: straight to the jitted call
+                if self._calls.get(key) is first:
+                    self._calls[key] = loaded  # later calls: straight to the jitted call
             return out
 
         return first

@@ -23,10 +23,12 @@ def write_flo(path: str | os.PathLike, flow) -> None:
     if f.ndim != 3 or f.shape[-1] != 2:
         raise ValueError(f"flow must be [H, W, 2], got shape {f.shape}")
     h, w = f.shape[:2]
+    # Python's own writes, not ndarray.tofile: an exception raised by a signal handler (the
+    # CLIs' SIGTERM) inside tofile came out as a TypeError naming the file object
     with open(path, "wb") as fh:
-        np.array([FLO_MAGIC], "<f4").tofile(fh)
-        np.array([w, h], "<i4").tofile(fh)
-        np.ascontiguousarray(f, dtype="<f4").tofile(fh)
+        fh.write(np.array([FLO_MAGIC], "<f4").tobytes())
+        fh.write(np.array([w, h], "<i4").tobytes())
+        fh.write(np.ascontiguousarray(f, dtype="<f4").tobytes())
 
 
 def read_flo(path: str | os.PathLike) -> np.ndarray:

@@ -29,11 +29,13 @@ Every parameter lives in :class:`StabilizerConfig` and is the same for every est
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import errno
 import os
 import queue
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Iterator
 
 import cv2
@@ -231,10 +233,13 @@ def estimate_motion(frames: Iterable[np.ndarray], estimator: Callable, config: S
     batch = max(1, int(getattr(estimator, "batch_size", 1) or 1))  # pairs per estimator call
     pending = []  # frame pairs waiting for a batch
 
-    workers = max(1, int(getattr(estimator, "workers", 1) or 1))  # the estimator's threads
-    pool = None
-    if workers > 1:  # frames decoded while the workers measure the last batch
-        it = ahead(it, batch)
+    # Host threads: the estimator's own (feature estimators), or two for the work around a
+    # model's calls. Frames are decoded and resized ahead in one thread, and each flow is
+    # resampled to the working grid in the pool while the estimator measures the next pairs.
+    workers = int(getattr(estimator, "workers", 0) or min(2, os.cpu_count() or 1))
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="working-size") if workers > 1 else None
+    resampled: collections.deque = collections.deque()  # futures (or results), in pair order
+    h = w = None
 
     def to_working(f):  # a pair's flow at the working size, and the share of it masked
         f = resize_flow(f, h, w)
@@ -243,19 +248,13 @@ def estimate_motion(frames: Iterable[np.ndarray], estimator: Callable, config: S
         f, bad = complete_discontinuities(f, config.gradient_threshold, config.fill_sigma)
         return f, float(bad.mean())
 
-    def flush():
-        nonlocal count, pool
-        done = estimator.many(pending) if len(pending) > 1 else [estimator(*pending[0])]
-        pending.clear()
-        if workers > 1 and len(done) > 1:
-            if pool is None:
-                from concurrent.futures import ThreadPoolExecutor
-
-                pool = ThreadPoolExecutor(workers, thread_name_prefix="working-size")
-            done = list(pool.map(to_working, done))
-        else:
-            done = [to_working(f) for f in done]
-        for f, bad in done:
+    def collect(wait: bool) -> None:
+        """Stores the resampled flows that are ready, in order (``wait``: all of them)."""
+        nonlocal count
+        while resampled and (wait or len(resampled) > 4 * workers or not hasattr(resampled[0], "done")
+                             or resampled[0].done()):
+            item = resampled.popleft()
+            f, bad = item.result() if hasattr(item, "result") else item
             masked.append(bad)
             if spill is not None:
                 spill.write(np.ascontiguousarray(f, np.float32).tobytes())
@@ -263,19 +262,30 @@ def estimate_motion(frames: Iterable[np.ndarray], estimator: Callable, config: S
                 flows.append(f)
             count += 1
 
-    try:
-        for frame in it:
+    def flush():
+        done = estimator.many(pending) if len(pending) > 1 else [estimator(*pending[0])]
+        pending.clear()
+        for f in done:
+            resampled.append(pool.submit(to_working, f) if pool is not None else to_working(f))
+        collect(wait=False)
+
+    def sized(frames_in):  # (frame size, the frame at the estimation size), checked
+        size = None
+        for frame in frames_in:
             frame = np.asarray(frame)
             if frame.ndim != 3 or frame.shape[-1] != 3:
                 raise ValueError(f"frames must be RGB [H, W, 3], got shape {frame.shape}")
             if size is None:
                 size = frame.shape[:2]
                 he, we = estimation_size(*size, config)
-                h, w = working_size(*size, config)
             elif frame.shape[:2] != size:
                 raise ValueError(f"frame size changed from {size} to {frame.shape[:2]}")
-            small = frame if (he, we) == size else cv2.resize(frame, (we, he),
-                                                              interpolation=cv2.INTER_AREA)
+            yield size, (frame if (he, we) == size else cv2.resize(frame, (we, he), interpolation=cv2.INTER_AREA))
+
+    try:
+        for size, small in (ahead(sized(it), max(2, batch)) if workers > 1 else sized(it)):
+            if h is None:
+                h, w = working_size(*size, config)
             if prev is not None:
                 pending.append((prev, small))
                 if len(pending) >= batch:
@@ -283,11 +293,12 @@ def estimate_motion(frames: Iterable[np.ndarray], estimator: Callable, config: S
             prev = small
         if pending:
             flush()
+        collect(wait=True)
     finally:
         if spill is not None:
             spill.close()
         if pool is not None:
-            pool.shutdown()
+            pool.shutdown(cancel_futures=True)
     if count < 1:
         raise ValueError("stabilization needs at least 2 frames")
     if path:
