@@ -233,10 +233,11 @@ def estimate_motion(frames: Iterable[np.ndarray], estimator: Callable, config: S
     batch = max(1, int(getattr(estimator, "batch_size", 1) or 1))  # pairs per estimator call
     pending = []  # frame pairs waiting for a batch
 
-    # Host threads: the estimator's own (feature estimators), or two for the work around a
-    # model's calls. Frames are decoded and resized ahead in one thread, and each flow is
-    # resampled to the working grid in the pool while the estimator measures the next pairs.
-    workers = int(getattr(estimator, "workers", 0) or min(2, os.cpu_count() or 1))
+    # Host threads, as many as the estimator's own (feature estimators: `workers`; a model's
+    # XLA program already keeps the cores busy, and more threads measured slower there: none).
+    # Frames are decoded and resized ahead in one thread, and each flow is resampled to the
+    # working grid in the pool while the estimator measures the next pairs.
+    workers = max(1, int(getattr(estimator, "workers", 1) or 1))
     pool = ThreadPoolExecutor(workers, thread_name_prefix="working-size") if workers > 1 else None
     resampled: collections.deque = collections.deque()  # futures (or results), in pair order
     h = w = None
@@ -282,8 +283,9 @@ def estimate_motion(frames: Iterable[np.ndarray], estimator: Callable, config: S
                 raise ValueError(f"frame size changed from {size} to {frame.shape[:2]}")
             yield size, (frame if (he, we) == size else cv2.resize(frame, (we, he), interpolation=cv2.INTER_AREA))
 
+    source = ahead(sized(it), max(2, batch)) if workers > 1 else sized(it)
     try:
-        for size, small in (ahead(sized(it), max(2, batch)) if workers > 1 else sized(it)):
+        for size, small in source:
             if h is None:
                 h, w = working_size(*size, config)
             if prev is not None:
@@ -295,6 +297,7 @@ def estimate_motion(frames: Iterable[np.ndarray], estimator: Callable, config: S
             flush()
         collect(wait=True)
     finally:
+        source.close()  # an error here stops the decoding thread at once
         if spill is not None:
             spill.close()
         if pool is not None:

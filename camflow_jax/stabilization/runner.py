@@ -20,6 +20,7 @@ error, not an unstabilized "result".
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import os
@@ -118,8 +119,6 @@ def stabilize_video(input_path: str, output_path: str, estimator,
     from another video (its source fingerprint, :mod:`.fingerprint`) is refused (ValueError)
     unless ``ignore_fingerprint``, which makes it a warning.
     """
-    from tqdm.auto import tqdm
-
     config = config or pipeline.StabilizerConfig()
     paths = report_paths(output_path, report)
     wanted = [paths["json"]] + ([paths["path_plot"], paths["tracks_plot"]] if with_plots else [])
@@ -135,8 +134,11 @@ def stabilize_video(input_path: str, output_path: str, estimator,
         source.override_fps(fps)  # the user chose the rate: constant, no timestamps kept
 
     def bar(desc, total):
-        return lambda it: tqdm(it, total=total, desc=desc, unit="frame", disable=not progress,
-                               dynamic_ncols=True)
+        if not progress:  # no bar: tqdm is not even imported (50 ms of a short run's start)
+            return lambda it: it
+        from tqdm.auto import tqdm
+
+        return lambda it: tqdm(it, total=total, desc=desc, unit="frame", dynamic_ncols=True)
 
     # The scratch folder (memmaps) is removed on success, failure and SIGINT/SIGTERM alike
     # (harness.run_cli turns those signals into an exception).
@@ -371,29 +373,29 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
                        time_base=source.time_base, audio_from=_audio_from(source)) as sink:
             t1 = time.perf_counter()
             # frame t+1 is decoded and rendered while frame t is encoded
-            rendered = pipeline.ahead(pipeline.render(source, plan, bar("render", n)))
-            for t, (frame, out, border) in enumerate(rendered):
-                sink.write(out)
-                borders.append(border)
-                if t in sampled:  # frames decoded anyway: the fingerprint costs no decoding
-                    signatures[t] = fingerprint.frame_signature(frame)
-                if check is not None:
-                    check.frame(t, frame)
-                t2 = time.perf_counter()
-                t_render += t2 - t1
-                if with_plots:
-                    if track_in is None:
-                        track_in = plots.PointTracker(3)
-                        track_in.update(frame)
-                        start = render.forward_points(track_in.rows[0], plan.updates[0],
-                                                      source.height, source.width, plan.zoom)
-                        track_out = plots.PointTracker(start=start)
-                        track_out.update(out)
-                    else:
-                        track_in.update(frame)
-                        track_out.update(out)
-                t1 = time.perf_counter()
-                t_tracking += t1 - t2
+            with contextlib.closing(pipeline.ahead(pipeline.render(source, plan, bar("render", n)))) as rendered:
+                for t, (frame, out, border) in enumerate(rendered):
+                    sink.write(out)
+                    borders.append(border)
+                    if t in sampled:  # frames decoded anyway: the fingerprint costs no decoding
+                        signatures[t] = fingerprint.frame_signature(frame)
+                    if check is not None:
+                        check.frame(t, frame)
+                    t2 = time.perf_counter()
+                    t_render += t2 - t1
+                    if with_plots:
+                        if track_in is None:
+                            track_in = plots.PointTracker(3)
+                            track_in.update(frame)
+                            start = render.forward_points(track_in.rows[0], plan.updates[0],
+                                                          source.height, source.width, plan.zoom)
+                            track_out = plots.PointTracker(start=start)
+                            track_out.update(out)
+                        else:
+                            track_in.update(frame)
+                            track_out.update(out)
+                    t1 = time.perf_counter()
+                    t_tracking += t1 - t2
             if check is not None:  # after the frame-count rule; before anything is moved in
                 check.finish()
         note = pipeline.fallback_note(plan.fallbacks, n)
