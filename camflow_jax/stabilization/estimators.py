@@ -56,7 +56,7 @@ __all__ = ["DEFAULT", "Estimator", "RegistryEstimator", "CamFlowEstimator", "mak
            "inlier_homography"]
 
 #: The stabilizer's default estimator: Shi-Tomasi corners tracked by Lucas-Kanade. On the hard
-#: set's development seeds it beat SIFT matching on every clip, dark and blurred ones by 3-5x,
+#: set's development seeds it beat SIFT matching on every clip, dark and blurred ones by 3-8x,
 #: at a third of the time per pair (docs/stabilization.md, "Choosing the default estimator").
 DEFAULT = "klt_ransac"
 
