@@ -35,7 +35,7 @@ import errno
 import os
 import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Iterable, Iterator
 
 import cv2
@@ -239,7 +239,7 @@ def estimate_motion(frames: Iterable[np.ndarray], estimator: Callable, config: S
     # working grid in the pool while the estimator measures the next pairs.
     workers = max(1, int(getattr(estimator, "workers", 1) or 1))
     pool = ThreadPoolExecutor(workers, thread_name_prefix="working-size") if workers > 1 else None
-    resampled: collections.deque = collections.deque()  # futures (or results), in pair order
+    resampled: collections.deque = collections.deque()  # futures of (flow, masked share), in pair order
     h = w = None
 
     def to_working(f):  # a pair's flow at the working size, and the share of it masked
@@ -252,10 +252,8 @@ def estimate_motion(frames: Iterable[np.ndarray], estimator: Callable, config: S
     def collect(wait: bool) -> None:
         """Stores the resampled flows that are ready, in order (``wait``: all of them)."""
         nonlocal count
-        while resampled and (wait or len(resampled) > 4 * workers or not hasattr(resampled[0], "done")
-                             or resampled[0].done()):
-            item = resampled.popleft()
-            f, bad = item.result() if hasattr(item, "result") else item
+        while resampled and (wait or len(resampled) > 4 * workers or resampled[0].done()):
+            f, bad = resampled.popleft().result()
             masked.append(bad)
             if spill is not None:
                 spill.write(np.ascontiguousarray(f, np.float32).tobytes())
@@ -267,7 +265,11 @@ def estimate_motion(frames: Iterable[np.ndarray], estimator: Callable, config: S
         done = estimator.many(pending) if len(pending) > 1 else [estimator(*pending[0])]
         pending.clear()
         for f in done:
-            resampled.append(pool.submit(to_working, f) if pool is not None else to_working(f))
+            if pool is not None:
+                resampled.append(pool.submit(to_working, f))
+            else:  # here and now, as a finished future
+                resampled.append(Future())
+                resampled[-1].set_result(to_working(f))
         collect(wait=False)
 
     def sized(frames_in):  # (frame size, the frame at the estimation size), checked
