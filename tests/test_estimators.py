@@ -65,6 +65,8 @@ def test_options_are_checked_and_paths_parsed():
     assert estimators.without_refinement("camflow:/a:b") == "camflow_net:/a:b"
     assert estimators.without_refinement("sift_magsac") == "sift_magsac"
     assert estimators.is_camflow("camflow_net:/x") and not estimators.is_camflow("ecc")
+    assert estimators.takes_option("sift", "threshold") and estimators.takes_option("klt_magsac", "round_trip")
+    assert not estimators.takes_option("ecc", "threshold") and not estimators.takes_option("dis", "stretch")
     with pytest.raises(ValueError, match="same shape"):
         estimators.get("identity")(np.zeros((8, 8, 3)), np.zeros((8, 9, 3)))
 

@@ -62,22 +62,20 @@ def can_serialize() -> bool:
     return importlib.util.find_spec("flatbuffers") is not None
 
 
-def _leaf_signature(x):
-    """(shape, dtype, weak type) of an array argument; None for anything else."""
-    if isinstance(x, jax.Array):
-        return tuple(x.shape), str(x.dtype), bool(getattr(x, "weak_type", False))
-    if isinstance(x, (np.ndarray, np.generic)):
-        return tuple(np.shape(x)), str(x.dtype), False
-    return None
-
-
 def _fast_signature(x):
-    """:func:`_leaf_signature` with the dtype itself, not its name (a dict key per call)."""
+    """(shape, dtype, weak type) of an array argument, the dtype itself (cheap to hash: the
+    per-call lookup key); None for anything else."""
     if isinstance(x, jax.Array):
         return x.shape, x.dtype, bool(getattr(x, "weak_type", False))
     if isinstance(x, (np.ndarray, np.generic)):
         return np.shape(x), x.dtype, False
     return None
+
+
+def _leaf_signature(x):
+    """:func:`_fast_signature` with the dtype named (the stored artifact's key)."""
+    s = _fast_signature(x)
+    return None if s is None else (tuple(s[0]), str(s[1]), s[2])
 
 
 class ExportedJit:

@@ -42,7 +42,7 @@ from camflow_jax.estimators import plausibility as plausibility_lib
 from camflow_jax.geometry import classical as baselines
 from camflow_jax.geometry import host as geometry_np
 
-__all__ = ["Motion", "Estimator", "register", "get", "resolve", "describe", "without_refinement",
+__all__ = ["Motion", "Estimator", "register", "get", "resolve", "describe", "takes_option", "without_refinement",
            "is_camflow", "check_pair", "NAMES", "CLASSICAL", "ALIASES", "ORACLES"]
 
 #: Evaluation-only references (``python -m camflow_jax.evaluate``): they read a dataset sample's
@@ -455,8 +455,10 @@ def resolve(name: str) -> tuple[str, str]:
 def get(name: str, **options: Any) -> Estimator:
     """A ready-to-call estimator by name (module doc). ``options`` are the estimator's own:
 
-    sift_* / orb_*: ``ratio`` (0.7), ``threshold`` (3.0 px), ``min_matches``, ``max_features``;
-    dis: ``preset`` ('medium'); ecc: ``min_side``, ``gauss_size``, ``iterations``, ``eps``;
+    sift_* / orb_*: ``ratio`` (0.7), ``threshold`` (3.0 px), ``min_matches``, ``max_features``,
+    ``stretch`` (contrast-stretch the grey images first); klt_*: ``max_corners``, ``quality``,
+    ``min_distance``, ``window``, ``levels``, ``round_trip``, ``threshold`` (3.0 px),
+    ``min_tracks``, ``stretch``; dis: ``preset`` ('medium'); ecc: ``min_side``, ``gauss_size``, ``iterations``, ``eps``;
     camflow*: ``checkpoint`` (default: the shipped model; ``camflow:PATH`` sets it),
     ``channel_order``, ``predictor`` (an already loaded model), ``confidence`` (also return
     the confidence maps), ``refine_size`` (camflow: refine at up to this longer side instead of
@@ -486,6 +488,12 @@ def get(name: str, **options: Any) -> Estimator:
     est = entry.factory(**options)
     est.name = canonical
     return est
+
+
+def takes_option(name: str, option: str) -> bool:
+    """Whether the estimator ``name`` (any name :func:`resolve` accepts) takes ``option``."""
+    base = resolve(name)[0].partition(":")[0]
+    return option in inspect.signature(_REGISTRY[base].factory).parameters
 
 
 def without_refinement(name: str) -> str:

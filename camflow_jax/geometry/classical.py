@@ -113,6 +113,30 @@ def detect_features(gray: np.ndarray, detector: str = "sift",
     return pts, d
 
 
+#: The robust fits :func:`feature_homography` and :func:`klt_homography` offer.
+_ROBUST = {"ransac": cv2.RANSAC, "magsac": cv2.USAC_MAGSAC}
+
+
+def _check_robust(method: str) -> None:
+    if method not in _ROBUST:
+        raise ValueError(f"method must be 'ransac' or 'magsac', got {method!r}")
+
+
+def _grey_pair(img1, img2, stretch: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Both images as uint8 grey (:func:`to_gray_u8`), contrast-stretched when ``stretch``."""
+    g1, g2 = to_gray_u8(img1), to_gray_u8(img2)
+    return (stretch_contrast(g1), stretch_contrast(g2)) if stretch else (g1, g2)
+
+
+def _robust_homography(src, dst, method: str, threshold: float) -> np.ndarray | None:
+    """The homography src -> dst (points ``[N, 1, 2]``) by ``cv2.findHomography`` with
+    :data:`_ROBUST` ``method``, normalized to ``H[2, 2] = 1``; None when the fit fails."""
+    H, _ = cv2.findHomography(src, dst, _ROBUST[method], threshold, maxIters=5000, confidence=0.999)
+    if H is None or not np.all(np.isfinite(H)) or abs(H[2, 2]) < 1e-12:
+        return None
+    return (H / H[2, 2]).astype(np.float64)
+
+
 def feature_homography(img1, img2, detector: str = "sift", method: str = "magsac", *,
                        ratio: float = 0.7, min_matches: int = 10, threshold: float = 3.0,
                        max_features: int = 4000, stretch: bool = False,
@@ -125,14 +149,10 @@ def feature_homography(img1, img2, detector: str = "sift", method: str = "magsac
     features of images seen before (consecutive video pairs share a frame). ``stretch``: each
     grey image's contrast is stretched first (:func:`stretch_contrast`).
     """
-    g1, g2 = to_gray_u8(img1), to_gray_u8(img2)
-    if stretch:
-        g1, g2 = stretch_contrast(g1), stretch_contrast(g2)
-    _detector(detector, 1)  # validates the name before any work
+    _detector(detector, 1)  # validates the names before any work
+    _check_robust(method)
+    g1, g2 = _grey_pair(img1, img2, stretch)
     norm = cv2.NORM_L2 if detector == "sift" else cv2.NORM_HAMMING
-    flags = {"ransac": cv2.RANSAC, "magsac": cv2.USAC_MAGSAC}
-    if method not in flags:
-        raise ValueError(f"method must be 'ransac' or 'magsac', got {method!r}")
     if cache is not None:
         (p1, d1), (p2, d2) = (cache.features(g, detector, max_features) for g in (g1, g2))
     else:
@@ -145,10 +165,7 @@ def feature_homography(img1, img2, detector: str = "sift", method: str = "magsac
         return None
     src = p1[[m.queryIdx for m in good]].reshape(-1, 1, 2)
     dst = p2[[m.trainIdx for m in good]].reshape(-1, 1, 2)
-    H, _ = cv2.findHomography(src, dst, flags[method], threshold, maxIters=5000, confidence=0.999)
-    if H is None or not np.all(np.isfinite(H)):
-        return None
-    return (H / H[2, 2]).astype(np.float64)
+    return _robust_homography(src, dst, method, threshold)
 
 
 def klt_homography(img1, img2, method: str = "ransac", *, max_corners: int = 1000,
@@ -168,12 +185,8 @@ def klt_homography(img1, img2, method: str = "ransac", *, max_corners: int = 100
     stretched first (:func:`stretch_contrast`). Motions larger than about
     ``window / 2 * 2 ** levels`` px are out of the tracker's reach.
     """
-    flags = {"ransac": cv2.RANSAC, "magsac": cv2.USAC_MAGSAC}
-    if method not in flags:
-        raise ValueError(f"method must be 'ransac' or 'magsac', got {method!r}")
-    g1, g2 = to_gray_u8(img1), to_gray_u8(img2)
-    if stretch:
-        g1, g2 = stretch_contrast(g1), stretch_contrast(g2)
+    _check_robust(method)
+    g1, g2 = _grey_pair(img1, img2, stretch)
     p1 = cv2.goodFeaturesToTrack(g1, int(max_corners), float(quality), float(min_distance))
     if p1 is None or len(p1) < max(min_tracks, 4):
         return None
@@ -186,10 +199,7 @@ def klt_homography(img1, img2, method: str = "ransac", *, max_corners: int = 100
         np.linalg.norm((back - p1).reshape(-1, 2), axis=1) <= round_trip)
     if keep.sum() < max(min_tracks, 4):
         return None
-    H, _ = cv2.findHomography(p1[keep], p2[keep], flags[method], threshold, maxIters=5000, confidence=0.999)
-    if H is None or not np.all(np.isfinite(H)) or abs(H[2, 2]) < 1e-12:
-        return None
-    return (H / H[2, 2]).astype(np.float64)
+    return _robust_homography(p1[keep], p2[keep], method, threshold)
 
 
 def dis_flow(img1, img2, preset: str = "medium") -> np.ndarray:

@@ -219,14 +219,13 @@ class RegistryEstimator(Estimator):
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self._pool = None
+        if registry.takes_option(name, "threshold"):
+            # a feature estimator: the stabilizer's tighter inlier threshold and its family's
+            # contrast stretch (module doc), unless the caller chose them
+            family = registry.resolve(name)[0].partition("_")[0]
+            options = {"threshold": FEATURE_THRESHOLD_PX, "stretch": FEATURE_STRETCH.get(family, False),
+                       **options}
         self.motion_estimator = registry.get(name, forward_only=True, **options)
-        if "threshold" in getattr(self.motion_estimator, "options", {}):
-            # a feature estimator: the stabilizer's tighter inlier threshold and contrast
-            # stretch (module doc)
-            family = self.motion_estimator.name.partition("_")[0]
-            chosen = {"threshold": FEATURE_THRESHOLD_PX, "stretch": FEATURE_STRETCH.get(family, False),
-                      **options}
-            self.motion_estimator = registry.get(self.motion_estimator.name, forward_only=True, **chosen)
         self.name = self.motion_estimator.name
         self.last_homography = None
         self.last_note = ""
@@ -264,12 +263,8 @@ class RegistryEstimator(Estimator):
             out.append(self._account(a, b, self._keep(m), time.perf_counter(), shared_s=seconds))
         return out
 
-    def fresh(self) -> "RegistryEstimator":
-        new = super().fresh()
-        new._pool = None  # a copy's threads are its own
-        return new
-
     def __getstate__(self):
+        """Copies (:meth:`fresh`, ``copy``, pickling) get threads of their own."""
         state = dict(self.__dict__)
         state["_pool"] = None
         return state

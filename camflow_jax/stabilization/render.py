@@ -165,13 +165,6 @@ def border_fraction(map_x: np.ndarray, map_y: np.ndarray) -> float:
     return float(outside.mean())
 
 
-def _sample_batched(field: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """:func:`sample_field` for a stack ``[T, h, w, C]`` with points ``[T, N]`` -> ``[T, N, C]``."""
-    t_len, h, w, ch = field.shape
-    base = (np.arange(t_len) * h * w)[:, None]
-    return _bilinear(field.reshape(-1, ch), h, w, x, y, base)
-
-
 def _check_updates(updates) -> np.ndarray:
     """``updates`` as an array ``[T, h, w, 2]`` (a memmap stays on disk); ValueError for another
     shape."""
