@@ -51,24 +51,30 @@ class Interrupted(KeyboardInterrupt):
 
 
 @contextlib.contextmanager
-def signals_as_interrupts() -> Iterator[None]:
+def signals_as_interrupts() -> Iterator[list[int]]:
     """Within the block, SIGINT and SIGTERM raise :class:`Interrupted` in the main thread (the
     default SIGTERM action would kill the process without any cleanup). Once one arrived,
     further ones are ignored so the cleanup itself is not cut short. Previous handlers are
-    restored on exit. Outside the main thread: a no-op."""
+    restored on exit. Outside the main thread: a no-op.
+
+    Yields the list of the signals that arrived: Python swallows an exception raised where it
+    cannot propagate (a garbage-collector callback, a ``__del__``: "Exception ignored in"), so
+    a signal handled there stops nothing, and the caller learns of it from the list."""
+    arrived: list[int] = []
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield arrived
         return
     sigs = (signal.SIGINT, signal.SIGTERM)
 
     def handler(signum, frame):
         for s in sigs:
             signal.signal(s, signal.SIG_IGN)
+        arrived.append(int(signum))
         raise Interrupted(signum)
 
     previous = {s: signal.signal(s, handler) for s in sigs}
     try:
-        yield
+        yield arrived
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
@@ -97,13 +103,18 @@ def run_cli(body: Callable[[], int | None], verbose: bool = False) -> int:
       only with ``verbose``;
     * SIGINT / SIGTERM (and Ctrl-C) stop the work like an exception, so partial outputs and
       temporaries are removed by the writers' own cleanup and previous outputs stay; returns
-      130 / 143;
+      130 / 143; also when the work went on because Python swallowed the exception (raised in a
+      garbage-collector callback): the line then says the outputs were written in full;
     * anything else is a bug: it propagates with its traceback.
     """
     atomic.reset_outcome()
     try:
-        with signals_as_interrupts():
-            return int(body() or 0)
+        with signals_as_interrupts() as arrived:
+            status = int(body() or 0)
+        if arrived:  # handled where Python swallows exceptions: the work went on to its end
+            print(interrupt_line(arrived[0]), file=sys.stderr)
+            return EXIT_INTERRUPTED.get(arrived[0], 128 + arrived[0])
+        return status
     except KeyboardInterrupt as e:  # Interrupted included
         signum = getattr(e, "signum", signal.SIGINT)
         if verbose:

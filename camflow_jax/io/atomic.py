@@ -18,6 +18,7 @@ import errno
 import json
 import math
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -148,14 +149,15 @@ def _refuse_existing(existing: list[str], overwrite: bool) -> None:
 
 def check_writable(folder: str) -> None:
     """Creates ``folder`` (and parents) if needed and checks a file can be created in it."""
+    probe: list[str] = []
     try:
         os.makedirs(folder, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=folder)
-        os.close(fd)
-        os.remove(probe)
+        new_temp(folder, ".write-test-", "", "file", probe)
     except OSError as e:  # the errno in plain words ("read-only file system", "disk full"...)
         why = describe_error(OSError(e.errno, e.strerror)) if e.errno else str(e)
         raise OSError(f"cannot write to {folder}: {why}") from None
+    finally:
+        _remove(probe)
 
 
 def check_output_dir(path, owned, overwrite: bool, inputs: Iterable = ()) -> None:
@@ -185,6 +187,54 @@ def check_output_file(path, overwrite: bool, inputs: Iterable = ()) -> None:
     check_not_inputs([path], inputs)
     _refuse_existing(existing_outputs(path), overwrite)
     check_writable(os.path.dirname(os.path.abspath(path)))
+
+
+# ----------------------------------------------------------------------------- temporaries
+def new_temp(folder: str, prefix: str, suffix: str, kind: str, names: list) -> str:
+    """Creates a new empty file (``kind="file"``, mode 0600) or folder (``"dir"``, 0700) with a
+    random name in ``folder`` and returns its path.
+
+    The name goes into ``names`` (a one-element list, replaced on a retry) *before* the file
+    exists, so whoever removes ``names`` in a ``finally`` block removes it even when SIGINT or
+    SIGTERM, raised as an exception between any two steps (:func:`camflow_jax.cli.harness.run_cli`),
+    came just after the creation: ``tempfile.mkstemp`` returns the name only once the file
+    exists, and an interrupt in between left a hidden partial behind. Names are 48 random bits:
+    a name taken by another process is skipped (FileExistsError), never removed."""
+    if kind not in ("file", "dir"):
+        raise ValueError(f"kind must be 'file' or 'dir', got {kind!r}")
+    for _ in range(100):
+        name = os.path.join(folder, f"{prefix}{secrets.token_hex(6)}{suffix}")
+        names[:] = [name]
+        try:
+            if kind == "file":
+                os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            else:
+                os.mkdir(name, 0o700)
+            return name
+        except FileExistsError:
+            names.clear()  # another's: never ours to remove
+    raise FileExistsError(errno.EEXIST, "no free temporary name", os.path.join(folder, prefix))
+
+
+def _remove(names: list) -> None:
+    """Removes the files or folders named in ``names`` (those that exist)."""
+    for name in names:
+        if os.path.isdir(name) and not os.path.islink(name):
+            shutil.rmtree(name, ignore_errors=True)
+        elif os.path.lexists(name):
+            os.remove(name)
+
+
+@contextlib.contextmanager
+def scratch_folder(prefix: str) -> Iterator[str]:
+    """A new folder in the system's temporary folder (``TMPDIR``), removed with everything in
+    it when the block ends, however it ends (an exception, SIGINT / SIGTERM raised by the CLI
+    harness included: see :func:`new_temp`)."""
+    names: list[str] = []
+    try:
+        yield new_temp(tempfile.gettempdir(), prefix, "", "dir", names)
+    finally:
+        _remove(names)
 
 
 # ----------------------------------------------------------------------------- atomic writing
@@ -268,7 +318,8 @@ class AtomicOutputs:
     def __init__(self, overwrite: bool = True, *, record: bool = True):
         self.overwrite = bool(overwrite)
         self.record = bool(record)
-        self._entries: list[tuple[str, str, str, Callable[[str], bool]]] = []  # kind, tmp, path, owned
+        # kind, [tmp] (empty until named), path, owned
+        self._entries: list[tuple[str, list[str], str, Callable[[str], bool]]] = []
 
     def file(self, path, suffix: str | None = None) -> str:
         """A temporary path for the file ``path`` (same extension unless ``suffix``, so writers
@@ -277,19 +328,28 @@ class AtomicOutputs:
         folder, prefix = _temp_name(path)
         os.makedirs(folder, exist_ok=True)
         ext = os.path.splitext(path)[1] if suffix is None else suffix
-        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=ext, dir=folder)
-        os.close(fd)
-        self._entries.append(("file", tmp, path, _owned(None)))
-        return tmp
+        return self._new("file", folder, prefix, ext, path, _owned(None))
 
     def dir(self, path, owned=None) -> str:
         """A temporary folder whose files become ``path``'s (see :func:`atomic_dir`)."""
         path = os.fspath(path)
         folder, prefix = _temp_name(path)
         os.makedirs(folder, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=prefix, dir=folder)
-        self._entries.append(("dir", tmp, path, _owned(owned)))
-        return tmp
+        return self._new("dir", folder, prefix, "", path, _owned(owned))
+
+    def _new(self, kind, folder, prefix, suffix, path, owned) -> str:
+        # The entry is recorded before its temporary exists (new_temp): an interrupt right
+        # after the creation cannot leave an unrecorded partial behind.
+        names: list[str] = []
+        entry = (kind, names, path, owned)
+        self._entries.append(entry)
+        try:
+            new_temp(folder, prefix, suffix, kind, names)
+        except BaseException:
+            if not names:  # nothing was created: no entry (a caught failure must not fail the commit)
+                self._entries.remove(entry)
+            raise
+        return names[0]
 
     def __enter__(self) -> "AtomicOutputs":
         return self
@@ -301,8 +361,8 @@ class AtomicOutputs:
             elif isinstance(exc, OSError):
                 # A named temporary is mapped to its destination; an unnamed write failure
                 # (ENOSPC...) to the output added last, the one being written.
-                for _, tmp, path, _ in reversed(self._entries):
-                    better = _at_destination(exc, tmp, path)
+                for _, names, path, _ in reversed(self._entries):
+                    better = _at_destination(exc, names[0], path) if names else exc
                     if better is not exc:
                         raise better from exc
         finally:
@@ -310,18 +370,15 @@ class AtomicOutputs:
         return False
 
     def _cleanup(self) -> None:
-        for kind, tmp, _, _ in self._entries:
-            if kind == "file" and os.path.lexists(tmp):
-                os.remove(tmp)
-            elif kind == "dir" and os.path.lexists(tmp):
-                shutil.rmtree(tmp, ignore_errors=True)
+        for _, names, _, _ in self._entries:
+            _remove(names)
 
     def _commit(self) -> None:
         done: list[tuple[str, list[str]]] = []  # kind, paths this run created (undone on a race)
         mode = 0o666 & ~_umask()
         moved: list[str] = []
         try:
-            for kind, tmp, path, owned in self._entries:
+            for kind, (tmp,), path, owned in self._entries:
                 try:
                     if kind == "file":
                         if not os.path.exists(tmp):

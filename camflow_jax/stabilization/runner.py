@@ -143,20 +143,17 @@ def stabilize_video(input_path: str, output_path: str, estimator,
     # The scratch folder (memmaps) is removed on success, failure and SIGINT/SIGTERM alike
     # (harness.run_cli turns those signals into an exception).
     need = _scratch_bytes(source, config)
+    scratch = None
     try:
-        scratch_dir = tempfile.TemporaryDirectory(prefix="camflow_stabilize_")
-    except OSError as e:
-        raise _scratch_error(e, None, need) from e
-    with scratch_dir as scratch:
-        try:
+        with atomic.scratch_folder("camflow_stabilize_") as scratch:
             return _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
                         with_plots, export_motion, motion_path, low_hz, scratch, bar, stamps,
                         ignore_fingerprint)
-        except OSError as e:
-            err = _scratch_error(e, scratch, need)
-            if err is e:
-                raise
-            raise err from e
+    except OSError as e:
+        err = _scratch_error(e, scratch, need)  # scratch None: the folder could not be made
+        if err is e:
+            raise
+        raise err from e
 
 
 #: OS failures of a write that mean the disk (or the user's quota) is full.
