@@ -24,8 +24,9 @@ Pipeline for one pair (docs/design.md, "Inference"):
 5. Portrait: fields are rotated back (``np.rot90(k=-1)``) and each vector (u', v') measured in
    the rotated frame becomes (u, v) = (-v', u') in the original frame; the homography is
    conjugated with the rotation. (The reference code got this sign wrong.)
-6. The homography is a least-squares fit (:func:`camflow_jax.geometry.device.fit_homography`) of
-   flow_f over all pixels.
+6. The homography is a least-squares fit (:func:`camflow_jax.geometry.device.fit_homography_strided`)
+   of flow_f, at every pixel of a stride that keeps at least the network's own grid of points
+   (:func:`camflow_jax.geometry.device.homography_stride`; exact for a homography flow).
 
 Steps 2–4 are one ``jax.jit`` function; JAX caches its compilation per input shape, so a video
 or a benchmark of equal-size frames compiles once. Across processes, the traced program is kept
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import os
 import warnings
 from typing import Any, Mapping
@@ -357,7 +359,9 @@ class Predictor:
             "flow_b": flow_b,
             "coeffs_f": out["coeffs_f"].astype(jnp.float32),
             "coeffs_b": out["coeffs_b"].astype(jnp.float32),
-            "homography": jax.vmap(geometry.fit_homography)(flow_f),
+            # fitted at the network's own density (geometry.homography_stride), not at every pixel
+            "homography": jax.vmap(functools.partial(geometry.fit_homography_strided,
+                                                     stride=geometry.homography_stride((H0, W0), (h, w))))(flow_f),
         }
         if confidence:
             resize_map = jax.vmap(lambda m: geometry.resize_bilinear_align_corners(m.astype(jnp.float32), H0, W0))

@@ -58,12 +58,8 @@ def _cpu_cores() -> int:
 
 def flow_homography(flow):
     """The homography of a flow ``[h, w, 2]``, fitted at every other pixel (a quarter of the
-    DLT's work; exact for a homography flow): pixel (2i, 2j) is (i, j) of the subgrid, where the
-    flow is half as long, so H = S H_sub S^-1 with S = diag(2, 2, 1)."""
-    S = jnp.diag(jnp.array([2.0, 2.0, 1.0], jnp.float32))
-    Hs = geometry.fit_homography(flow[::2, ::2] * 0.5)
-    return jnp.matmul(jnp.matmul(S, Hs, precision=geometry.HIGHEST), jnp.diag(jnp.array([0.5, 0.5, 1.0], jnp.float32)),
-                      precision=geometry.HIGHEST)
+    DLT's work; exact for a homography flow: :func:`camflow_jax.geometry.device.fit_homography_strided`)."""
+    return geometry.fit_homography_strided(flow, 2)
 
 
 class PairRefiner:
