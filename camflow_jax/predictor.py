@@ -25,7 +25,7 @@ Pipeline for one pair (docs/design.md, "Inference"):
    the rotated frame becomes (u, v) = (-v', u') in the original frame; the homography is
    conjugated with the rotation. (The reference code got this sign wrong.)
 6. The homography is a least-squares fit (:func:`camflow_jax.geometry.device.fit_homography_strided`)
-   of flow_f, at every pixel of a stride that keeps at least the network's own grid of points
+   of flow_f, at every pixel of a stride that keeps at least the network's own number of points
    (:func:`camflow_jax.geometry.device.homography_stride`; exact for a homography flow).
 
 Steps 2–4 are one ``jax.jit`` function; JAX caches its compilation per input shape, so a video
