@@ -297,10 +297,11 @@ class Predictor:
         bases are arguments: a checkpoint of the same architecture shares the artifacts)."""
         kind = type(self.model)
         if not kind.__module__.startswith("camflow_jax."):
-            return jax.jit(self._forward_impl, static_argnames=("confidence",))
+            return jax.jit(self._forward_impl, static_argnames=("confidence", "forward_only"))
         key = (f"{kind.__module__}.{kind.__qualname__}", repr(self.model), self.channel_order, self.height,
                self.width, self.num_depth, self.depth_sigmas)
-        return ExportedJit(self._forward_impl, name="Predictor.forward", key=key, static_argnames=("confidence",))
+        return ExportedJit(self._forward_impl, name="Predictor.forward", key=key,
+                           static_argnames=("confidence", "forward_only"))
 
     @classmethod
     def from_pretrained(cls, name: str | None = None, **kwargs) -> "Predictor":
@@ -334,10 +335,11 @@ class Predictor:
         return pred
 
     # --------------------------------------------------------------------------- jitted core
-    def _forward_impl(self, variables, static_bases, img1, img2, depth1, depth2, K1, K2, confidence=True):
+    def _forward_impl(self, variables, static_bases, img1, img2, depth1, depth2, K1, K2, confidence=True,
+                      forward_only=False):
         """The network on a batch of B landscape pairs of one size: ``img1``, ``img2`` ``[B, H0,
         W0, C]``, depths ``[B, H0, W0]`` and intrinsics ``[B, 4]`` (placeholders without a depth
-        group). Outputs with a leading axis B, at the input size."""
+        group). Outputs with a leading axis B, at the input size; ``forward_only``: no ``*_b``."""
         h, w = self.height, self.width
         H0, W0 = img1.shape[1:3]
         g1 = preprocess(img1, h, w, self.channel_order)
@@ -348,24 +350,27 @@ class Predictor:
                 k = geometry.resize_intrinsics(K, (H0, W0), (h, w))
                 return basis_set.with_depth_bases(static_bases, d, k, self.depth_sigmas)
 
-            bases_f, bases_b = jax.vmap(per_image)(depth1, K1), jax.vmap(per_image)(depth2, K2)
+            bases_f = jax.vmap(per_image)(depth1, K1)
+            bases_b = None if forward_only else jax.vmap(per_image)(depth2, K2)
         else:
             bases_f, bases_b = static_bases, None
-        out = self.model.apply(variables, g1, g2, bases_f, bases_b, train=False, confidence=confidence)
+        out = self.model.apply(variables, g1, g2, bases_f, bases_b, train=False, confidence=confidence,
+                               forward_only=forward_only)
         resize = jax.vmap(lambda f: geometry.resize_flow(f.astype(jnp.float32), H0, W0))
-        flow_f, flow_b = resize(out["flow_f"]), resize(out["flow_b"])
+        flow_f = resize(out["flow_f"])
         res = {
             "flow_f": flow_f,
-            "flow_b": flow_b,
             "coeffs_f": out["coeffs_f"].astype(jnp.float32),
-            "coeffs_b": out["coeffs_b"].astype(jnp.float32),
             # fitted at the network's own density (geometry.homography_stride), not at every pixel
             "homography": jax.vmap(functools.partial(geometry.fit_homography_strided,
                                                      stride=geometry.homography_stride((H0, W0), (h, w))))(flow_f),
         }
+        if not forward_only:
+            res["flow_b"] = resize(out["flow_b"])
+            res["coeffs_b"] = out["coeffs_b"].astype(jnp.float32)
         if confidence:
             resize_map = jax.vmap(lambda m: geometry.resize_bilinear_align_corners(m.astype(jnp.float32), H0, W0))
-            for k in ("logvar_f", "logvar_b"):
+            for k in ("logvar_f",) if forward_only else ("logvar_f", "logvar_b"):
                 res[k] = resize_map(out[k])
         return res
 
@@ -409,12 +414,13 @@ class Predictor:
         img = (lambda x: x) if img1.dtype == img2.dtype == np.uint8 else f32
         return img(img1), img(img2), f32(depth1), f32(depth2), f32(K), f32(K)
 
-    def _predict_landscape(self, img1, img2, depth1, depth2, K, cfg=None, confidence=True):
+    def _predict_landscape(self, img1, img2, depth1, depth2, K, cfg=None, confidence=True, forward_only=False):
         """Network outputs for a landscape pair at its own resolution (numpy dict)."""
         args = self._network_inputs(img1, img2, depth1, depth2, K)
         # Bases and weights are arguments, not closure constants: XLA would otherwise embed them.
         # numpy in: converted on the host, not by eager device ops that each compile a program
-        out = self._forward(self.variables, self.static_bases, *(x[None] for x in args), confidence=bool(confidence))
+        out = self._forward(self.variables, self.static_bases, *(x[None] for x in args), confidence=bool(confidence),
+                            forward_only=bool(forward_only))
         out = {k: np.asarray(v)[0] for k, v in jax.device_get(out).items()}
         if cfg is None:
             return out
@@ -424,7 +430,7 @@ class Predictor:
 
     # --------------------------------------------------------------------------- public call
     def __call__(self, img1, img2, depth1=None, depth2=None, intrinsics=None, refine=None,
-                 confidence=None) -> dict:
+                 confidence=None, forward_only: bool = False) -> dict:
         """Estimates the camera motion between two images.
 
         Args:
@@ -440,6 +446,8 @@ class Predictor:
             network alone) or a :class:`camflow_jax.refine.RefineConfig`.
           confidence: None (the predictor's setting, off by default), True (also run the mask
             net and return logvar_f, logvar_b) or False (flows-only).
+          forward_only: the image-1 -> image-2 direction alone (the stabilizer's use): no
+            ``*_b`` results, about half the network's work and half the refinement's.
         Returns:
           numpy dict: flow_f, flow_b ``[H0, W0, 2]``; with confidence, logvar_f, logvar_b
           ``[H0, W0, 1]`` (log-variance s >= 0, confidence exp(-s)); homography ``[3, 3]`` (fit on flow_f);
@@ -457,10 +465,10 @@ class Predictor:
             refine, self.refine_config or refine_lib.RefineConfig())
         pair = self._landscape_pair(img1, img2, depth1, depth2, intrinsics)
         conf = self.confidence if confidence is None else bool(confidence)
-        return self._upright(self._predict_landscape(*pair[:5], cfg, conf), pair, cfg)
+        return self._upright(self._predict_landscape(*pair[:5], cfg, conf, bool(forward_only)), pair, cfg)
 
     def predict_batch(self, images1, images2, depths1=None, depths2=None, intrinsics=None, refine=None,
-                      confidence=None, batch_size: int | None = None) -> list[dict]:
+                      confidence=None, batch_size: int | None = None, forward_only: bool = False) -> list[dict]:
         """Estimates the camera motion of several pairs, ``batch_size`` pairs per call of the
         network and of the refinement: what the single-pair call returns, one dict per pair, in
         order.
@@ -471,7 +479,7 @@ class Predictor:
             runs in batches of its own.
           depths1, depths2: None, or sequences of depth maps (a depth model's), one per pair.
           intrinsics: None, one (fx, fy, cx, cy) for every pair, or one per pair (``[B, 4]``).
-          refine, confidence: as :meth:`__call__`'s, for every pair.
+          refine, confidence, forward_only: as :meth:`__call__`'s, for every pair.
           batch_size: pairs per call (default :data:`BATCH_SIZE`). A size's last batch runs at
             the next power of two (the last pair repeated, its results dropped), so a run
             compiles at most log2(batch_size) + 1 batch sizes per input size.
@@ -520,7 +528,7 @@ class Predictor:
         results: list = [None] * n
         pending = None
         for chunk, padded in batches:  # batch k+1 is prepared and sent while batch k computes
-            started = self._start_batch([pairs[i] for i in padded], cfg, conf)
+            started = self._start_batch([pairs[i] for i in padded], cfg, conf, bool(forward_only))
             if pending is not None:
                 self._finish_batch(*pending, pairs, results, cfg)
             pending = (chunk, started)
@@ -535,7 +543,7 @@ class Predictor:
                                                                thread_name_prefix="camflow-host")
         return self._pool
 
-    def _start_batch(self, pairs, cfg, confidence):
+    def _start_batch(self, pairs, cfg, confidence, forward_only=False):
         """Prepares landscape pairs of one size on the host, sends them to the device in one
         transfer and starts the network and (with :meth:`uses_batched_refinement`) the
         refinement there, as one program each, without waiting for them."""
@@ -549,10 +557,11 @@ class Predictor:
                 zip(pairs, inputs)))
             batch = self.refiner.stack_host_inputs(hosts)
         args, batch = jax.device_put((args, batch))
-        out = self._forward(self.variables, self.static_bases, *args, confidence=bool(confidence))
+        out = self._forward(self.variables, self.static_bases, *args, confidence=bool(confidence),
+                            forward_only=forward_only)
         ref = None
         if batched:
-            ref = self.refiner.refine_batch(batch, out["coeffs_f"], out["coeffs_b"], input_hw=pairs[0][0].shape[:2],
+            ref = self.refiner.refine_batch(batch, out["coeffs_f"], out.get("coeffs_b"), input_hw=pairs[0][0].shape[:2],
                                             cfg=cfg)
         return pairs, inputs, out, ref, hosts
 

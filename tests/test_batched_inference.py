@@ -120,6 +120,45 @@ def test_mixed_orientations_come_back_in_order(small, scenes):
     assert _epe(out[0]["flow_f"], s0) < 0.7 * _epe(np.zeros_like(out[0]["flow_f"]), s0)  # the network alone
 
 
+def test_forward_only_gives_the_two_direction_calls_forward_results(small, scenes):
+    """``forward_only=True`` (the stabilizer's call): the network's and the refinement's
+    forward results of the two-direction call (which the parity fixtures and the ground truth
+    check) and nothing of the backward direction; the refined flow is still closer to the
+    scene's ground truth than the network's."""
+    s = scenes[0]
+    both = small(s["img1"], s["img2"], **_cam(s))
+    one = small(s["img1"], s["img2"], **_cam(s), forward_only=True)
+    assert not any(k.endswith("_b") for k in one), sorted(one)
+    assert np.abs(one["net_flow_f"] - both["net_flow_f"]).max() < 1e-4
+    for key in ("flow_f", "weights_f"):  # float32 rounding, carried through the iterations
+        diff = np.abs(one[key] - both[key])
+        assert diff.max() < 2e-2 and diff.mean() < 1e-3, (key, diff.max(), diff.mean())
+    np.testing.assert_allclose(one["homography"], both["homography"], rtol=1e-3, atol=1e-3)
+    assert one["refine_info"]["iterations"] == both["refine_info"]["iterations"][:1]
+    assert _epe(one["flow_f"], s) < _epe(one["net_flow_f"], s)
+    # predict_batch on the CPU path, a pair at a time: the same
+    (b,) = small.predict_batch([s["img1"]], [s["img2"]], depths1=[s["depth1"]], depths2=[s["depth2"]],
+                               intrinsics=s["K"], forward_only=True, batch_size=1)
+    assert not any(k.endswith("_b") for k in b) and np.abs(b["flow_f"] - one["flow_f"]).max() < 2e-2
+
+
+@pytest.mark.slow  # compiles the forward-only batched refinement (the accelerator's path)
+def test_forward_only_in_a_batched_refinement(small, scenes):
+    two = scenes[:2]
+    singles = [small(s["img1"], s["img2"], **_cam(s), forward_only=True) for s in two]
+    small.batched_refinement = True
+    try:
+        outs = small.predict_batch(**_batch_args(two), forward_only=True)
+    finally:
+        small.batched_refinement = None
+    for out, one in zip(outs, singles):
+        assert not any(k.endswith("_b") for k in out), sorted(out)
+        for key in ("net_flow_f", "flow_f", "weights_f"):
+            diff = np.abs(out[key] - one[key])
+            assert diff.max() < 2e-2 and diff.mean() < 1e-3, (key, diff.max(), diff.mean())
+        assert out["refine_info"]["iterations"] == one["refine_info"]["iterations"]
+
+
 @pytest.mark.parametrize("kwargs, words", [
     (dict(images2=[]), "images1 has 1 images and images2 0"),
     (dict(depths1=[np.ones((H, W))]), "give both depths1 and depths2"),

@@ -69,6 +69,26 @@ def test_converted_model_reproduces_released_outputs(fixture_path):
     assert np.abs(ref["out/mask_f"][0] - ref["out/mask_f"][1]).max() > 0.01
 
 
+def test_forward_only_reproduces_the_released_forward_outputs(fixture_path):
+    """``forward_only=True`` (the stabilizer's path: the motion transformer and the mask net on
+    the forward rows alone) against the released model's forward outputs, at the same
+    tolerances as the two-direction pass."""
+    model, variables, bases = official.load_released(fixture_path)
+    ref = np.load(fixture_path)
+    gray = ref["input_gray"].astype(np.float32)
+    h, w = gray.shape[2:]
+    apply = jax.jit(model.apply, static_argnames=("forward_only",))
+    out = jax.tree.map(np.asarray, apply(variables, gray[:, 0, ..., None], gray[:, 1, ..., None], bases,
+                                         forward_only=True))
+    assert not any(k.endswith("_b") for k in out), sorted(out)
+    r = ref["out/coeff_f"][..., 0]
+    assert np.abs(out["coeffs_f"] - r).max() <= 1e-4 * np.abs(r).max()
+    assert np.abs(out["flow_f"] - _reference_flow(ref["sd/h_net.basis"], ref["out/coeff_f"], h, w)).max() <= 1e-3
+    assert np.abs(out["logvar_f"][..., 0] - ref["out/mask_f"][:, 0]).max() <= 1e-4
+    with pytest.raises(ValueError, match="forward_only"):
+        model.apply(variables, gray[:, 0, ..., None], gray[:, 1, ..., None], bases, bases, forward_only=True)
+
+
 def test_basis_layouts_agree(fixture_path):
     # Index oracle on a synthetic buffer: value = n * 1e6 + c * 1e5 + y * 1e3 + x, stored as
     # (1, N, 2*H*W) with the u plane (c = 0) then the v plane, each row-major.

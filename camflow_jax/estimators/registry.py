@@ -302,7 +302,9 @@ class _CamFlow(Estimator):
     ``predictor``: anything called ``predictor(img1, img2, depth1=, depth2=, intrinsics=,
     refine=)`` returning the Predictor's dict). ``confidence=True`` also asks it for the
     confidence maps (``confidence=True`` in the call; logvar_f, logvar_b in ``extras``); by
-    default the network runs its flows-only path."""
+    default the network runs its flows-only path. ``forward_only=True``: the Predictor's
+    forward-only path (no backward flow; about half the network's and the refinement's work),
+    for a predictor whose call takes ``forward_only``."""
 
     refine = True
 
@@ -319,7 +321,9 @@ class _CamFlow(Estimator):
         self.refine_size = None if refine_size is None else int(refine_size)
         self.checkpoint, self.channel_order = checkpoint, channel_order
         self.confidence = bool(confidence)
+        self.forward_only = bool(forward_only)
         self._predictor = predictor
+        self._extra = None
 
     @property
     def predictor(self):
@@ -345,8 +349,25 @@ class _CamFlow(Estimator):
                 f"refine size {self.refine_size} is larger than the pair ({max(h, w)} px on its longer side): "
                 f"refined at {size} px")
 
+    def _call_options(self) -> dict:
+        """The predictor call's keyword options beyond the pair's (confidence, forward_only),
+        only those asked for; forward_only only where the predictor's call takes it."""
+        if self._extra is None:
+            extra = {"confidence": True} if self.confidence else {}
+            if self.forward_only:
+                import inspect
+
+                try:
+                    params = inspect.signature(self.predictor).parameters
+                except (TypeError, ValueError):  # no signature to read: the plain protocol
+                    params = {}
+                if "forward_only" in params:
+                    extra["forward_only"] = True
+            self._extra = extra
+        return self._extra
+
     def _estimate(self, a, b, depth1, depth2, intrinsics):
-        extra = {"confidence": True} if self.confidence else {}
+        extra = self._call_options()
         refine, size_note = self.refine_for(*np.shape(a)[:2])
         out = self.predictor(a, b, depth1=depth1, depth2=depth2, intrinsics=intrinsics,
                              refine=refine, **extra)
@@ -375,7 +396,7 @@ class _CamFlow(Estimator):
             refine, note = self.refine_for(*a.shape[:2])
             cam = tuple(p[2:]) + (None,) * (5 - len(p))
             todo.setdefault((repr(refine), note), (refine, note, []))[2].append((i, a, b, *cam))
-        extra = {"confidence": True} if self.confidence else {}
+        extra = self._call_options()
         for refine, note, items in todo.values():
             with_depth = [it for it in items if it[3] is not None]
             for group in (with_depth, [it for it in items if it[3] is None]):

@@ -120,21 +120,34 @@ class CamFlow(nn.Module):
     @nn.compact
     def __call__(self, gray1: jax.Array, gray2: jax.Array, bases: jax.Array,
                  bases_b: jax.Array | None = None, train: bool = False,
-                 confidence: bool = True) -> dict[str, jax.Array]:
+                 confidence: bool = True, forward_only: bool = False) -> dict[str, jax.Array]:
+        """``forward_only``: the image-1 -> image-2 direction alone (no ``*_b`` outputs; ``bases_b``
+        must be None): the shallow features of both images, then the motion transformer (and
+        the mask net) on the B forward rows instead of 2B, about half the network's work. The
+        same parameters and the same forward outputs as the two-direction pass."""
         self._check_inputs(gray1, gray2, bases, bases_b)
+        if forward_only and bases_b is not None:
+            raise ValueError("CamFlow: forward_only takes the forward bases alone (bases_b=None)")
         b = gray1.shape[0]
         dtype, prec = self.config.jnp_dtype, self.config.dot_precision
         gray = jnp.concatenate([gray1, gray2], axis=0).astype(dtype)
         feats = ShallowFeatures(dtype=dtype, precision=prec, name="features")(gray, train)  # [F1; F2]
-        dir_bases = self._directional_bases(bases, bases_b, b)
-
-        coeffs = MotionEstimationTransformer(self.config, name="met")(feats, dir_bases, train)
+        met = MotionEstimationTransformer(self.config, name="met")
+        if forward_only:
+            dir_bases = bases if bases.ndim == 5 else bases[None]
+            coeffs = met(feats[:b], dir_bases, train, f_b=feats[b:])
+        else:
+            dir_bases = self._directional_bases(bases, bases_b, b)
+            coeffs = met(feats, dir_bases, train)
         flow = combine_directional(coeffs, dir_bases)
 
         feats32 = feats.astype(jnp.float32)
         if confidence:
-            warped = geometry.warp(jnp.roll(feats32, b, axis=0), flow)  # [warp(F2, m_ab); warp(F1, m_ba)]
-            logvar = MaskNet(dtype=dtype, precision=prec, name="mask_net")(jnp.concatenate([feats32, warped], axis=-1))
+            if forward_only:  # [F1] and [warp(F2, m_ab)]
+                refs, warped = feats32[:b], geometry.warp(feats32[b:], flow)
+            else:  # [F1; F2] and [warp(F2, m_ab); warp(F1, m_ba)]
+                refs, warped = feats32, geometry.warp(jnp.roll(feats32, b, axis=0), flow)
+            logvar = MaskNet(dtype=dtype, precision=prec, name="mask_net")(jnp.concatenate([refs, warped], axis=-1))
 
         sl = self.group_slice(DEPTH_GROUP)
         if sl is None:
@@ -143,13 +156,15 @@ class CamFlow(nn.Module):
             trans = combine_directional(coeffs[:, sl], dir_bases[:, sl])
 
         out = {
-            "flow_f": flow[:b], "flow_b": flow[b:],
-            "coeffs_f": coeffs[:b], "coeffs_b": coeffs[b:],
-            "trans_f": trans[:b], "trans_b": trans[b:],
+            "flow_f": flow[:b], "coeffs_f": coeffs[:b], "trans_f": trans[:b],
             "feat1": feats32[:b], "feat2": feats32[b:],
         }
         if confidence:
-            out.update(logvar_f=logvar[:b], logvar_b=logvar[b:])
+            out["logvar_f"] = logvar[:b]
+        if not forward_only:
+            out.update(flow_b=flow[b:], coeffs_b=coeffs[b:], trans_b=trans[b:])
+            if confidence:
+                out["logvar_b"] = logvar[b:]
         return out
 
 

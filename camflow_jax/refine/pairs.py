@@ -164,22 +164,24 @@ class PairRefiner:
         own depth; its start coefficients; its refinement) in another, compiled once for both.
         ``K`` is the input's intrinsics, resized here; ``coeffs`` ``[2, N]`` and ``hflows``
         ``[2, h, w, 2]`` (forward, backward); ``detail``: None or the grey images at the detail
-        size (:meth:`detail_size`). Returns :func:`camflow_jax.refine.refine_with_pyramids`'s
-        dict (numpy) with a leading axis of 2, plus ``noisy`` and the forward flow's homography.
+        size (:meth:`detail_size`); ``coeffs`` of the forward direction alone (``[1, N]``)
+        refine it alone. Returns :func:`camflow_jax.refine.refine_with_pyramids`'s dict (numpy)
+        with a leading axis of 2 (1), plus ``noisy`` and the forward flow's homography.
 
         Three calls rather than one: the pair as one computation needs more scratch memory than
         glibc's malloc keeps for reuse (32 MiB), so every call mapped it afresh and the kernel
         faulted and zeroed it in (docs/refinement.md, "Cost (eighth round)")."""
         p1, p2, noisy, stacks = self._refine_images(g1, g2, detail, cfg=cfg)
         dets = (None, None) if stacks is None else ((stacks[0], stacks[1]), (stacks[1], stacks[0]))
+        directions = ((p1, p2, d1, dets[0]), (p2, p1, d2, dets[1]))[:len(coeffs)]  # forward only: one
         runs = self._in_parallel(
             [lambda i=i, pa=pa, pb=pb, d=d, det=det: self._refine_direction(
                 static_bp, pa, pb, d, K, coeffs[i], hflows[i], det, input_hw=input_hw, cfg=cfg)
-             for i, (pa, pb, d, det) in enumerate(((p1, p2, d1, dets[0]), (p2, p1, d2, dets[1])))],
+             for i, (pa, pb, d, det) in enumerate(directions)],
             on_cpu=isinstance(p1[-1], jax.Array) and all(dev.platform == "cpu" for dev in p1[-1].devices()))
         hom = self._flow_homography(runs[0]["flow"])
         runs, noisy, hom = jax.device_get((runs, noisy, hom))  # stacked on the host: no eager ops
-        out = {k: np.stack([runs[0][k], runs[1][k]]) for k in runs[0]}
+        out = {k: np.stack([r[k] for r in runs]) for k in runs[0]}
         out["noisy"] = noisy
         out["homography"] = hom
         return out
@@ -237,8 +239,9 @@ class PairRefiner:
         """The refinement of B landscape pairs of one input size ``input_hw``, both directions
         of each, as one jitted program: ``batch`` is :meth:`stack_host_inputs`' dict (numpy or
         already on the device), ``coeffs_f``, ``coeffs_b`` ``[B, N]`` the network's (they may
-        stay on the device). Returns device arrays, each with leading axes (B, 2) but ``noisy``
-        and ``homography`` (B): :meth:`finish` takes one pair's slice, on the host."""
+        stay on the device; ``coeffs_b`` None: the forward direction alone). Returns device
+        arrays, each with leading axes (B, 2) (B, 1 forward only) but ``noisy`` and
+        ``homography`` (B): :meth:`finish` takes one pair's slice, on the host."""
         h, w = batch["g1"].shape[1:3]
         dsize = None if "detail" not in batch else tuple(int(v) for v in batch["detail"].shape[2:4])
         static_bp = self._static_refine_bases((h, w), cfg, dsize)
@@ -261,8 +264,13 @@ class PairRefiner:
                 return self._refine_direction_impl(static_bp, pa, pb, d, x["K"], c, hflow, det,
                                                    input_hw=input_hw, cfg=cfg)
 
-            runs = jax.vmap(direction)(both(p1, p2), both(p2, p1), jnp.stack([x["d1"], x["d2"]]),
-                                       jnp.stack([cf, cb]).astype(jnp.float32), x["hflows"], dets)
+            if cb is None:  # the forward direction alone (a leading axis of 1)
+                one = lambda a: jax.tree.map(lambda u: u[None], a)  # noqa: E731
+                runs = jax.vmap(direction)(one(p1), one(p2), x["d1"][None], cf[None].astype(jnp.float32),
+                                           x["hflows"][:1], None if stacks is None else one(stacks))
+            else:
+                runs = jax.vmap(direction)(both(p1, p2), both(p2, p1), jnp.stack([x["d1"], x["d2"]]),
+                                           jnp.stack([cf, cb]).astype(jnp.float32), x["hflows"], dets)
             return {**runs, "noisy": noisy, "homography": flow_homography(runs["flow"][0])}
 
         return jax.vmap(pair)(batch, coeffs_f, coeffs_b)
@@ -334,7 +342,8 @@ class PairRefiner:
         Host work around the jitted refinement (cv2, cheap): :meth:`host_inputs` before, and
         :meth:`finish` (the refined flows and weights resized back) after."""
         host = self.host_inputs(img1, img2, depth1, depth2, K, cfg)
-        coeffs = np.stack([out["coeffs_f"], out["coeffs_b"]]).astype(np.float32)
+        # the network's forward_only results (no coeffs_b): the forward direction alone
+        coeffs = np.stack([out[k] for k in ("coeffs_f", "coeffs_b") if k in out]).astype(np.float32)
         detail = None if host["detail"] is None else (host["detail"][0], host["detail"][1])
         res = self._refine_pair(self._static_refine_bases(host["size"], cfg, host["dsize"]), host["g1"], host["g2"],
                                 host["d1"], host["d2"], host["K"], coeffs, host["hflows"], detail,
@@ -347,8 +356,8 @@ class PairRefiner:
         flows and weights resized back to the input, the homography moved to its grid, the
         network's kept as ``net_*``, and ``refine_info``."""
         (H0, W0), (h, w), dsize = host["input_hw"], host["size"], host["dsize"]
-        new = {"net_" + k: out[k] for k in ("flow_f", "flow_b", "homography", "coeffs_f", "coeffs_b")}
-        flows, wts = res["flow"], res["weights"]
+        new = {"net_" + k: out[k] for k in ("flow_f", "flow_b", "homography", "coeffs_f", "coeffs_b") if k in out}
+        flows, wts = res["flow"], res["weights"]  # a leading axis of 2, or 1 (the forward alone)
         Hw = np.asarray(res["homography"], np.float64)
         if (h, w) != (H0, W0):
             flows = [geometry_np.resize_flow(f, H0, W0) for f in flows]
@@ -357,9 +366,10 @@ class PairRefiner:
             sx, sy = W0 / w, H0 / h
             A = np.array([[sx, 0, 0.5 * sx - 0.5], [0, sy, 0.5 * sy - 0.5], [0, 0, 1.0]])
             Hw = A @ Hw @ np.linalg.inv(A)
-        new["flow_f"], new["flow_b"] = np.asarray(flows[0], np.float32), np.asarray(flows[1], np.float32)
-        new["weights_f"], new["weights_b"] = np.asarray(wts[0], np.float32), np.asarray(wts[1], np.float32)
-        new["coeffs_f"], new["coeffs_b"] = res["coeffs"][0], res["coeffs"][1]
+        for i, d in enumerate("fb"[:len(flows)]):
+            new[f"flow_{d}"] = np.asarray(flows[i], np.float32)
+            new[f"weights_{d}"] = np.asarray(wts[i], np.float32)
+            new[f"coeffs_{d}"] = res["coeffs"][i]
         new["homography"] = Hw / Hw[2, 2]
         improved = [bool(v) for v in res["improved"]]
         first = "the network's estimate" if cfg.starts[0] == "network" else f"the {cfg.starts[0]} start"

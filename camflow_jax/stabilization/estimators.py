@@ -343,7 +343,9 @@ class CamFlowEstimator(Estimator):
         if intrinsics is not None and frame_size is None:
             raise ValueError("intrinsics need the frame size they are given in")
         self.predictor = predictor
+        # the forward flow is all the stabilizer reads: the Predictor's forward-only path
         self.motion_estimator = registry.get("camflow" if refine else "camflow_net", predictor=predictor,
+                                             forward_only=True,
                                              **({} if refine_size is None else {"refine_size": refine_size}))
         self.name = self.motion_estimator.name
         self.depth_files = list(depth_files) if depth_files is not None else None
