@@ -148,10 +148,11 @@ def oracle(name: str, dataset: str) -> Method:
 
 
 def _camflow_rows(name: str, ckpts: list[tuple[str, str]], channel_order: str,
-                  refine_size: int | None = None) -> list[Method]:
+                  refine_size: int | None = None, forward_only: bool = False) -> list[Method]:
     """The rows a CamFlow name asks for (module doc). Each checkpoint is loaded once, here (a
     missing one is reported before the run), and shared by its refined and network-only rows.
-    ``refine_size``: the refined rows refine at that size (``RefineConfig.at_size``)."""
+    ``refine_size``: the refined rows refine at that size (``RefineConfig.at_size``);
+    ``forward_only``: the Predictor's forward-only path (the protocol reads no backward flow)."""
     base, _, label = name.partition(":")
     kinds = ("camflow", "camflow_net") if base == "camflow" else (base,)
     if label:
@@ -170,11 +171,13 @@ def _camflow_rows(name: str, ckpts: list[tuple[str, str]], channel_order: str,
     rows = []
     for lab, path in wanted:
         suffix = "" if (lab is None or (not label and len(ckpts) == 1)) else f":{lab}"
-        first = estimators.get(kinds[0] if path is None else f"{kinds[0]}:{path}", channel_order=channel_order)
+        first = estimators.get(kinds[0] if path is None else f"{kinds[0]}:{path}", channel_order=channel_order,
+                               forward_only=forward_only)
         model = first.predictor
         for kind in kinds:
             size = {"refine_size": refine_size} if refine_size is not None and estimators.is_refined(kind) else {}
-            est = first if kind == kinds[0] and not size else estimators.get(kind, predictor=model, **size)
+            est = first if kind == kinds[0] and not size else estimators.get(kind, predictor=model,
+                                                                             forward_only=forward_only, **size)
             rows.append(from_estimator(kind + suffix, est,
                                        f"{kind + suffix}: {getattr(model, 'description', path)}"))
     return rows
@@ -221,7 +224,7 @@ def build_methods(names: Sequence[str], dataset: str, checkpoints=None,
         except ValueError as e:
             raise ValueError(f"{e}; or an evaluation-only oracle: {', '.join(ORACLES)}") from None
         if estimators.is_camflow(canonical):
-            out.extend(_camflow_rows(canonical, ckpts, channel_order, refine_size))
+            out.extend(_camflow_rows(canonical, ckpts, channel_order, refine_size, forward_only))
         else:
             out.append(from_estimator(canonical, estimators.get(canonical, forward_only=forward_only), note))
     names_out = [m.name for m in out]
