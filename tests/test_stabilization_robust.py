@@ -173,11 +173,13 @@ def test_output_residual_identity_and_perfect_stabilization():
     ident = benchmark.output_residual(clip.frames, clip.frames, clip.jitter)
     assert ident["hf_out_px"] == pytest.approx(ident["hf_in_px"], rel=0.05)
     assert ident["hf_in_px"] > 1.0
-    # undoing each J_t exactly leaves no shake
+    # undoing each J_t exactly leaves no shake (benchmark.perfect_output: the measure's floor)
     undone = [cv2.warpPerspective(f, np.linalg.inv(J), (160, 96), flags=cv2.INTER_LINEAR,
                                   borderMode=cv2.BORDER_REFLECT)
               for f, J in zip(clip.frames, clip.jitter)]
-    fixed = benchmark.output_residual(clip.frames, undone, clip.jitter)
+    perfect = benchmark.perfect_output(clip.frames, clip.jitter)
+    assert all(np.array_equal(a, b) for a, b in zip(perfect, undone))
+    fixed = benchmark.output_residual(clip.frames, perfect, clip.jitter)
     assert fixed["hf_out_px"] < 0.1 * fixed["hf_in_px"]
 
 
@@ -208,9 +210,14 @@ def test_compare_with_vidstab_path_in_estimator_name():
     # a registry name such as camflow:/dir/ckpt names the estimator; its slashes are no folders
     named = {"obj": clips.moving_object_clip(10, 64, 96, seed=0)}
     rows = benchmark.compare_with_vidstab(
-        named, {"x:/no/such/dir": lambda: est_lib.make_estimator("sift_ransac")}, vidstab=False, log=None)
-    assert [r["method"] for r in rows] == ["x:/no/such/dir"]
-    assert np.isfinite(rows[0]["hf_out_px"])
+        named, {"x:/no/such/dir": lambda: est_lib.make_estimator("sift_ransac")}, vidstab=False, log=None,
+        floor=True)
+    assert [r["method"] for r in rows] == ["perfect", "x:/no/such/dir"]
+    perfect, ours = rows
+    # the perfect output scores near zero; our plan's own residual is exact, below the input's
+    assert perfect["hf_out_px"] < 0.1 * perfect["hf_in_px"] and "hf_exact_px" not in perfect
+    assert np.isfinite(ours["hf_out_px"]) and 0 <= ours["hf_exact_px"] < ours["hf_in_px"]
+    assert "| perfect |" in benchmark.comparison_table(rows)
 
 
 def test_the_hard_sets_degradations_keep_the_ground_truth_and_do_what_they_say():

@@ -44,6 +44,7 @@ import sys
 import tempfile
 import time
 
+import cv2
 import numpy as np
 
 from camflow_jax.estimators import registry
@@ -358,6 +359,20 @@ def output_residual(frames_in, frames_out, jitter, grid: int = 5, margin: float 
             "failures": failures}
 
 
+def perfect_output(frames, jitter) -> list[np.ndarray]:
+    """What a perfect stabilizer would output for a clip with the known shake ``jitter``
+    (``[T, 3, 3]`` J_t, smooth -> shaky pixels): each frame warped back by J_t^-1 (bilinear,
+    reflected borders, no zoom). Scored by :func:`output_residual` it gives the measure's own
+    floor on that clip: what is left above zero is the measurement's error (SIFT on dark,
+    noisy or blurred frames), not shake."""
+    out = []
+    for f, J in zip(frames, np.asarray(jitter, np.float64), strict=True):
+        h, w = np.asarray(f).shape[:2]
+        out.append(cv2.warpPerspective(np.asarray(f), np.linalg.inv(J), (w, h), flags=cv2.INTER_LINEAR,
+                                       borderMode=cv2.BORDER_REFLECT))
+    return out
+
+
 def score_output(frames_in, frames_out, fps: float, jitter=None) -> dict:
     """The library's metrics of decoded output frames against their input, plus the
     ground-truth residual when the shake ``jitter`` is known."""
@@ -374,11 +389,15 @@ def score_output(frames_in, frames_out, fps: float, jitter=None) -> dict:
 
 def compare_with_vidstab(named_clips: dict, estimators: dict,
                          config: pipeline.StabilizerConfig | None = None,
-                         vidstab: bool = True, workdir: str | None = None, log=print) -> list[dict]:
+                         vidstab: bool = True, workdir: str | None = None, log=print,
+                         floor: bool = False) -> list[dict]:
     """Runs vid.stab and our pipeline with each estimator on each clip and scores all outputs
     alike (module doc). ``named_clips``: name -> :class:`clips.ShakyClip`; ``estimators``:
     name -> zero-argument factory. Returns one row per (clip, method), with the load average
-    before and after each run."""
+    before and after each run. Our rows also carry ``hf_exact_px``: the shake left by the
+    rendering plan itself against the exact path (:func:`clips.residual_motion`), which no
+    measurement error touches. ``floor``: also a row ``perfect`` per clip, the score of
+    :func:`perfect_output` (the measure's floor there)."""
     config = config or pipeline.StabilizerConfig()
     if vidstab and not ffmpeg_has_vidstab():
         raise FileNotFoundError("this ffmpeg has no vid.stab filters (vidstabdetect); "
@@ -402,6 +421,11 @@ def compare_with_vidstab(named_clips: dict, estimators: dict,
                 row.update(score_output(frames_in, decode_video(dst), clip.fps, clip.jitter))
                 rows.append(row)
                 _log_row(log, row)
+            if floor:
+                row = dict(base, method="perfect")
+                row.update(score_output(frames_in, perfect_output(frames_in, clip.jitter), clip.fps, clip.jitter))
+                rows.append(row)
+                _log_row(log, row)
             for name, factory in estimators.items():
                 est = factory()
                 load0 = load_average()
@@ -417,6 +441,8 @@ def compare_with_vidstab(named_clips: dict, estimators: dict,
                 if clip.pair_homographies is not None:
                     row["pair_error_px"] = clips_lib.pair_motion_error(
                         motion.flows, clip.pair_homographies, h, w)
+                _, d_out = clips_lib.residual_motion(clip.jitter, plan.updates, h, w, plan.zoom)
+                row["hf_exact_px"] = clips_lib.highfreq_rms(d_out, window=True)
                 dst = os.path.join(tmp, f"{cname}_{re.sub(r'[^A-Za-z0-9._-]', '_', name)}.mkv")  # camflow:PATH
                 encode_lossless(out, dst, clip.fps)
                 row.update(score_output(frames_in, decode_video(dst), clip.fps, clip.jitter))
@@ -427,10 +453,13 @@ def compare_with_vidstab(named_clips: dict, estimators: dict,
 
 def _log_row(log, row):
     if log:
-        log(f"{row['clip']} {row['method']}: hf {row.get('hf_in_px', float('nan')):.3f} -> "
-            f"{row.get('hf_out_px', float('nan')):.3f} px, jitter {row['jitter_px']:.3f} px, "
+        nan = float("nan")
+        exact = f" (exact {row['hf_exact_px']:.3f})" if "hf_exact_px" in row else ""
+        load = f" (load {row['load_before'][0]:.1f})" if "load_before" in row else ""
+        log(f"{row['clip']} {row['method']}: hf {row.get('hf_in_px', nan):.3f} -> "
+            f"{row.get('hf_out_px', nan):.3f} px{exact}, jitter {row['jitter_px']:.3f} px, "
             f"border {row['border_fraction']:.4f}, cropping {row['cropping']:.3f}, "
-            f"{row['ms_per_frame']:.1f} ms/frame (load {row['load_before'][0]:.1f})")
+            f"{row.get('ms_per_frame', nan):.1f} ms/frame{load}")
 
 
 def comparison_table(rows: list[dict]) -> str:
@@ -439,17 +468,19 @@ def comparison_table(rows: list[dict]) -> str:
         v = r.get(k)
         return "" if v is None or not np.isfinite(v) else format(v, fmt)
 
-    lines = ["| clip | method | HF residual px (input -> output) | jitter px | stability "
+    lines = ["| clip | method | HF residual px (input -> output) | exact HF px | jitter px | stability "
              "| cropping | border mean / max (input) | distortion | per-pair error px | ms/frame "
-             "| load (1 min) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| load (1 min) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        load = f"{r['load_before'][0]:.1f}" if "load_before" in r else ""
         lines.append(
             f"| {r['clip']} | {r['method']} | {f(r, 'hf_in_px', '.3f')} -> {f(r, 'hf_out_px', '.3f')} "
+            f"| {f(r, 'hf_exact_px', '.3f')} "
             f"| {f(r, 'jitter_px', '.3f')} | {f(r, 'stability', '.3f')} | {f(r, 'cropping', '.3f')} "
             f"| {f(r, 'border_fraction', '.4f')} / {f(r, 'border_fraction_max', '.4f')} "
             f"({f(r.get('input', {}), 'border_fraction', '.4f')}) "
             f"| {f(r, 'distortion', '.3f')} | {f(r, 'pair_error_px', '.3f')} "
-            f"| {f(r, 'ms_per_frame', '.1f')} | {r['load_before'][0]:.1f} |")
+            f"| {f(r, 'ms_per_frame', '.1f')} | {load} |")
     return "\n".join(lines)
 
 
