@@ -174,11 +174,11 @@ def test_output_residual_identity_and_perfect_stabilization():
     assert ident["hf_out_px"] == pytest.approx(ident["hf_in_px"], rel=0.05)
     assert ident["hf_in_px"] > 1.0
     # undoing each J_t exactly leaves no shake (benchmark.perfect_output: the measure's floor)
-    undone = [cv2.warpPerspective(f, np.linalg.inv(J), (160, 96), flags=cv2.INTER_LINEAR,
-                                  borderMode=cv2.BORDER_REFLECT)
-              for f, J in zip(clip.frames, clip.jitter)]
     perfect = benchmark.perfect_output(clip.frames, clip.jitter)
-    assert all(np.array_equal(a, b) for a, b in zip(perfect, undone))
+    # an integer shift undone is numpy slicing: J moves smooth (x, y) to shaky (x + 3, y - 2)
+    J = np.array([[1.0, 0, 3], [0, 1, -2], [0, 0, 1]])
+    (back,) = benchmark.perfect_output([base], [J])
+    np.testing.assert_array_equal(back[2:, :-3], base[:-2, 3:])
     fixed = benchmark.output_residual(clip.frames, perfect, clip.jitter)
     assert fixed["hf_out_px"] < 0.1 * fixed["hf_in_px"]
 
@@ -217,6 +217,9 @@ def test_compare_with_vidstab_path_in_estimator_name():
     # the perfect output scores near zero; our plan's own residual is exact, below the input's
     assert perfect["hf_out_px"] < 0.1 * perfect["hf_in_px"] and "hf_exact_px" not in perfect
     assert np.isfinite(ours["hf_out_px"]) and 0 <= ours["hf_exact_px"] < ours["hf_in_px"]
+    # the plan's arithmetic and the SIFT measure of the decoded output agree on a clean clip
+    # (0.145 against 0.153 px here, the input 1.58)
+    assert abs(ours["hf_exact_px"] - ours["hf_out_px"]) < 0.05
     assert "| perfect |" in benchmark.comparison_table(rows)
 
 

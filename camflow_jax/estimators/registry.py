@@ -355,8 +355,6 @@ class _CamFlow(Estimator):
         if self._extra is None:
             extra = {"confidence": True} if self.confidence else {}
             if self.forward_only:
-                import inspect
-
                 try:
                     params = inspect.signature(self.predictor).parameters
                 except (TypeError, ValueError):  # no signature to read: the plain protocol
