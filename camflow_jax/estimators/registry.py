@@ -145,8 +145,10 @@ class Estimator:
             # a non-finite flow is the caller's to refuse (a damaged model, not a bad pair); a
             # flow at another size (a predictor's network-size output) the caller's to resize
             return m
-        reason = (plausibility_lib.worse_than_identity(a, b, m.flow_f)
-                  or plausibility_lib.no_motion_fits(a, b, m.flow_f))
+        # both checks read grey images: made once here (a grey image passes through as it is)
+        g1, g2 = geometry_np.gray(a), geometry_np.gray(b)
+        reason = (plausibility_lib.worse_than_identity(g1, g2, m.flow_f)
+                  or plausibility_lib.no_motion_fits(g1, g2, m.flow_f))
         if reason:
             return dataclasses.replace(
                 _identity_motion(h, w, f"identity fallback: the {self.name} estimate was dropped: {reason}",

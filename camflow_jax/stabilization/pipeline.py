@@ -151,11 +151,14 @@ def complete_discontinuities(flow, gradient_threshold: float = 0.5,
     Returns ``(completed flow [h, w, 2], mask [h, w] bool: True where the flow was replaced)``.
     """
     flow = np.asarray(flow, np.float32)
-    finite = np.all(np.isfinite(flow), axis=-1)
-    f = np.where(finite[..., None], flow, 0.0).astype(np.float32)
+    finite = np.isfinite(flow[..., 0]) & np.isfinite(flow[..., 1])
+    f = flow.copy() if finite.all() else np.where(finite[..., None], flow, 0.0).astype(np.float32)
+    u, v = f[..., 0], f[..., 1]
     jump = np.zeros(f.shape[:2], bool)
-    dx = np.abs(np.diff(f, axis=1)).max(axis=-1) > gradient_threshold
-    dy = np.abs(np.diff(f, axis=0)).max(axis=-1) > gradient_threshold
+    # the larger of the two components' jumps, component by component: a max over the last
+    # axis of length 2 is ~10x slower than np.maximum of the two
+    dx = np.maximum(np.abs(np.diff(u, axis=1)), np.abs(np.diff(v, axis=1))) > gradient_threshold
+    dy = np.maximum(np.abs(np.diff(u, axis=0)), np.abs(np.diff(v, axis=0))) > gradient_threshold
     jump[:, :-1] |= dx
     jump[:, 1:] |= dx
     jump[:-1] |= dy
