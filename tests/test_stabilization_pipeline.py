@@ -186,6 +186,40 @@ def test_discontinuity_completion():
     assert out[..., 0].max() <= broken[..., 0].max() + 1e-5
 
 
+def test_discontinuity_mask_matches_a_pixel_by_pixel_reading_of_the_rule():
+    """The mask against loops over the rule as the module doc states it: a pixel is a jump when
+    either flow component differs from a 4-neighbour's by more than the threshold, or when it is
+    not finite; the mask is that grown by one pixel (3x3). Jumps in u alone, in v alone, a NaN."""
+    rng = np.random.default_rng(3)
+    h, w, thr = 12, 16, 0.5
+    flow = rng.normal(0.0, 0.08, (h, w, 2)).astype(np.float32)
+    flow[2:5, 3:6, 0] += 2.0   # u jumps only
+    flow[7:10, 9:13, 1] -= 1.5  # v jumps only
+    flow[10, 2] = np.nan
+    jump = np.zeros((h, w), bool)
+    for y in range(h):
+        for x in range(w):
+            if not np.all(np.isfinite(flow[y, x])):
+                jump[y, x] = True
+                continue
+            for dy, dx in ((0, 1), (0, -1), (1, 0), (-1, 0)):
+                yy, xx = y + dy, x + dx
+                if 0 <= yy < h and 0 <= xx < w and np.all(np.isfinite(flow[yy, xx])):
+                    if max(abs(flow[y, x, 0] - flow[yy, xx, 0]), abs(flow[y, x, 1] - flow[yy, xx, 1])) > thr:
+                        jump[y, x] = True
+    # a NaN's neighbours: the code compares with the NaN replaced by 0
+    for y, x in ((10, 1), (10, 3), (9, 2), (11, 2)):
+        if max(abs(flow[y, x, 0]), abs(flow[y, x, 1])) > thr:
+            jump[y, x] = True
+    grown = np.zeros_like(jump)
+    for y in range(h):
+        for x in range(w):
+            grown[y, x] = jump[max(0, y - 1):y + 2, max(0, x - 1):x + 2].any()
+    _, mask = pipeline.complete_discontinuities(flow, thr, 3.0)
+    np.testing.assert_array_equal(mask, grown)
+    assert mask[2:5, 3:6].any() and mask[7:10, 9:13].any() and mask[10, 2]
+
+
 def test_pipeline_reduces_high_frequency_jitter_5x(planar):
     cfg = pipeline.StabilizerConfig()
     frames = list(planar.frames)
