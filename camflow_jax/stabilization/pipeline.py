@@ -19,7 +19,8 @@ bounded independently of the clip length.
 
 Discontinuity masking and completion (SteadyFlow's spatial stage): pixels where the flow
 jumps by more than ``gradient_threshold`` working pixels between neighbours (depth edges,
-moving-object boundaries, dense-flow failures) are masked, dilated by one pixel, and filled by
+moving-object boundaries, dense-flow failures; a non-finite vector is masked and compared with
+its neighbours as zero motion) are masked, dilated by one pixel, and filled by
 normalized convolution (Gaussian, ``fill_sigma`` working pixels; a 4x wider pass for larger
 holes; the mean valid flow as last resort). Smooth fields (homographies, basis combinations)
 pass unchanged. SteadyFlow's temporal outlier test is not implemented.
