@@ -481,9 +481,9 @@ def test_device_feed_batches_are_render_batch_of_the_step():
 def test_device_feed_mixes_categories_per_batch_like_the_host_shuffle():
     """Issue 39: the host pipeline shuffles SyntheticScenes (sample i has category i % 5), so the
     number of low-light rows in a batch of 8 is about Binomial(8, 1/5) (closed form below); the
-    device feed must mix them the same way, not give every batch the fixed 1-or-2 of a cycle
-    (the host's distribution; a cycle was once suspected of a low-light gap that turned out to be
-    the spread between draws of training scenes)."""
+    device feed must mix them the same way (the host's distribution), not give every batch the
+    fixed 1-or-2 of a cycle (once suspected of a low-light gap that turned out to be the spread
+    between draws of training scenes)."""
     from math import comb
 
     from camflow_jax.data.synthetic import device

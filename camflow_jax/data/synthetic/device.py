@@ -479,9 +479,9 @@ def row_categories(seed, indices, num_categories: int, order: str = "cycle") -> 
     category in one of its batches is about Binomial(B, 1/n): with B = 8 and 5 categories, 0 low
     light (LL) rows in 17 % of the batches and 3 or more in 20 %. A cycle gives every batch 1 or 2
     LL rows, never more (with batch-statistics BatchNorm the dark rows are then always normalised
-    among mostly bright ones). The trainer's feed uses "random", the host's distribution. (The cycle was
-    suspected of a low-light gap of device-rendered training; that gap was the spread between
-    draws of training scenes: docs/performance.md, "Device rendering".)"""
+    among mostly bright ones). The trainer's feed uses "random", the host's distribution. (The
+    cycle was suspected of a low-light gap of device-rendered training; that gap was the spread
+    between draws of training scenes: docs/performance.md, "Device rendering".)"""
     if order not in CATEGORY_ORDERS:
         raise ValueError(f"category order must be one of {CATEGORY_ORDERS}, got {order!r}")
     indices = jnp.asarray(indices, jnp.int32)
