@@ -9,6 +9,8 @@
   (input pipelines, the stabilizer, the command lines).
 * :mod:`.checks`: checks of intrinsics, depth maps, flows and homographies (numpy).
 * :mod:`.classical`: the OpenCV estimators (SIFT/ORB with RANSAC/MAGSAC, DIS, ECC).
+* :mod:`.background`: the background's motion where a foreground object moves against it
+  (tracks seeded by a dense flow, a two-motion RANSAC), for the stabilizer's camflow.
 """
 
 import importlib
@@ -18,7 +20,7 @@ def _device():
     return importlib.import_module("camflow_jax.geometry.device")
 
 
-_SUBMODULES = ("device", "host", "checks", "classical")
+_SUBMODULES = ("device", "host", "checks", "classical", "background")
 
 
 def __getattr__(name: str):

@@ -27,17 +27,22 @@ a robust (Cauchy) photometric cost; a large moving object (a passing car) still 
 towards its own motion. By default (``inlier_fit=True``) the stabilizer therefore keeps only the
 camera's motion: :func:`inlier_homography` fits a homography, with RANSAC, to the refined flow
 at the pixels the refinement's IRLS weights (the Predictor's ``weights_f``, an inlier map)
-call inliers, and the estimator returns that homography's flow. Feature estimators
+call inliers. A large object still leaves that fit between its motion and the camera's, so
+the estimator then tracks a grid of textured points from that homography's prediction
+(:func:`camflow_jax.geometry.background.seeded_tracks`); where the tracks show a second motion
+of at least 15 % of them, the one whose inliers span more of the frame is taken for the
+camera's (:func:`camflow_jax.geometry.background.background_homography`; counted in
+``stats()["two_motion_pairs"]``). The estimator returns that homography's flow. Feature estimators
 (``sift_ransac`` ...) are robust by their own RANSAC / MAGSAC fit, which the stabilizer runs
 with a tighter inlier threshold than the registry's 3 px (:data:`FEATURE_THRESHOLD_PX`): with
 3 px, an object moving less than 6 px per frame relative to the background lets RANSAC pick a
 compromise homography that half follows it (measured in docs/stabilization.md, "Moving
 objects").
 
-Measured limit: on the moving-object clip (a textured object of 25 % of the frame moving ~4 px
-per frame relative to the background) the camflow refinement's flow follows the object
-(its basis span can bend that far) and its weights do not single the object out, so the
-inlier fit cannot remove it; see docs/stabilization.md.
+Measured: on the moving-object clips (textured objects of 25 % and 45 % of the frame) the
+refined flow follows the object part of the way and its weights do not single the object out,
+so the inlier fit alone cannot remove it; the two-motion check does, on most pairs (docs/
+stabilization.md, "Moving objects with camflow").
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ import numpy as np
 
 from camflow_jax.data import depth as depth_lib
 from camflow_jax.estimators import plausibility, registry
+from camflow_jax.geometry import background
 from camflow_jax.geometry import host as geometry_np
 
 __all__ = ["DEFAULT", "Estimator", "RegistryEstimator", "CamFlowEstimator", "make_estimator",
@@ -323,10 +329,13 @@ class CamFlowEstimator(Estimator):
 
     def __init__(self, predictor, depth_files=None, intrinsics=None, fov_deg: float | None = None,
                  frame_size: tuple[int, int] | None = None, refine: bool = True,
-                 inlier_fit: bool = True, refine_size: int | None = None):
+                 inlier_fit: bool = True, refine_size: int | None = None, two_motion_check: bool = True):
         """``inlier_fit``: return the flow of :func:`inlier_homography` of the model's flow at
         the refinement's inlier pixels (module doc; the network alone has no weights, so the
         RANSAC fit alone then rejects outliers); False: the model's flow as it is.
+        ``two_motion_check`` (with ``inlier_fit``): points tracked from that homography's
+        prediction are checked for a second motion, and where one holds the background's is
+        returned (module doc, :mod:`camflow_jax.geometry.background`).
         ``depth_files``: one depth map per video frame (any resolution of the frame's aspect,
         any global scale), for CamFlow+'s depth bases; ``intrinsics`` (fx, fy, cx, cy) in pixels
         of the original ``frame_size`` (H, W), or ``fov_deg`` (horizontal field of view) with
@@ -353,6 +362,8 @@ class CamFlowEstimator(Estimator):
         self.fov_deg = fov_deg
         self.frame_size = frame_size
         self.inlier_fit = bool(inlier_fit)
+        self.two_motion_check = bool(two_motion_check)
+        self.two_motion_pairs = 0  # pairs where the tracks showed a second motion
         self.last_homography = None
         self._batch_size = None  # batch_size: by the predictor's device
         self.inlier_fractions: list[float] = []  # per pair: share of pixels with weight >= 0.5
@@ -414,16 +425,16 @@ class CamFlowEstimator(Estimator):
         flows = []
         for (a, b, *_), m in zip(items, motions):
             t1 = time.perf_counter()
-            flows.append(self._account(a, b, self._flow_of(m, a), t1, share))
+            flows.append(self._account(a, b, self._flow_of(m, a, b), t1, share))
         return flows
 
     def _estimate(self, a, b):
         d1, d2, K = self._camera(self.calls, a.shape[0], a.shape[1])
-        return self._flow_of(self.motion_estimator(a, b, depth1=d1, depth2=d2, intrinsics=K), a)
+        return self._flow_of(self.motion_estimator(a, b, depth1=d1, depth2=d2, intrinsics=K), a, b)
 
-    def _flow_of(self, m, a):
-        """The pair's flow from the model's Motion ``m`` (None on failure); records the pair's
-        coefficients."""
+    def _flow_of(self, m, a, b):
+        """The pair ``(a, b)``'s flow from the model's Motion ``m`` (None on failure); records the
+        pair's coefficients."""
         self.coefficients.append(None)  # set below once the pair's estimate is known good
         coeffs = (m.extras or {}).get("coeffs_f")
         if m.fallback:  # featureless, worse than no motion, no motion fits (estimators.plausibility)
@@ -450,17 +461,26 @@ class CamFlowEstimator(Estimator):
         if H is None:  # too few inliers: counted as a failure (identity), never a stale motion
             self.coefficients[-1] = None
             return None
+        fitted = geometry_np.homography_flow(H, *flow.shape[:2])
+        if self.two_motion_check:
+            H_bg, two = background.background_homography(*background.seeded_tracks(a, b, fitted))
+            if two:
+                self.two_motion_pairs += 1
+                H, fitted = H_bg, geometry_np.homography_flow(H_bg, *flow.shape[:2])
         self.last_homography = H
-        return geometry_np.homography_flow(H, *flow.shape[:2])
+        return fitted
 
     def fresh(self) -> "CamFlowEstimator":
         new = super().fresh()
         new.inlier_fractions, new.last_homography, new.coefficients = [], None, []
+        new.two_motion_pairs = 0
         return new
 
     def stats(self) -> dict:
         out = super().stats()
         out["inlier_fit"] = self.inlier_fit
+        if self.inlier_fit and self.two_motion_check:
+            out["two_motion_pairs"] = self.two_motion_pairs
         if self.inlier_fractions:
             out["mean_inlier_fraction"] = float(np.mean(self.inlier_fractions))
         return out

@@ -1,0 +1,107 @@
+"""The background's motion where a second, foreground motion competes with it (numpy + OpenCV).
+
+A dense estimate fitted to the whole frame (CamFlow+'s refined flow) lands between the camera's
+motion and a large foreground object's: both pull on one robust photometric cost. Point
+tracks separate the two. :func:`seeded_tracks` tracks a grid of textured points from where a
+dense flow predicts them (so Lucas-Kanade needs no pyramid: the flow is already within a pixel
+or two), and :func:`background_homography` fits the tracks with RANSAC; where a second motion
+holds a share of the tracks of its own, it keeps the one whose inliers span more of the frame
+(the convex hull's area): a foreground object is compact, the background surrounds it.
+
+Measured in docs/stabilization.md, "Moving objects with camflow".
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+from camflow_jax.geometry.classical import to_gray_u8
+
+__all__ = ["seeded_tracks", "background_homography", "TRACK_STEP", "SECOND_MOTION_SHARE"]
+
+#: Grid spacing (px) of the tracked points.
+TRACK_STEP = 6
+#: A second motion counts when its RANSAC inliers are at least this share of all tracks.
+SECOND_MOTION_SHARE = 0.15
+
+
+def seeded_tracks(img1, img2, flow, *, step: int = TRACK_STEP, window: int = 15, levels: int = 1,
+                  round_trip: float = 0.5, min_texture: float = 0.01) -> tuple[np.ndarray, np.ndarray]:
+    """Lucas-Kanade tracks ``(p1, p2)``, each ``[N, 2]`` float32 pixels, of grid points of image 1
+    (every ``step`` px) into image 2, started at ``p + flow(p)`` (``flow`` ``[H, W, 2]`` on
+    image 1's grid, e.g. a refined estimate).
+
+    Only textured points are tracked: the smaller eigenvalue of the structure tensor
+    (``cv2.cornerMinEigenVal``, 7 px blocks) at least ``min_texture`` of the image's largest.
+    ``window`` px windows, ``levels`` pyramid levels above the image; a track is kept when
+    both directions converge and the backward track (started at the point itself) returns
+    within ``round_trip`` px."""
+    g1, g2 = to_gray_u8(img1), to_gray_u8(img2)
+    flow = np.asarray(flow, np.float32)
+    h, w = g1.shape
+    if g2.shape != (h, w) or flow.shape != (h, w, 2):
+        raise ValueError(f"images and flow must share one size, got {g1.shape}, {g2.shape} and {flow.shape}")
+    ys, xs = np.mgrid[step // 2:h:step, step // 2:w:step]
+    ys, xs = ys.ravel(), xs.ravel()
+    eig = cv2.cornerMinEigenVal(g1, 7)[ys, xs]
+    textured = eig > min_texture * max(float(eig.max()), 1e-12)
+    ys, xs = ys[textured], xs[textured]
+    empty = np.zeros((0, 2), np.float32)
+    if xs.size == 0:
+        return empty, empty
+    p1 = np.stack([xs, ys], -1).astype(np.float32).reshape(-1, 1, 2)
+    guess = (p1[:, 0] + flow[ys, xs]).astype(np.float32).reshape(-1, 1, 2)
+    if not np.all(np.isfinite(guess)):
+        raise ValueError("the flow has non-finite values")
+    lk = {"winSize": (int(window), int(window)), "maxLevel": int(levels), "flags": cv2.OPTFLOW_USE_INITIAL_FLOW,
+          "criteria": (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 30, 0.01)}
+    p2, ok2, _ = cv2.calcOpticalFlowPyrLK(g1, g2, p1, guess, **lk)
+    back, ok1, _ = cv2.calcOpticalFlowPyrLK(g2, g1, p2, p1.copy(), **lk)
+    keep = (ok2.ravel() == 1) & (ok1.ravel() == 1) & (
+        np.linalg.norm((back - p1).reshape(-1, 2), axis=1) <= round_trip)
+    return p1[keep].reshape(-1, 2), p2[keep].reshape(-1, 2)
+
+
+def _ransac(p1, p2, threshold: float):
+    H, inliers = cv2.findHomography(p1.reshape(-1, 1, 2), p2.reshape(-1, 1, 2), cv2.RANSAC, float(threshold),
+                                    maxIters=2000, confidence=0.999)
+    if H is None or not np.all(np.isfinite(H)) or abs(H[2, 2]) < 1e-12:
+        return None, np.zeros(len(p1), bool)
+    return (H / H[2, 2]).astype(np.float64), inliers.ravel() > 0
+
+
+def _hull_area(points) -> float:
+    if len(points) < 3:
+        return 0.0
+    return float(cv2.contourArea(cv2.convexHull(np.asarray(points, np.float32).reshape(-1, 1, 2))))
+
+
+def background_homography(p1, p2, *, threshold: float = 0.5, min_share: float = SECOND_MOTION_SHARE,
+                          min_tracks: int = 16) -> tuple[np.ndarray | None, bool]:
+    """``(H, two_motions)``: the homography (image 1 -> image 2, ``H[2, 2] = 1``) of the
+    background among tracks ``p1 -> p2`` (``[N, 2]``), and whether a second motion was found.
+
+    RANSAC (``threshold`` px) fits the tracks; if at least ``min_share`` of them are left out,
+    RANSAC fits those again. When that second motion's inliers are at least ``min_share`` of
+    all tracks, the motion whose inliers' convex hull is larger is returned, with
+    ``two_motions`` True; otherwise the first. ``(None, False)`` with fewer than
+    ``min_tracks`` tracks or when the fit fails."""
+    p1 = np.asarray(p1, np.float32).reshape(-1, 2)
+    p2 = np.asarray(p2, np.float32).reshape(-1, 2)
+    if len(p1) != len(p2):
+        raise ValueError(f"p1 and p2 must hold as many points, got {len(p1)} and {len(p2)}")
+    n = len(p1)
+    if n < max(min_tracks, 4):
+        return None, False
+    H1, in1 = _ransac(p1, p2, threshold)
+    if H1 is None:
+        return None, False
+    rest = np.flatnonzero(~in1)
+    if rest.size < max(min_share * n, 4):
+        return H1, False
+    H2, in2 = _ransac(p1[rest], p2[rest], threshold)
+    if H2 is None or in2.sum() < min_share * n:
+        return H1, False
+    first, second = _hull_area(p1[in1]), _hull_area(p1[rest[in2]])
+    return (H2 if second > first else H1), True

@@ -1,0 +1,120 @@
+"""The background's motion among two motions (camflow_jax.geometry.background): oracles are the
+known homographies the points and images were made with (numpy closed forms, OpenCV warps)."""
+
+import cv2
+import numpy as np
+import pytest
+
+from camflow_jax.geometry import background
+from camflow_jax.stabilization import clips, estimators
+
+
+def _similarity(angle, scale, tx, ty):
+    c, s = scale * np.cos(angle), scale * np.sin(angle)
+    return np.array([[c, -s, tx], [s, c, ty], [0, 0, 1.0]])
+
+
+H_BG = _similarity(0.004, 1.002, 1.3, -0.7)
+H_OBJ = _similarity(0.0, 1.0, 3.5, -0.7)  # the background's motion plus ~2.2 px along x
+
+
+def _tracks(rng, n_bg, n_obj, h=192, w=320, noise=0.05):
+    """Background points all over the frame minus a central rectangle (the object's, 45 % of
+    the frame), moved by H_BG; object points inside it, moved by H_OBJ."""
+    oh, ow = int(h * 0.67), int(w * 0.67)
+    y0, x0 = (h - oh) // 2, (w - ow) // 2
+    bg = rng.uniform([0, 0], [w, h], (4 * n_bg, 2))
+    inside = (bg[:, 0] > x0) & (bg[:, 0] < x0 + ow) & (bg[:, 1] > y0) & (bg[:, 1] < y0 + oh)
+    bg = bg[~inside][:n_bg]
+    obj = rng.uniform([x0, y0], [x0 + ow, y0 + oh], (n_obj, 2))
+    p1 = np.concatenate([bg, obj])
+    p2 = np.concatenate([clips.apply_homography_np(H_BG, bg), clips.apply_homography_np(H_OBJ, obj)])
+    return p1, p2 + rng.normal(0, noise, p2.shape)
+
+
+def _max_error(H, H_ref, h=192, w=320):
+    ys, xs = np.mgrid[0:h:8, 0:w:8]
+    p = np.stack([xs.ravel(), ys.ravel()], -1).astype(float)
+    return np.abs(clips.apply_homography_np(H, p) - clips.apply_homography_np(H_ref, p)).max()
+
+
+def test_the_background_wins_when_the_object_has_more_tracks():
+    """RANSAC's largest consensus is the object's (600 tracks against 400), yet the background's
+    motion is returned: its inliers span the frame, the object's a central rectangle."""
+    p1, p2 = _tracks(np.random.default_rng(0), 400, 600)
+    _, inliers = cv2.findHomography(p1, p2, cv2.RANSAC, 0.5)  # the premise: RANSAC takes the object
+    assert inliers[-600:].mean() > 0.9 and inliers[:-600].mean() < 0.1
+    H, two = background.background_homography(p1, p2)
+    assert two
+    assert _max_error(H, H_BG) < 0.2
+
+
+def test_one_motion_is_returned_as_it_is():
+    rng = np.random.default_rng(1)
+    p1 = rng.uniform([0, 0], [320, 192], (500, 2))
+    p2 = clips.apply_homography_np(H_BG, p1) + rng.normal(0, 0.05, p1.shape)
+    H, two = background.background_homography(p1, p2)
+    assert not two and _max_error(H, H_BG) < 0.1
+    # a small second motion (10 % of the tracks, under the 15 % share) is not a second motion
+    p1o, p2o = _tracks(rng, 450, 50)
+    H, two = background.background_homography(p1o, p2o)
+    assert not two and _max_error(H, H_BG) < 0.2
+
+
+def test_too_few_tracks_and_mismatched_points():
+    p = np.zeros((10, 2))
+    assert background.background_homography(p, p) == (None, False)
+    with pytest.raises(ValueError, match="as many points"):
+        background.background_homography(np.zeros((20, 2)), np.zeros((19, 2)))
+
+
+def test_seeded_tracks_find_the_true_positions_from_a_wrong_start():
+    """Frame 2 is frame 1 warped by a known homography (OpenCV); tracks started 1.5 px off the
+    true motion (a uniform flow error, as a refined flow between two motions has) land on it."""
+    rng = np.random.default_rng(2)
+    tex = cv2.GaussianBlur(rng.integers(0, 256, (192, 320)).astype(np.float32), (0, 0), 1.5)
+    img1 = np.clip((tex - tex.mean()) * 4 + 128, 0, 255).astype(np.uint8)
+    # warpPerspective samples src at H^-1 p: frame-1 content at p appears at H p in frame 2
+    img2 = cv2.warpPerspective(img1, H_BG, (320, 192), flags=cv2.INTER_CUBIC)
+    ys, xs = np.mgrid[0:192, 0:320]
+    grid = np.stack([xs, ys], -1).astype(float)
+    exact = clips.apply_homography_np(H_BG, grid) - grid
+    p1, p2 = background.seeded_tracks(img1, img2, (exact + [1.5, -0.4]).astype(np.float32))
+    inner = (p1[:, 0] > 12) & (p1[:, 0] < 308) & (p1[:, 1] > 12) & (p1[:, 1] < 180)
+    assert inner.sum() > 500
+    err = np.linalg.norm(p2[inner] - clips.apply_homography_np(H_BG, p1[inner]), axis=1)
+    assert np.median(err) < 0.05 and np.percentile(err, 95) < 0.2
+    with pytest.raises(ValueError, match="one size"):
+        background.seeded_tracks(img1, img2, np.zeros((10, 10, 2), np.float32))
+    flat = np.full_like(img1, 90)
+    p1, p2 = background.seeded_tracks(flat, flat, np.zeros((192, 320, 2), np.float32))
+    assert len(p1) == len(p2) == 0  # no texture: no tracks
+
+
+def test_camflow_estimator_takes_the_background_from_a_compromise_flow():
+    """The stabilizer's camflow estimator on a pair of the large-foreground clip, with a model
+    whose flow lies between the background's exact motion and the object's (as the refined
+    flow does there): the two-motion check returns the background's motion; without it the
+    compromise stays."""
+    # the hard set's large-foreground clip slides its object 0.6 widths over 90 frames (2.2 px
+    # a frame); over 12 frames that speed is travel 0.075
+    clip = clips.moving_object_clip(12, 192, 320, seed=3, object_fraction=0.45, travel=0.075)
+    t = 5
+    a, b = clip.frames[t], clip.frames[t + 1]
+    H_bg = clip.pair_homographies[t]
+    ys, xs = np.mgrid[0:192, 0:320]
+    grid = np.stack([xs, ys], -1).astype(float)
+    exact = clips.apply_homography_np(H_bg, grid) - grid
+    compromise = (exact + [1.2, 0.0]).astype(np.float32)
+
+    def predictor(img1, img2, **kw):
+        return {"flow_f": compromise, "weights_f": np.ones((192, 320), np.float32)}
+
+    def error(flow):
+        return float(np.sqrt(((flow - exact) ** 2).sum(-1).mean()))
+
+    checked = estimators.CamFlowEstimator(predictor)
+    unchecked = estimators.CamFlowEstimator(predictor, two_motion_check=False)
+    assert error(unchecked(a, b)) > 1.0
+    assert error(checked(a, b)) < 0.1
+    assert checked.stats()["two_motion_pairs"] == 1 and "two_motion_pairs" not in unchecked.stats()
