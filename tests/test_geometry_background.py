@@ -94,8 +94,8 @@ def test_seeded_tracks_find_the_true_positions_from_a_wrong_start():
 def test_camflow_estimator_takes_the_background_from_a_compromise_flow():
     """The stabilizer's camflow estimator on a pair of the large-foreground clip, with a model
     whose flow lies between the background's exact motion and the object's (as the refined
-    flow does there): the two-motion check returns the background's motion; without it the
-    compromise stays."""
+    flow does there): the two-motion check (``stabilize --two-motions``) returns the
+    background's motion; without it (the default) the compromise stays."""
     # the hard set's large-foreground clip slides its object 0.6 widths over 90 frames (2.2 px
     # a frame); over 12 frames that speed is travel 0.075
     clip = clips.moving_object_clip(12, 192, 320, seed=3, object_fraction=0.45, travel=0.075)
@@ -113,8 +113,15 @@ def test_camflow_estimator_takes_the_background_from_a_compromise_flow():
     def error(flow):
         return float(np.sqrt(((flow - exact) ** 2).sum(-1).mean()))
 
-    checked = estimators.CamFlowEstimator(predictor)
-    unchecked = estimators.CamFlowEstimator(predictor, two_motion_check=False)
+    checked = estimators.CamFlowEstimator(predictor, two_motion_check=True)
+    unchecked = estimators.CamFlowEstimator(predictor)  # the default: off
     assert error(unchecked(a, b)) > 1.0
     assert error(checked(a, b)) < 0.1
     assert checked.stats()["two_motion_pairs"] == 1 and "two_motion_pairs" not in unchecked.stats()
+
+
+def test_make_estimator_passes_the_check_on():
+    """``make_estimator`` (what ``stabilize --two-motions`` calls) hands the option to the
+    camflow estimator; off unless asked for."""
+    assert estimators.make_estimator("camflow", two_motion_check=True).two_motion_check
+    assert not estimators.make_estimator("camflow").two_motion_check

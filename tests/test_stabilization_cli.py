@@ -90,6 +90,9 @@ def test_estimator_names_old_names_and_no_refine(tmp_path, clip, capsys):
     assert stabilize.main([str(src), "-o", str(tmp_path / "c.avi"), "--estimator=camflow", "--no-refine",
                            "--refine-size=576", *fast]) == 2  # refused before anything is loaded
     assert "do not also give --no-refine" in capsys.readouterr().err and not (tmp_path / "c.avi").exists()
+    assert stabilize.main([str(src), "-o", str(tmp_path / "d.avi"), "--two-motions", *fast]) == 2
+    err = capsys.readouterr().err
+    assert "--two-motions only applies to camflow" in err and len(err.strip().splitlines()) == 1
     assert json.loads((tmp_path / "b.json").read_text())["estimator"] == "ecc"
 
 

@@ -27,8 +27,9 @@ a robust (Cauchy) photometric cost; a large moving object (a passing car) still 
 towards its own motion. By default (``inlier_fit=True``) the stabilizer therefore keeps only the
 camera's motion: :func:`inlier_homography` fits a homography, with RANSAC, to the refined flow
 at the pixels the refinement's IRLS weights (the Predictor's ``weights_f``, an inlier map)
-call inliers. A large object still leaves that fit between its motion and the camera's, so
-the estimator then tracks a grid of textured points from that homography's prediction
+call inliers. A large object still leaves that fit between its motion and the camera's. With
+``two_motion_check=True`` (off by default: it made a real handheld clip shakier; ``stabilize
+--two-motions``) the estimator then tracks a grid of textured points from that homography's prediction
 (:func:`camflow_jax.geometry.background.seeded_tracks`); where the tracks show a second motion
 of at least 15 % of them, the one whose inliers span more of the frame is taken for the
 camera's (:func:`camflow_jax.geometry.background.background_homography`; counted in
@@ -41,8 +42,9 @@ objects").
 
 Measured: on the moving-object clips (textured objects of 25 % and 45 % of the frame) the
 refined flow follows the object part of the way and its weights do not single the object out,
-so the inlier fit alone cannot remove it; the two-motion check does, on most pairs (docs/
-stabilization.md, "Moving objects with camflow").
+so the inlier fit alone cannot remove it; the two-motion check does, on most pairs, and made
+a real handheld clip with a large, non-rigid subject shakier (docs/stabilization.md, "Moving
+objects with camflow").
 """
 
 from __future__ import annotations
@@ -329,13 +331,14 @@ class CamFlowEstimator(Estimator):
 
     def __init__(self, predictor, depth_files=None, intrinsics=None, fov_deg: float | None = None,
                  frame_size: tuple[int, int] | None = None, refine: bool = True,
-                 inlier_fit: bool = True, refine_size: int | None = None, two_motion_check: bool = True):
+                 inlier_fit: bool = True, refine_size: int | None = None, two_motion_check: bool = False):
         """``inlier_fit``: return the flow of :func:`inlier_homography` of the model's flow at
         the refinement's inlier pixels (module doc; the network alone has no weights, so the
         RANSAC fit alone then rejects outliers); False: the model's flow as it is.
-        ``two_motion_check`` (with ``inlier_fit``): points tracked from that homography's
-        prediction are checked for a second motion, and where one holds the background's is
-        returned (module doc, :mod:`camflow_jax.geometry.background`).
+        ``two_motion_check`` (with ``inlier_fit``; off by default, ``stabilize --two-motions``):
+        points tracked from that homography's prediction are checked for a second motion, and
+        where one holds the background's is returned (module doc,
+        :mod:`camflow_jax.geometry.background`).
         ``depth_files``: one depth map per video frame (any resolution of the frame's aspect,
         any global scale), for CamFlow+'s depth bases; ``intrinsics`` (fx, fy, cx, cy) in pixels
         of the original ``frame_size`` (H, W), or ``fov_deg`` (horizontal field of view) with
