@@ -57,6 +57,9 @@ def main(argv=None) -> int:
                         "and the synthetic clip with a foreground object of 45%% of the frame")
     p.add_argument("--floor", action="store_true",
                    help="add a row 'perfect' per clip: the score of the exact inverse shake (the measure's floor)")
+    p.add_argument("--ecc-score", action="store_true",
+                   help="also score every output with ECC-refined homographies (precise on dark, noisy or "
+                        "blurred clips; docs/stabilization.md)")
     p.add_argument("--out", help="JSON file for all rows")
     args = p.parse_args(argv)
     compile_cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
@@ -86,6 +89,7 @@ def main(argv=None) -> int:
         factories = {n: est_lib.make_estimator(n, checkpoint=args.checkpoint).fresh for n in names}
         load0 = benchmark.load_average()
         rows = benchmark.compare_with_vidstab(named, factories, vidstab=not args.no_vidstab, floor=args.floor,
+                                              ecc=args.ecc_score,
                                               log=lambda m: print(m, file=sys.stderr, flush=True))
         print(benchmark.comparison_table(rows))
         print(f"load average before: {load0}, after: {benchmark.load_average()}")

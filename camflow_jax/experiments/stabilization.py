@@ -329,7 +329,7 @@ def run_vidstab(src: str, dst: str, smoothing: int = 30, shakiness: int = 5,
 
 
 def output_residual(frames_in, frames_out, jitter, grid: int = 5, margin: float = 0.2,
-                    max_side: int = 640) -> dict:
+                    max_side: int = 640, ecc: bool = False) -> dict:
     """Ground-truth shake left in any stabilizer's output (module doc).
 
     Per frame t the homography W_t input -> output (SIFT, :func:`metrics.frame_homography`);
@@ -337,8 +337,14 @@ def output_residual(frames_in, frames_out, jitter, grid: int = 5, margin: float 
     output; ``hf_out_px`` is :func:`clips.highfreq_rms` (Hann-windowed: a stabilizer may remove
     the clip's slow sway, which must not leak into the band) of W_t J_t u - u (a constant zoom
     and a slow drift are not shake), ``hf_in_px`` that of J_t u - u. Frames whose match fails are
-    skipped (counted in ``failures``).
+    skipped (counted in ``failures``). ``ecc``: each W_t is refined by ECC at full resolution
+    (:func:`camflow_jax.geometry.classical.ecc_refine`); a frame where ECC does not converge is
+    skipped too. On dark, noisy or blurred frames that are zoomed and resampled, SIFT's W_t is
+    off by tenths of a pixel and ECC's is not (docs/stabilization.md, "The floor depends on the
+    zoom").
     """
+    from camflow_jax.geometry import classical
+
     h, w = np.asarray(frames_in[0]).shape[:2]
     xs = np.linspace(margin * (w - 1), (1 - margin) * (w - 1), grid)
     ys = np.linspace(margin * (h - 1), (1 - margin) * (h - 1), grid)
@@ -346,6 +352,8 @@ def output_residual(frames_in, frames_out, jitter, grid: int = 5, margin: float 
     d_in, d_out, failures = [], [], 0
     for a, b, J in zip(frames_in, frames_out, np.asarray(jitter, np.float64), strict=True):
         M = metrics_lib.frame_homography(a, b, max_side)
+        if M is not None and ecc:
+            M = classical.ecc_refine(a, b, M)
         if M is None:
             failures += 1
             continue
@@ -373,9 +381,11 @@ def perfect_output(frames, jitter) -> list[np.ndarray]:
     return out
 
 
-def score_output(frames_in, frames_out, fps: float, jitter=None) -> dict:
+def score_output(frames_in, frames_out, fps: float, jitter=None, ecc: bool = False) -> dict:
     """The library's metrics of decoded output frames against their input, plus the
-    ground-truth residual when the shake ``jitter`` is known."""
+    ground-truth residual when the shake ``jitter`` is known; ``ecc``: also that residual with
+    ECC-refined homographies (:func:`output_residual`), as ``hf_out_ecc_px`` and
+    ``ecc_failures``."""
     m = metrics_lib.frames_metrics(list(frames_out), fps, frames_in=list(frames_in))
     keys = ("stability", "jitter_px", "cropping", "cropping_min", "border_fraction",
             "border_fraction_max", "distortion")
@@ -384,20 +394,24 @@ def score_output(frames_in, frames_out, fps: float, jitter=None) -> dict:
     row["metric_failures"] = m["failures"]
     if jitter is not None:
         row.update(output_residual(frames_in, frames_out, jitter))
+        if ecc:
+            refined = output_residual(frames_in, frames_out, jitter, ecc=True)
+            row["hf_out_ecc_px"], row["ecc_failures"] = refined["hf_out_px"], refined["failures"]
     return row
 
 
 def compare_with_vidstab(named_clips: dict, estimators: dict,
                          config: pipeline.StabilizerConfig | None = None,
                          vidstab: bool = True, workdir: str | None = None, log=print,
-                         floor: bool = False) -> list[dict]:
+                         floor: bool = False, ecc: bool = False) -> list[dict]:
     """Runs vid.stab and our pipeline with each estimator on each clip and scores all outputs
     alike (module doc). ``named_clips``: name -> :class:`clips.ShakyClip`; ``estimators``:
     name -> zero-argument factory. Returns one row per (clip, method), with the load average
     before and after each run. Our rows also carry ``hf_exact_px``: the shake left by the
     rendering plan itself against the exact path (:func:`clips.residual_motion`), which no
     measurement error touches. ``floor``: also a row ``perfect`` per clip, the score of
-    :func:`perfect_output` (the measure's floor there)."""
+    :func:`perfect_output` (the measure's floor there). ``ecc``: every output is also scored
+    with ECC-refined homographies (:func:`score_output`)."""
     config = config or pipeline.StabilizerConfig()
     if vidstab and not ffmpeg_has_vidstab():
         raise FileNotFoundError("this ffmpeg has no vid.stab filters (vidstabdetect); "
@@ -418,12 +432,13 @@ def compare_with_vidstab(named_clips: dict, estimators: dict,
                 row = dict(base, method="vid.stab", load_before=load0, load_after=load_average(),
                            ms_per_frame=1000 * (t["detect_s"] + t["transform_s"]) / n,
                            transcode_ms_per_frame=1000 * t["transcode_s"] / n)
-                row.update(score_output(frames_in, decode_video(dst), clip.fps, clip.jitter))
+                row.update(score_output(frames_in, decode_video(dst), clip.fps, clip.jitter, ecc))
                 rows.append(row)
                 _log_row(log, row)
             if floor:
                 row = dict(base, method="perfect")
-                row.update(score_output(frames_in, perfect_output(frames_in, clip.jitter), clip.fps, clip.jitter))
+                row.update(score_output(frames_in, perfect_output(frames_in, clip.jitter), clip.fps, clip.jitter,
+                                        ecc))
                 rows.append(row)
                 _log_row(log, row)
             for name, factory in estimators.items():
@@ -445,7 +460,7 @@ def compare_with_vidstab(named_clips: dict, estimators: dict,
                 row["hf_exact_px"] = clips_lib.highfreq_rms(d_out, window=True)
                 dst = os.path.join(tmp, f"{cname}_{re.sub(r'[^A-Za-z0-9._-]', '_', name)}.mkv")  # camflow:PATH
                 encode_lossless(out, dst, clip.fps)
-                row.update(score_output(frames_in, decode_video(dst), clip.fps, clip.jitter))
+                row.update(score_output(frames_in, decode_video(dst), clip.fps, clip.jitter, ecc))
                 rows.append(row)
                 _log_row(log, row)
     return rows
@@ -455,6 +470,7 @@ def _log_row(log, row):
     if log:
         nan = float("nan")
         exact = f" (exact {row['hf_exact_px']:.3f})" if "hf_exact_px" in row else ""
+        exact += f" (ECC-scored {row['hf_out_ecc_px']:.3f})" if "hf_out_ecc_px" in row else ""
         load = f" (load {row['load_before'][0]:.1f})" if "load_before" in row else ""
         log(f"{row['clip']} {row['method']}: hf {row.get('hf_in_px', nan):.3f} -> "
             f"{row.get('hf_out_px', nan):.3f} px{exact}, jitter {row['jitter_px']:.3f} px, "
@@ -468,14 +484,17 @@ def comparison_table(rows: list[dict]) -> str:
         v = r.get(k)
         return "" if v is None or not np.isfinite(v) else format(v, fmt)
 
-    lines = ["| clip | method | HF residual px (input -> output) | exact HF px | jitter px | stability "
+    ecc = any("hf_out_ecc_px" in r for r in rows)  # the ECC-scored column, when it was measured
+    lines = ["| clip | method | HF residual px (input -> output) | exact HF px "
+             + ("| ECC-scored HF px " if ecc else "") + "| jitter px | stability "
              "| cropping | border mean / max (input) | distortion | per-pair error px | ms/frame "
-             "| load (1 min) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| load (1 min) |", "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if ecc else "")]
     for r in rows:
         load = f"{r['load_before'][0]:.1f}" if "load_before" in r else ""
         lines.append(
             f"| {r['clip']} | {r['method']} | {f(r, 'hf_in_px', '.3f')} -> {f(r, 'hf_out_px', '.3f')} "
             f"| {f(r, 'hf_exact_px', '.3f')} "
+            + (f"| {f(r, 'hf_out_ecc_px', '.3f')} " if ecc else "") +
             f"| {f(r, 'jitter_px', '.3f')} | {f(r, 'stability', '.3f')} | {f(r, 'cropping', '.3f')} "
             f"| {f(r, 'border_fraction', '.4f')} / {f(r, 'border_fraction_max', '.4f')} "
             f"({f(r.get('input', {}), 'border_fraction', '.4f')}) "

@@ -16,7 +16,7 @@ import cv2
 import numpy as np
 
 __all__ = ["to_gray_u8", "stretch_contrast", "ContentCache", "FeatureCache", "detect_features",
-           "feature_homography", "klt_homography", "dis_flow", "ecc_homography"]
+           "feature_homography", "klt_homography", "dis_flow", "ecc_homography", "ecc_refine"]
 
 #: Smallest image side :func:`dis_flow` accepts (OpenCV's DIS fails or crashes below it).
 DIS_MIN_SIDE = 32
@@ -249,15 +249,36 @@ def ecc_homography(img1, img2, *, min_side: int = 64, gauss_size: int = 5, itera
             H = up @ H @ np.linalg.inv(up)
         if note:  # a coarser level failed: only rescale its estimate
             continue
-        try:
-            _, W = cv2.findTransformECC(g1, g2, H.astype(np.float32), cv2.MOTION_HOMOGRAPHY, criteria,
-                                        None, int(gauss_size))
-        except cv2.error:
-            W = None
-        if W is None or not np.all(np.isfinite(W)) or abs(W[2, 2]) < 1e-12:
+        W = _ecc_step(g1, g2, H, criteria, gauss_size)
+        if W is None:
             if level == len(pyramid) - 1:
                 return None, "ECC did not converge"
             note = f"ECC did not converge at 1/{2 ** level} scale; the coarser estimate was used"
             continue
-        H = W.astype(np.float64) / W[2, 2]
+        H = W
     return H / H[2, 2], note
+
+
+def _ecc_step(g1, g2, H, criteria, gauss_size: int) -> np.ndarray | None:
+    """One ``cv2.findTransformECC`` homography fit of float32 grey images, started at ``H``;
+    normalized to ``W[2, 2] = 1``, or None when it does not converge."""
+    try:
+        _, W = cv2.findTransformECC(g1, g2, np.asarray(H, np.float32), cv2.MOTION_HOMOGRAPHY, criteria,
+                                    None, int(gauss_size))
+    except cv2.error:
+        return None
+    if W is None or not np.all(np.isfinite(W)) or abs(W[2, 2]) < 1e-12:
+        return None
+    return W.astype(np.float64) / W[2, 2]
+
+
+def ecc_refine(img1, img2, H, *, gauss_size: int = 5, iterations: int = 50,
+               eps: float = 1e-6) -> np.ndarray | None:
+    """The homography image 1 -> image 2 refined by ECC at full resolution from a start ``H``
+    (e.g. a feature homography; the convention of :func:`ecc_homography`), or None when ECC does
+    not converge. Direct alignment uses every pixel, so on dark, noisy or blurred images it is
+    far more precise than a fit to feature matches."""
+    g1, g2 = to_gray_u8(img1).astype(np.float32), to_gray_u8(img2).astype(np.float32)
+    H = np.asarray(H, np.float64)
+    criteria = (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, int(iterations), float(eps))
+    return _ecc_step(g1, g2, H / H[2, 2], criteria, gauss_size)
