@@ -151,10 +151,10 @@ def _estimator(args, estimators):
         print(f"note: {note}", file=sys.stderr)
     harness.camflow_only_flags(name, **{"--depth": args.depth, "--intrinsics": args.intrinsics,
                                           "--fov": args.fov})
-    if args.two_motions and not registry.is_camflow(name):
-        raise ValueError(f"--two-motions only applies to camflow (it checks camflow's estimate with point "
-                         f"tracks); {name} does not use it: drop it or choose camflow")
     if not registry.is_camflow(name):
+        if args.two_motions:
+            raise ValueError(f"--two-motions only applies to camflow (it checks camflow's estimate with point "
+                             f"tracks); {name} does not use it: drop it or choose camflow")
         for flag, given in (("--no-refine", args.no_refine), ("--refine-size", args.refine_size)):
             if given:
                 print(f"note: --estimator {name} ignores {flag}", file=sys.stderr)

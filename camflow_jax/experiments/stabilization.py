@@ -337,11 +337,11 @@ def output_residual(frames_in, frames_out, jitter, grid: int = 5, margin: float 
     output; ``hf_out_px`` is :func:`clips.highfreq_rms` (Hann-windowed: a stabilizer may remove
     the clip's slow sway, which must not leak into the band) of W_t J_t u - u (a constant zoom
     and a slow drift are not shake), ``hf_in_px`` that of J_t u - u. Frames whose match fails are
-    skipped (counted in ``failures``). ``ecc``: each W_t is refined by ECC at full resolution
-    (:func:`camflow_jax.geometry.classical.ecc_refine`); a frame where ECC does not converge is
-    skipped too. On dark, noisy or blurred frames that are zoomed and resampled, SIFT's W_t is
-    off by tenths of a pixel and ECC's is not (docs/stabilization.md, "The floor depends on the
-    zoom").
+    skipped (counted in ``failures``). ``ecc``: also ``hf_out_ecc_px``, the same residual with
+    each W_t refined by ECC at full resolution (:func:`camflow_jax.geometry.classical.ecc_refine`),
+    and ``ecc_failures`` (SIFT's failures plus frames where ECC does not converge). On dark,
+    noisy or blurred frames that are zoomed and resampled, SIFT's W_t is off by tenths of a
+    pixel and ECC's is not (docs/stabilization.md, "The floor depends on the zoom").
     """
     from camflow_jax.geometry import classical
 
@@ -349,22 +349,26 @@ def output_residual(frames_in, frames_out, jitter, grid: int = 5, margin: float 
     xs = np.linspace(margin * (w - 1), (1 - margin) * (w - 1), grid)
     ys = np.linspace(margin * (h - 1), (1 - margin) * (h - 1), grid)
     u = np.stack(np.meshgrid(xs, ys), -1).reshape(-1, 2)
-    d_in, d_out, failures = [], [], 0
+    d_in, d_out, d_ecc, failures = [], [], [], 0
     for a, b, J in zip(frames_in, frames_out, np.asarray(jitter, np.float64), strict=True):
         M = metrics_lib.frame_homography(a, b, max_side)
-        if M is not None and ecc:
-            M = classical.ecc_refine(a, b, M)
         if M is None:
             failures += 1
             continue
         z = clips_lib.apply_homography_np(J, u)
         d_in.append(z - u)
         d_out.append(clips_lib.apply_homography_np(M, z) - u)
-    if len(d_out) < 4:
+        if ecc and (M_ecc := classical.ecc_refine(a, b, M)) is not None:
+            d_ecc.append(clips_lib.apply_homography_np(M_ecc, z) - u)
+    if len(d_out) < 4 or (ecc and len(d_ecc) < 4):
         raise ValueError("too few frames could be matched between input and output")
-    return {"hf_in_px": clips_lib.highfreq_rms(np.stack(d_in), window=True),
-            "hf_out_px": clips_lib.highfreq_rms(np.stack(d_out), window=True),
-            "failures": failures}
+    out = {"hf_in_px": clips_lib.highfreq_rms(np.stack(d_in), window=True),
+           "hf_out_px": clips_lib.highfreq_rms(np.stack(d_out), window=True),
+           "failures": failures}
+    if ecc:
+        out["hf_out_ecc_px"] = clips_lib.highfreq_rms(np.stack(d_ecc), window=True)
+        out["ecc_failures"] = len(frames_out) - len(d_ecc)
+    return out
 
 
 def perfect_output(frames, jitter) -> list[np.ndarray]:
@@ -393,10 +397,7 @@ def score_output(frames_in, frames_out, fps: float, jitter=None, ecc: bool = Fal
     row["input"] = {k: m["input"][k] for k in ("stability", "jitter_px", "border_fraction")}
     row["metric_failures"] = m["failures"]
     if jitter is not None:
-        row.update(output_residual(frames_in, frames_out, jitter))
-        if ecc:
-            refined = output_residual(frames_in, frames_out, jitter, ecc=True)
-            row["hf_out_ecc_px"], row["ecc_failures"] = refined["hf_out_px"], refined["failures"]
+        row.update(output_residual(frames_in, frames_out, jitter, ecc=ecc))
     return row
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from camflow_jax.geometry.classical import to_gray_u8
+from camflow_jax.geometry.classical import lk_round_trip, to_gray_u8
 
 __all__ = ["seeded_tracks", "background_homography", "TRACK_STEP", "SECOND_MOTION_SHARE"]
 
@@ -50,17 +50,11 @@ def seeded_tracks(img1, img2, flow, *, step: int = TRACK_STEP, window: int = 15,
     empty = np.zeros((0, 2), np.float32)
     if xs.size == 0:
         return empty, empty
-    p1 = np.stack([xs, ys], -1).astype(np.float32).reshape(-1, 1, 2)
-    guess = (p1[:, 0] + flow[ys, xs]).astype(np.float32).reshape(-1, 1, 2)
+    p1 = np.stack([xs, ys], -1).astype(np.float32)
+    guess = p1 + flow[ys, xs]
     if not np.all(np.isfinite(guess)):
         raise ValueError("the flow has non-finite values")
-    lk = {"winSize": (int(window), int(window)), "maxLevel": int(levels), "flags": cv2.OPTFLOW_USE_INITIAL_FLOW,
-          "criteria": (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 30, 0.01)}
-    p2, ok2, _ = cv2.calcOpticalFlowPyrLK(g1, g2, p1, guess, **lk)
-    back, ok1, _ = cv2.calcOpticalFlowPyrLK(g2, g1, p2, p1.copy(), **lk)
-    keep = (ok2.ravel() == 1) & (ok1.ravel() == 1) & (
-        np.linalg.norm((back - p1).reshape(-1, 2), axis=1) <= round_trip)
-    return p1[keep].reshape(-1, 2), p2[keep].reshape(-1, 2)
+    return lk_round_trip(g1, g2, p1, guess, window=window, levels=levels, round_trip=round_trip)
 
 
 def _ransac(p1, p2, threshold: float):

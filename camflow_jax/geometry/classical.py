@@ -16,7 +16,8 @@ import cv2
 import numpy as np
 
 __all__ = ["to_gray_u8", "stretch_contrast", "ContentCache", "FeatureCache", "detect_features",
-           "feature_homography", "klt_homography", "dis_flow", "ecc_homography", "ecc_refine"]
+           "feature_homography", "klt_homography", "dis_flow", "ecc_homography", "ecc_refine",
+           "lk_round_trip"]
 
 #: Smallest image side :func:`dis_flow` accepts (OpenCV's DIS fails or crashes below it).
 DIS_MIN_SIDE = 32
@@ -190,16 +191,34 @@ def klt_homography(img1, img2, method: str = "ransac", *, max_corners: int = 100
     p1 = cv2.goodFeaturesToTrack(g1, int(max_corners), float(quality), float(min_distance))
     if p1 is None or len(p1) < max(min_tracks, 4):
         return None
-    p1 = p1.astype(np.float32).reshape(-1, 1, 2)
+    p1, p2 = lk_round_trip(g1, g2, p1, window=window, levels=levels, round_trip=round_trip)
+    if len(p1) < max(min_tracks, 4):
+        return None
+    return _robust_homography(p1.reshape(-1, 1, 2), p2.reshape(-1, 1, 2), method, threshold)
+
+
+def lk_round_trip(g1, g2, p1, guess=None, *, window: int = 21, levels: int = 3,
+                  round_trip: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+    """Points ``p1`` (``[N, 2]``) of grey image 1 tracked into grey image 2 by pyramidal
+    Lucas-Kanade (``window`` px, ``levels`` pyramid levels above the image) and back; returns the
+    kept tracks ``(p1, p2)``, each ``[M, 2]`` float32: both passes converged and the backward
+    track returned within ``round_trip`` px. ``guess`` (``[N, 2]``): where each forward track
+    starts (``cv2.OPTFLOW_USE_INITIAL_FLOW``; the backward track then starts at the point
+    itself); None: at the point, as OpenCV does."""
+    p1 = np.asarray(p1, np.float32).reshape(-1, 1, 2)
     lk = {"winSize": (int(window), int(window)), "maxLevel": int(levels),
           "criteria": (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 30, 0.01)}
-    p2, ok2, _ = cv2.calcOpticalFlowPyrLK(g1, g2, p1, None, **lk)
-    back, ok1, _ = cv2.calcOpticalFlowPyrLK(g2, g1, p2, None, **lk)
+    if guess is None:
+        p2, ok2, _ = cv2.calcOpticalFlowPyrLK(g1, g2, p1, None, **lk)
+        back, ok1, _ = cv2.calcOpticalFlowPyrLK(g2, g1, p2, None, **lk)
+    else:
+        lk["flags"] = cv2.OPTFLOW_USE_INITIAL_FLOW
+        start = np.asarray(guess, np.float32).reshape(-1, 1, 2).copy()
+        p2, ok2, _ = cv2.calcOpticalFlowPyrLK(g1, g2, p1, start, **lk)
+        back, ok1, _ = cv2.calcOpticalFlowPyrLK(g2, g1, p2, p1.copy(), **lk)
     keep = (ok2.ravel() == 1) & (ok1.ravel() == 1) & (
         np.linalg.norm((back - p1).reshape(-1, 2), axis=1) <= round_trip)
-    if keep.sum() < max(min_tracks, 4):
-        return None
-    return _robust_homography(p1[keep], p2[keep], method, threshold)
+    return p1[keep].reshape(-1, 2), p2[keep].reshape(-1, 2)
 
 
 def dis_flow(img1, img2, preset: str = "medium") -> np.ndarray:
