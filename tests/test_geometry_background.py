@@ -91,6 +91,65 @@ def test_seeded_tracks_find_the_true_positions_from_a_wrong_start():
     assert len(p1) == len(p2) == 0  # no texture: no tracks
 
 
+def _textured_pair(H, h=192, w=320, seed=2):
+    rng = np.random.default_rng(seed)
+    tex = cv2.GaussianBlur(rng.integers(0, 256, (h, w)).astype(np.float32), (0, 0), 1.5)
+    img1 = np.clip((tex - tex.mean()) * 4 + 128, 0, 255).astype(np.uint8)
+    return img1, cv2.warpPerspective(img1, H, (w, h), flags=cv2.INTER_CUBIC)
+
+
+def test_lk_track_keeps_every_point_in_place_and_flags_the_lost():
+    """classical.lk_track (what seeded_tracks and the report's PointTracker share): one row per
+    input point, True where the track is right (OpenCV warp of a known homography), False for
+    a point whose content leaves the frame; lk_round_trip keeps the True rows."""
+    from camflow_jax.geometry import classical
+
+    shift = _similarity(0.0, 1.0, 14.0, 0.0)
+    img1, img2 = _textured_pair(shift)
+    pts = np.array([[100.0, 90.0], [315.0, 90.0], [160.0, 40.0]], np.float32)  # the middle one leaves
+    p2, kept = classical.lk_track(img1, img2, pts)
+    assert p2.shape == (3, 2) and kept.tolist() == [True, False, True]
+    np.testing.assert_allclose(p2[kept], pts[kept] + [14.0, 0.0], atol=0.05)
+    q1, q2 = classical.lk_round_trip(img1, img2, pts)
+    np.testing.assert_array_equal(q1, pts[kept])
+    np.testing.assert_array_equal(q2, p2[kept])
+    e2, ek = classical.lk_track(img1, img2, np.zeros((0, 2)))
+    assert e2.shape == (0, 2) and ek.shape == (0,)
+
+
+def test_robust_fit_returns_the_inliers_of_a_known_homography():
+    """classical.robust_fit: the homography the points were made with (numpy closed form) and
+    exactly the points moved by it as inliers, the rest (moved 3 px more) as outliers."""
+    from camflow_jax.geometry import classical
+
+    rng = np.random.default_rng(5)
+    p1 = rng.uniform([0, 0], [320, 192], (200, 2))
+    p2 = clips.apply_homography_np(H_BG, p1)
+    p2[150:] += [3.0, 0.0]
+    H, inliers = classical.robust_fit(p1, p2, "ransac", 0.5)
+    assert _max_error(H, H_BG) < 1e-3
+    assert inliers.tolist() == [True] * 150 + [False] * 50
+    with pytest.raises(ValueError, match="'ransac' or 'magsac'"):
+        classical.robust_fit(p1, p2, "lmeds", 0.5)
+
+
+def test_point_tracker_follows_a_known_shift_and_drops_lost_points():
+    """The report's PointTracker through four frames shifted by 12 px each (OpenCV warps): the
+    tracks follow the shift; a point whose content leaves the frame is NaN from then on."""
+    from camflow_jax.stabilization.plots import PointTracker
+
+    img0, _ = _textured_pair(np.eye(3))
+    frames = [cv2.warpAffine(img0, np.float32([[1, 0, 12 * k], [0, 1, 0]]), (320, 192), flags=cv2.INTER_CUBIC)
+              for k in (0, 1, 2, 1)]
+    tracker = PointTracker(start=[[100.0, 90.0], [300.0, 60.0]])
+    for f in frames:
+        tracker.update(np.repeat(f[..., None], 3, axis=-1))
+    tr = tracker.tracks
+    assert tr.shape == (4, 2, 2)
+    np.testing.assert_allclose(tr[:, 0], [[100, 90], [112, 90], [124, 90], [112, 90]], atol=0.1)
+    assert np.all(np.isnan(tr[2:, 1]))  # at 324 px its content is out of the 320 px frame, and stays lost
+
+
 def test_camflow_estimator_takes_the_background_from_a_compromise_flow():
     """The stabilizer's camflow estimator on a pair of the large-foreground clip, with a model
     whose flow lies between the background's exact motion and the object's (as the refined

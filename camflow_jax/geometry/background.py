@@ -16,7 +16,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from camflow_jax.geometry.classical import lk_round_trip, to_gray_u8
+from camflow_jax.geometry.classical import lk_round_trip, robust_fit, to_gray_u8
 
 __all__ = ["seeded_tracks", "background_homography", "TRACK_STEP", "SECOND_MOTION_SHARE"]
 
@@ -57,14 +57,6 @@ def seeded_tracks(img1, img2, flow, *, step: int = TRACK_STEP, window: int = 15,
     return lk_round_trip(g1, g2, p1, guess, window=window, levels=levels, round_trip=round_trip)
 
 
-def _ransac(p1, p2, threshold: float):
-    H, inliers = cv2.findHomography(p1.reshape(-1, 1, 2), p2.reshape(-1, 1, 2), cv2.RANSAC, float(threshold),
-                                    maxIters=2000, confidence=0.999)
-    if H is None or not np.all(np.isfinite(H)) or abs(H[2, 2]) < 1e-12:
-        return None, np.zeros(len(p1), bool)
-    return (H / H[2, 2]).astype(np.float64), inliers.ravel() > 0
-
-
 def _hull_area(points) -> float:
     if len(points) < 3:
         return 0.0
@@ -88,13 +80,13 @@ def background_homography(p1, p2, *, threshold: float = 0.5, min_share: float = 
     n = len(p1)
     if n < max(min_tracks, 4):
         return None, False
-    H1, in1 = _ransac(p1, p2, threshold)
+    H1, in1 = robust_fit(p1, p2, "ransac", threshold, max_iters=2000)
     if H1 is None:
         return None, False
     rest = np.flatnonzero(~in1)
     if rest.size < max(min_share * n, 4):
         return H1, False
-    H2, in2 = _ransac(p1[rest], p2[rest], threshold)
+    H2, in2 = robust_fit(p1[rest], p2[rest], "ransac", threshold, max_iters=2000)
     if H2 is None or in2.sum() < min_share * n:
         return H1, False
     first, second = _hull_area(p1[in1]), _hull_area(p1[rest[in2]])

@@ -17,7 +17,7 @@ import numpy as np
 
 __all__ = ["to_gray_u8", "stretch_contrast", "ContentCache", "FeatureCache", "detect_features",
            "feature_homography", "klt_homography", "dis_flow", "ecc_homography", "ecc_refine",
-           "lk_round_trip"]
+           "lk_track", "lk_round_trip", "robust_fit"]
 
 #: Smallest image side :func:`dis_flow` accepts (OpenCV's DIS fails or crashes below it).
 DIS_MIN_SIDE = 32
@@ -129,13 +129,25 @@ def _grey_pair(img1, img2, stretch: bool) -> tuple[np.ndarray, np.ndarray]:
     return (stretch_contrast(g1), stretch_contrast(g2)) if stretch else (g1, g2)
 
 
-def _robust_homography(src, dst, method: str, threshold: float) -> np.ndarray | None:
-    """The homography src -> dst (points ``[N, 1, 2]``) by ``cv2.findHomography`` with
-    :data:`_ROBUST` ``method``, normalized to ``H[2, 2] = 1``; None when the fit fails."""
-    H, _ = cv2.findHomography(src, dst, _ROBUST[method], threshold, maxIters=5000, confidence=0.999)
+def robust_fit(src, dst, method: str = "ransac", threshold: float = 3.0, *,
+               max_iters: int = 5000) -> tuple[np.ndarray | None, np.ndarray]:
+    """``(H, inliers)``: the homography src -> dst (points ``[N, 2]`` or ``[N, 1, 2]``) by
+    ``cv2.findHomography`` with ``method`` ('ransac' or 'magsac') and ``threshold`` px,
+    normalized to ``H[2, 2] = 1``, and its inlier mask ``[N]`` (bool); ``(None, all False)``
+    when the fit fails."""
+    _check_robust(method)
+    src = np.asarray(src, np.float32).reshape(-1, 1, 2)
+    dst = np.asarray(dst, np.float32).reshape(-1, 1, 2)
+    H, mask = cv2.findHomography(src, dst, _ROBUST[method], float(threshold), maxIters=int(max_iters),
+                                 confidence=0.999)
     if H is None or not np.all(np.isfinite(H)) or abs(H[2, 2]) < 1e-12:
-        return None
-    return (H / H[2, 2]).astype(np.float64)
+        return None, np.zeros(len(src), bool)
+    return (H / H[2, 2]).astype(np.float64), mask.ravel() > 0
+
+
+def _robust_homography(src, dst, method: str, threshold: float) -> np.ndarray | None:
+    """:func:`robust_fit`'s homography alone (None when the fit fails)."""
+    return robust_fit(src, dst, method, threshold)[0]
 
 
 def feature_homography(img1, img2, detector: str = "sift", method: str = "magsac", *,
@@ -197,15 +209,17 @@ def klt_homography(img1, img2, method: str = "ransac", *, max_corners: int = 100
     return _robust_homography(p1.reshape(-1, 1, 2), p2.reshape(-1, 1, 2), method, threshold)
 
 
-def lk_round_trip(g1, g2, p1, guess=None, *, window: int = 21, levels: int = 3,
-                  round_trip: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+def lk_track(g1, g2, p1, guess=None, *, window: int = 21, levels: int = 3,
+             round_trip: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
     """Points ``p1`` (``[N, 2]``) of grey image 1 tracked into grey image 2 by pyramidal
-    Lucas-Kanade (``window`` px, ``levels`` pyramid levels above the image) and back; returns the
-    kept tracks ``(p1, p2)``, each ``[M, 2]`` float32: both passes converged and the backward
-    track returned within ``round_trip`` px. ``guess`` (``[N, 2]``): where each forward track
-    starts (``cv2.OPTFLOW_USE_INITIAL_FLOW``; the backward track then starts at the point
-    itself); None: at the point, as OpenCV does."""
+    Lucas-Kanade (``window`` px, ``levels`` pyramid levels above the image) and back; returns
+    ``(p2, kept)``: every point's track ``[N, 2]`` float32 and ``[N]`` bool, True where both
+    passes converged and the backward track returned within ``round_trip`` px. ``guess``
+    (``[N, 2]``): where each forward track starts (``cv2.OPTFLOW_USE_INITIAL_FLOW``; the
+    backward track then starts at the point itself); None: at the point, as OpenCV does."""
     p1 = np.asarray(p1, np.float32).reshape(-1, 1, 2)
+    if len(p1) == 0:
+        return np.zeros((0, 2), np.float32), np.zeros(0, bool)
     lk = {"winSize": (int(window), int(window)), "maxLevel": int(levels),
           "criteria": (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 30, 0.01)}
     if guess is None:
@@ -216,9 +230,17 @@ def lk_round_trip(g1, g2, p1, guess=None, *, window: int = 21, levels: int = 3,
         start = np.asarray(guess, np.float32).reshape(-1, 1, 2).copy()
         p2, ok2, _ = cv2.calcOpticalFlowPyrLK(g1, g2, p1, start, **lk)
         back, ok1, _ = cv2.calcOpticalFlowPyrLK(g2, g1, p2, p1.copy(), **lk)
-    keep = (ok2.ravel() == 1) & (ok1.ravel() == 1) & (
+    kept = (ok2.ravel() == 1) & (ok1.ravel() == 1) & (
         np.linalg.norm((back - p1).reshape(-1, 2), axis=1) <= round_trip)
-    return p1[keep].reshape(-1, 2), p2[keep].reshape(-1, 2)
+    return p2.reshape(-1, 2), kept
+
+
+def lk_round_trip(g1, g2, p1, guess=None, *, window: int = 21, levels: int = 3,
+                  round_trip: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+    """The kept tracks ``(p1, p2)`` of :func:`lk_track` (same arguments), each ``[M, 2]`` float32."""
+    p1 = np.asarray(p1, np.float32).reshape(-1, 2)
+    p2, kept = lk_track(g1, g2, p1, guess, window=window, levels=levels, round_trip=round_trip)
+    return p1[kept], p2[kept]
 
 
 def dis_flow(img1, img2, preset: str = "medium") -> np.ndarray:

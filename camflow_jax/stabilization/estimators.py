@@ -57,7 +57,7 @@ import numpy as np
 
 from camflow_jax.data import depth as depth_lib
 from camflow_jax.estimators import plausibility, registry
-from camflow_jax.geometry import background
+from camflow_jax.geometry import background, classical
 from camflow_jax.geometry import host as geometry_np
 
 __all__ = ["DEFAULT", "Estimator", "RegistryEstimator", "CamFlowEstimator", "make_estimator",
@@ -289,8 +289,6 @@ def inlier_homography(flow, weights=None, *, min_weight: float = 0.5, num_points
     and at least 0.5 px), then least squares on RANSAC's inliers. If fewer than ``min_points``
     pass the weight test, the best-weighted half of the grid is used instead.
     """
-    import cv2
-
     flow = np.asarray(flow, np.float32)
     if flow.ndim != 3 or flow.shape[-1] != 2:
         raise ValueError(f"flow must be [H, W, 2], got shape {flow.shape}")
@@ -312,11 +310,7 @@ def inlier_homography(flow, weights=None, *, min_weight: float = 0.5, num_points
     dst = src + f[keep]
     if threshold is None:
         threshold = max(0.5, 1e-3 * float(np.hypot(h, w)))
-    H, _ = cv2.findHomography(src.reshape(-1, 1, 2), dst.reshape(-1, 1, 2), cv2.RANSAC,
-                              float(threshold), maxIters=2000, confidence=0.999)
-    if H is None or not np.all(np.isfinite(H)) or abs(H[2, 2]) < 1e-12:
-        return None
-    return (H / H[2, 2]).astype(np.float64)
+    return classical.robust_fit(src, dst, "ransac", threshold, max_iters=2000)[0]
 
 
 class CamFlowEstimator(Estimator):

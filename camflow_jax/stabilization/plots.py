@@ -12,7 +12,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from camflow_jax.geometry.classical import to_gray_u8
+from camflow_jax.geometry.classical import lk_track, to_gray_u8
 
 __all__ = ["PointTracker", "plot_camera_path", "plot_trajectories", "COLORS"]
 
@@ -54,13 +54,8 @@ class PointTracker:
             alive = np.all(np.isfinite(pts), axis=1)
             new = np.full_like(pts, np.nan)
             if alive.any():
-                p0 = pts[alive].reshape(-1, 1, 2)
-                lk = dict(winSize=(21, 21), maxLevel=3)
-                p1, st, _ = cv2.calcOpticalFlowPyrLK(self._prev, gray, p0, None, **lk)
-                pb, stb, _ = cv2.calcOpticalFlowPyrLK(gray, self._prev, p1, None, **lk)
-                good = ((st[:, 0] == 1) & (stb[:, 0] == 1)
-                        & (np.linalg.norm(pb - p0, axis=-1)[:, 0] < 1.0))
-                vals = p1.reshape(-1, 2)
+                # round trip within 1 px (lk_track's defaults: 21 px windows, 3 levels)
+                vals, good = lk_track(self._prev, gray, pts[alive], round_trip=1.0)
                 vals[~good] = np.nan
                 new[alive] = vals
             self._pts = new
