@@ -119,6 +119,41 @@ def test_frame_folders_and_motion_reuse(tmp_path, clip):
     assert json.loads((tmp_path / "a.json").read_text())["fps"] == 12.0
 
 
+def test_pass_two_reuses_pass_one_frames_within_the_limit(tmp_path, clip, monkeypatch):
+    """A short clip is decoded once: pass 2 renders the frames pass 1 kept, and the output is the
+    one a second decoding gives (KEEP_FRAMES_BYTES 0: decoded twice, as longer clips are)."""
+    from camflow_jax.stabilization import runner
+
+    src = tmp_path / "in.avi"
+    video_io.write_frames(str(src), clip.frames, fps=24.0)
+    decodes = []
+    original = video_io.FrameSource.__iter__
+
+    def counted(self):
+        decodes.append(1)
+        return original(self)
+
+    monkeypatch.setattr(video_io.FrameSource, "__iter__", counted)
+    args = ["--estimator=klt_ransac", "-q"]
+    assert stabilize.main([str(src), "-o", str(tmp_path / "kept")] + args) == 0
+    assert len(decodes) == 2  # FrameSource's first-frame peek, then pass 1
+    monkeypatch.setattr(runner, "KEEP_FRAMES_BYTES", 0)
+    assert stabilize.main([str(src), "-o", str(tmp_path / "again")] + args) == 0
+    assert len(decodes) == 2 + 3  # the peek, pass 1 and pass 2
+    names = sorted(os.listdir(tmp_path / "kept"))
+    assert names == sorted(os.listdir(tmp_path / "again")) and len(names) == 20
+    for name in names:
+        np.testing.assert_array_equal(cv2.imread(str(tmp_path / "kept" / name)),
+                                      cv2.imread(str(tmp_path / "again" / name)))
+    keep = runner.KeptFrames(limit=3 * clip.frames[0].nbytes)
+    for f in clip.frames[:3]:
+        keep.add(f)
+    assert keep.complete(3) and not keep.complete(4) and len(keep.frames()) == 3
+    keep.add(clip.frames[3])  # past the limit: nothing is kept from now on
+    keep.add(clip.frames[4])
+    assert not keep.complete(3) and keep.frames() == []
+
+
 def test_frame_size_change_is_an_error(tmp_path):
     d = tmp_path / "mixed"
     d.mkdir()
