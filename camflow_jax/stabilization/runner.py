@@ -156,7 +156,6 @@ def stabilize_video(input_path: str, output_path: str, estimator,
         raise err from e
 
 
-#: OS failures of a write that mean the disk (or the user's quota) is full.
 #: Pass 1's decoded frames are kept for pass 2 while they take at most this many bytes (1,490
 #: frames at 200x150, 145 at 640x480); a longer or larger clip is decoded again, so memory
 #: stays bounded however long the clip. Pass 2 then skips a second decoding: a 120-frame
@@ -192,6 +191,7 @@ class KeptFrames:
         return list(self._frames or ())
 
 
+#: OS failures of a write that mean the disk (or the user's quota) is full.
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
