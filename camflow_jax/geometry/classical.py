@@ -145,11 +145,6 @@ def robust_fit(src, dst, method: str = "ransac", threshold: float = 3.0, *,
     return (H / H[2, 2]).astype(np.float64), mask.ravel() > 0
 
 
-def _robust_homography(src, dst, method: str, threshold: float) -> np.ndarray | None:
-    """:func:`robust_fit`'s homography alone (None when the fit fails)."""
-    return robust_fit(src, dst, method, threshold)[0]
-
-
 def feature_homography(img1, img2, detector: str = "sift", method: str = "magsac", *,
                        ratio: float = 0.7, min_matches: int = 10, threshold: float = 3.0,
                        max_features: int = 4000, stretch: bool = False,
@@ -176,9 +171,7 @@ def feature_homography(img1, img2, detector: str = "sift", method: str = "magsac
     good = [m[0] for m in pairs if len(m) == 2 and m[0].distance < ratio * m[1].distance]
     if len(good) < max(min_matches, 4):
         return None
-    src = p1[[m.queryIdx for m in good]].reshape(-1, 1, 2)
-    dst = p2[[m.trainIdx for m in good]].reshape(-1, 1, 2)
-    return _robust_homography(src, dst, method, threshold)
+    return robust_fit(p1[[m.queryIdx for m in good]], p2[[m.trainIdx for m in good]], method, threshold)[0]
 
 
 def klt_homography(img1, img2, method: str = "ransac", *, max_corners: int = 1000,
@@ -206,7 +199,7 @@ def klt_homography(img1, img2, method: str = "ransac", *, max_corners: int = 100
     p1, p2 = lk_round_trip(g1, g2, p1, window=window, levels=levels, round_trip=round_trip)
     if len(p1) < max(min_tracks, 4):
         return None
-    return _robust_homography(p1.reshape(-1, 1, 2), p2.reshape(-1, 1, 2), method, threshold)
+    return robust_fit(p1, p2, method, threshold)[0]
 
 
 def lk_track(g1, g2, p1, guess=None, *, window: int = 21, levels: int = 3,
