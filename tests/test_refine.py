@@ -577,3 +577,26 @@ def test_detail_level_refines_against_the_full_resolution_images():
     assert interior_epe(geometry_np.resize_flow(fixed["flow"], Hd, Wd), truth, margin=16) < 0.02
     with pytest.raises(ValueError, match="detail stacks"):  # smaller than the working size (traced only)
         jax.eval_shape(lambda: R.refine_motion(s1, s2, HB, np.zeros((1, 12)), cfg, detail=(g1[:H // 2], g2[:H // 2])))
+
+
+def test_detail_level_without_the_noise_test():
+    # noise_presmooth=None (no noise test) with a detail level crashed building the detail
+    # stacks (the pair's "not noisy" flag chose between two pre-blurs, one of them None). It now
+    # refines like a config whose test never fires (the same 1-px pre-blur), and the detail
+    # stacks are the images' own stacks at the plain pre-blur (the closed form: blur, normalise).
+    rng = np.random.default_rng(15)
+    img1, img2, _ = fx.make_pair(rng, 2 * H, 2 * W, jitter=4.0)
+    g1, g2 = (cv2.cvtColor(x, cv2.COLOR_RGB2GRAY).astype(np.float32) for x in (img1, img2))
+    s1, s2 = (cv2.resize(x, (W, H), interpolation=cv2.INTER_AREA) for x in (g1, g2))
+    base = CFG.replace(detail_size=2 * W, detail_stride=4)
+    off = base.replace(noise_presmooth=None)
+    never = base.replace(noise_ratio=1e9)  # the test runs and never fires
+    got = [{k: np.asarray(v) for k, v in R.refine_motion(s1, s2, HB, jnp.zeros((1, 12)), c, detail=(g1, g2)).items()}
+           for c in (off, never)]
+    assert got[0]["improved"] and not got[1]["noisy"]
+    np.testing.assert_allclose(got[0]["flow"], got[1]["flow"], atol=1e-4)
+    stack, _ = refine_pyramid.detail_stacks(g1, g2, off, jnp.asarray(False))
+    phi = refine_pyramid.local_normalize(g1, off.local_sigma, off.epsilon, off.presmooth)
+    np.testing.assert_allclose(np.asarray(stack[..., 0]), np.asarray(phi), atol=1e-5)
+    assert not np.allclose(np.asarray(stack[..., 0]),
+                           np.asarray(refine_pyramid.local_normalize(g1, off.local_sigma, off.epsilon, 2.0)), atol=1e-3)

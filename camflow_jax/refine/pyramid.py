@@ -127,7 +127,8 @@ def image_pyramid(g: jax.Array, cfg: RefineConfig = RefineConfig(), noisy=None) 
     plays both roles in a pair (image 2 of one direction, image 1 of the other), so a pair needs
     two pyramids, not four (:func:`refine_pair`). ``noisy``: None, or a bool scalar choosing
     ``cfg.noise_presmooth`` over ``cfg.presmooth`` as the pre-blur (:func:`pair_pyramids`;
-    only the pre-blur is switched, so the rest is compiled once)."""
+    only the pre-blur is switched, so the rest is compiled once; ignored when the config has
+    no second pre-blur)."""
     levels = [jnp.asarray(g, jnp.float32)]
     for _ in range(cfg.levels - 1):
         levels.append(_half(levels[-1]))
@@ -138,7 +139,7 @@ def image_stack(g: jax.Array, cfg: RefineConfig = RefineConfig(), noisy=None) ->
     """One level of :func:`image_pyramid`: ``[H, W, 3]`` (phi, d phi/dx, d phi/dy) of a grey
     ``[H, W]`` at its own resolution (the pre-blur and the normalisation window in its pixels)."""
     g = jnp.asarray(g, jnp.float32)
-    if noisy is None:
+    if noisy is None or cfg.noise_presmooth is None or cfg.noise_presmooth == cfg.presmooth:  # one pre-blur
         pre = geometry.gaussian_blur(g, cfg.presmooth)
     else:
         pre = jax.lax.cond(noisy, lambda x: geometry.gaussian_blur(x, cfg.noise_presmooth),
