@@ -205,11 +205,14 @@ def _level(data, coeffs0, sigma, max_iters: int, cfg: RefineConfig, grad1=None):
         cand = s["w"] + delta
         cost, pixels = _cost(data, cand, c)
         ok = jnp.isfinite(cost) & (cost < s["cost"])
-        # The normal equations only for an accepted step (a rejected one retries the same
-        # system with more damping): rejected trials cost a residual, not a Jacobian.
-        A, g = jax.lax.cond(ok, lambda: _normal_equations(data, pixels, grad1), lambda: (s["A"], s["g"]))
         # the largest flow change at the level's pixels
         change = jnp.maximum(jnp.max(jnp.abs(_dot(delta, data[3]))), jnp.max(jnp.abs(_dot(delta, data[4]))))
+        converged = ok & (change < cfg.tol)
+        # The normal equations only for an accepted step that another iteration will use (a
+        # rejected one retries the same system with more damping; after the last iteration, or
+        # a converged step, nothing reads them): rejected and final trials cost a residual.
+        A, g = jax.lax.cond(ok & ~converged & (s["it"] + 1 < max_iters),
+                            lambda: _normal_equations(data, pixels, grad1), lambda: (s["A"], s["g"]))
         new = {
             "w": jnp.where(ok, cand, s["w"]),
             "cost": jnp.where(ok, cost, s["cost"]),
@@ -218,7 +221,7 @@ def _level(data, coeffs0, sigma, max_iters: int, cfg: RefineConfig, grad1=None):
             "lam": jnp.where(ok, jnp.maximum(s["lam"] / 3.0, 1e-7), s["lam"] * 4.0),
             "it": s["it"] + 1,
         }
-        new["done"] = (ok & (change < cfg.tol)) | (new["lam"] > 1e6)
+        new["done"] = converged | (new["lam"] > 1e6)
         return new
 
     state = {"w": coeffs0, "cost": cost0, "A": A0, "g": g0,
