@@ -140,10 +140,10 @@ def test_predictor_functions_export_for_gpu_and_tpu(small_predictor):
               if c.name == "_forward"]
     names = [c.name for c in calls]
     # forward (flows-only); the static bases' pyramid (cached per size: the capture empties the
-    # cache); the pair's image pyramids and detail stacks; each direction's refinement (one
-    # signature); the forward flow's homography; forward with confidence
-    assert names == ["_forward", "_basis_pyramid", "_refine_images", "_refine_direction", "_refine_direction",
-                     "_flow_homography", "_forward"], names
+    # cache); the pair's image pyramids and detail stacks; each direction's basis set and starts,
+    # then its refinement (one signature each); the forward flow's homography; forward with confidence
+    assert names == ["_forward", "_basis_pyramid", "_refine_images", "_direction_bases", "_refine_direction",
+                     "_direction_bases", "_refine_direction", "_flow_homography", "_forward"], names
     assert [c.kwargs.get("confidence") for c in calls if c.name == "_forward"] == [False, True]
     seen, products = set(), {}
     for c in calls:
@@ -165,7 +165,7 @@ def test_predictor_functions_export_for_gpu_and_tpu(small_predictor):
     assert small_predictor.precision == "exact"
     assert products["_forward"] > 100, products
     assert products["_refine_direction"] > 0 and products["_flow_homography"] > 0, products
-    assert len(seen) == 6  # forward x2, static bases pyramid, images, one direction, homography
+    assert len(seen) == 7  # forward x2, static bases pyramid, images, a direction's bases and solve, homography
 
 
 def test_captured_calls_are_the_ones_the_predictor_runs(small_predictor, monkeypatch):

@@ -2,15 +2,15 @@
 
 Given the network's estimate of a landscape pair at the input's resolution, it works at the
 refinement's working size (the input, or shrunk so its longer side is ``RefineConfig.max_size``;
-a detail level up to ``RefineConfig.detail_size``), in three jitted calls per pair:
+a detail level up to ``RefineConfig.detail_size``), in jitted calls per pair:
 
 1. the pair's image pyramids and detail stacks (:func:`camflow_jax.refine.pyramid.pair_pyramids`,
    :func:`~camflow_jax.refine.pyramid.detail_stacks`: each image once);
-2. per direction, its basis set (the network's static bases resized to the working size, as a
-   :class:`~camflow_jax.refine.pyramid.BasisPyramid` cached per size; depth bases built from
-   that direction's depth), its start coefficients (``RefineConfig.starts``) and the solver
-   (:func:`camflow_jax.refine.solver.refine_with_pyramids`): one compilation for both
-   directions, run in two threads on a multi-core CPU;
+2. per direction, two calls, compiled once for both directions and run in two threads on a
+   multi-core CPU: its basis set (the network's static bases resized to the working size, as a
+   :class:`~camflow_jax.refine.pyramid.BasisPyramid` cached per size, joined with depth bases
+   built from that direction's depth) and its start coefficients (``RefineConfig.starts``);
+   then the solver (:func:`camflow_jax.refine.solver.refine_with_pyramids`);
 3. the forward flow's homography.
 
 Host work around them (cv2, cheap): grey images and depth resized to the working size, the
@@ -90,8 +90,13 @@ class PairRefiner:
                                           static_argnames=("size", "cfg", "detail_hw"))
         self._refine_images = ExportedJit(self._refine_images_impl, name="PairRefiner.images",
                                           static_argnames=("cfg",))
-        self._refine_direction = ExportedJit(self._refine_direction_impl, name="PairRefiner.direction", key=key,
-                                             static_argnames=("input_hw", "cfg"))
+        # A direction as two calls: in one program XLA fused the depth bases' samples at the
+        # detail level into the solver's consumers, ~3.5 ms more a direction at 320x576
+        # (docs/performance.md, "The refinement's cost").
+        self._direction_bases = ExportedJit(self._direction_bases_impl, name="PairRefiner.direction_bases",
+                                            key=key, static_argnames=("size", "input_hw", "detail_hw", "cfg"))
+        self._refine_direction = ExportedJit(self._solve_direction_impl, name="PairRefiner.direction", key=key,
+                                             static_argnames=("cfg",))
         self._flow_homography = ExportedJit(flow_homography, name="PairRefiner.flow_homography")
         # the batched path (refine_batch): every pair of a batch, both directions, in one program
         self._refine_batch = ExportedJit(self._refine_batch_impl, name="PairRefiner.batch", key=key,
@@ -160,22 +165,23 @@ class PairRefiner:
     def _refine_pair(self, static_bp, g1, g2, d1, d2, K, coeffs, hflows, detail, *, input_hw, cfg):
         """Both directions of a pair at the working size: the images' pyramids (each image once:
         it is image 2 of one direction and image 1 of the other) and detail stacks in one jitted
-        call, then each direction (its basis set: the shared static part, depth bases from its
-        own depth; its start coefficients; its refinement) in another, compiled once for both.
+        call, then each direction in two more (its basis set: the shared static part, depth bases
+        from its own depth, and its start coefficients; then its refinement), compiled once for
+        both (:meth:`_direction`).
         ``K`` is the input's intrinsics, resized here; ``coeffs`` ``[2, N]`` and ``hflows``
         ``[2, h, w, 2]`` (forward, backward); ``detail``: None or the grey images at the detail
         size (:meth:`detail_size`); ``coeffs`` of the forward direction alone (``[1, N]``)
         refine it alone. Returns :func:`camflow_jax.refine.refine_with_pyramids`'s dict (numpy)
         with a leading axis of 2 (1), plus ``noisy`` and the forward flow's homography.
 
-        Three calls rather than one: the pair as one computation needs more scratch memory than
+        Several calls rather than one: the pair as one computation needs more scratch memory than
         glibc's malloc keeps for reuse (32 MiB), so every call mapped it afresh and the kernel
         faulted and zeroed it in (docs/refinement.md, "Cost (eighth round)")."""
         p1, p2, noisy, stacks = self._refine_images(g1, g2, detail, cfg=cfg)
         dets = (None, None) if stacks is None else ((stacks[0], stacks[1]), (stacks[1], stacks[0]))
         directions = ((p1, p2, d1, dets[0]), (p2, p1, d2, dets[1]))[:len(coeffs)]  # forward only: one
         runs = self._in_parallel(
-            [lambda i=i, pa=pa, pb=pb, d=d, det=det: self._refine_direction(
+            [lambda i=i, pa=pa, pb=pb, d=d, det=det: self._direction(
                 static_bp, pa, pb, d, K, coeffs[i], hflows[i], det, input_hw=input_hw, cfg=cfg)
              for i, (pa, pb, d, det) in enumerate(directions)],
             on_cpu=isinstance(p1[-1], jax.Array) and all(dev.platform == "cpu" for dev in p1[-1].devices()))
@@ -214,19 +220,43 @@ class PairRefiner:
         stacks = None if detail is None else refine_pyramid.detail_stacks(detail[0], detail[1], cfg, noisy)
         return p1, p2, noisy, stacks
 
-    def _refine_direction_impl(self, static_bp, pa, pb, d, K, coeffs, hflow, detail, *, input_hw, cfg):
-        """One direction's refinement (jitted; the backward is the same call with the images,
-        depth and starts swapped)."""
+    def _direction(self, static_bp, pa, pb, d, K, coeffs, hflow, detail, *, input_hw, cfg):
+        """One direction's refinement as two jitted calls (:meth:`_direction_bases_impl`, then
+        :meth:`_solve_direction_impl`); the backward is the same calls with the images, depth
+        and starts swapped."""
+        bp, starts = self._direction_bases(static_bp, d, K, coeffs, hflow, size=tuple(pa[-1].shape[:2]),
+                                           input_hw=input_hw, cfg=cfg,
+                                           detail_hw=None if detail is None else tuple(detail[0].shape[:2]))
+        # the static part's full-size bases are not copied through the call
+        bp = bp._replace(full=tuple(static_bp.full) + tuple(bp.full))
+        return self._refine_direction(bp, pa, pb, starts, detail, cfg=cfg)
+
+    def _direction_bases_impl(self, static_bp, d, K, coeffs, hflow, *, size, input_hw, detail_hw, cfg,
+                              with_static=False):
+        """A direction's basis set (the static part joined with depth bases from its depth
+        ``d``, with their samples at the detail level's pixels when ``detail_hw`` is given) and
+        its start coefficients: ``(BasisPyramid, starts [S, N])``. ``size``: the working size."""
         if self.num_depth:
-            Kw = geometry.resize_intrinsics(K, input_hw, pa[-1].shape[:2])
+            Kw = geometry.resize_intrinsics(K, input_hw, tuple(size))
             depth_bp = self._depth_bases(d, Kw, cfg)
-            if detail is not None:  # the static part's detail samples are cached with it
-                depth_bp = refine_pyramid.with_detail(depth_bp, detail[0].shape[:2], cfg.detail_stride)
+            if detail_hw is not None:  # the static part's detail samples are cached with it
+                depth_bp = refine_pyramid.with_detail(depth_bp, detail_hw, cfg.detail_stride)
             bp = refine_pyramid.join_basis_pyramids(static_bp, depth_bp)
         else:
             bp = static_bp
         starts = self._starts_impl(bp, coeffs, hflow, cfg=cfg)
+        return (bp if with_static else bp._replace(full=bp.full[len(static_bp.full):])), starts
+
+    def _solve_direction_impl(self, bp, pa, pb, starts, detail, *, cfg):
+        """A direction's solve (:func:`camflow_jax.refine.solver.refine_with_pyramids`)."""
         return refine_solver.refine_with_pyramids(pa, pb, bp, starts, cfg, self.basis_groups, detail)
+
+    def _refine_direction_impl(self, static_bp, pa, pb, d, K, coeffs, hflow, detail, *, input_hw, cfg):
+        """:meth:`_direction` as one traced function (the batched program vmaps it)."""
+        bp, starts = self._direction_bases_impl(static_bp, d, K, coeffs, hflow, size=tuple(pa[-1].shape[:2]),
+                                                input_hw=input_hw, cfg=cfg, with_static=True,
+                                                detail_hw=None if detail is None else tuple(detail[0].shape[:2]))
+        return self._solve_direction_impl(bp, pa, pb, starts, detail, cfg=cfg)
 
     @staticmethod
     def stack_host_inputs(hosts: list) -> dict:

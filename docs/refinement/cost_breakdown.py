@@ -1,5 +1,5 @@
 """Splits the refined call's added time into the jitted refinement (``PairRefiner._refine_pair``:
-its three jitted functions for both directions, timed by a wrapper on the instance) and the
+its jitted functions for both directions, timed by a wrapper on the instance) and the
 host-side rest (grey images and depth at the working and detail sizes, transfers, resizing the
 results back).
 Usage: python docs/refinement/cost_breakdown.py

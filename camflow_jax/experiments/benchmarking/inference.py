@@ -131,7 +131,7 @@ def bench_refine(opts: BenchmarkOptions) -> dict:
     pairs = [(s["img1"], s["img2"], {"depth1": s["depth1"], "depth2": s["depth2"], "intrinsics": s["K"]})
              for s in (src[0], src[1])]
     pred = Predictor.from_pretrained(precision=precision_of(opts))
-    jitted = ("_forward", "_basis_pyramid", "_refine_images", "_refine_direction")
+    jitted = ("_forward", "_basis_pyramid", "_refine_images", "_direction_bases", "_refine_direction")
 
     def cache_sizes():
         return {k: getattr(getattr(pred, k, None), "_cache_size", lambda: None)() for k in jitted}
