@@ -235,7 +235,10 @@ class PairRefiner:
                               with_static=False):
         """A direction's basis set (the static part joined with depth bases from its depth
         ``d``, with their samples at the detail level's pixels when ``detail_hw`` is given) and
-        its start coefficients: ``(BasisPyramid, starts [S, N])``. ``size``: the working size."""
+        its start coefficients: ``(BasisPyramid, starts [S, N])``. ``size``: the working size.
+        ``with_static``: keep the static groups' full-size maps in the result; without it only
+        the depth groups' are returned (:meth:`_direction` puts the static ones back on the
+        host: returned from a call, an input is copied)."""
         if self.num_depth:
             Kw = geometry.resize_intrinsics(K, input_hw, tuple(size))
             depth_bp = self._depth_bases(d, Kw, cfg)
