@@ -224,21 +224,28 @@ class PairRefiner:
         """One direction's refinement as two jitted calls (:meth:`_direction_bases_impl`, then
         :meth:`_solve_direction_impl`); the backward is the same calls with the images, depth
         and starts swapped."""
-        bp, starts = self._direction_bases(static_bp, d, K, coeffs, hflow, size=tuple(pa[-1].shape[:2]),
-                                           input_hw=input_hw, cfg=cfg,
-                                           detail_hw=None if detail is None else tuple(detail[0].shape[:2]))
-        # the static part's full-size bases are not copied through the call
-        bp = bp._replace(full=tuple(static_bp.full) + tuple(bp.full))
-        return self._refine_direction(bp, pa, pb, starts, detail, cfg=cfg)
+        bp, starts = self._direction_bases(static_bp, d, K, coeffs, hflow, **self._bases_static(pa, detail, input_hw),
+                                           cfg=cfg)
+        return self._refine_direction(self._with_static_full(bp, static_bp), pa, pb, starts, detail, cfg=cfg)
 
-    def _direction_bases_impl(self, static_bp, d, K, coeffs, hflow, *, size, input_hw, detail_hw, cfg,
-                              with_static=False):
+    @staticmethod
+    def _bases_static(pa, detail, input_hw) -> dict:
+        """:meth:`_direction_bases_impl`'s static sizes for image pyramid ``pa`` and ``detail``."""
+        return {"size": tuple(pa[-1].shape[:2]), "input_hw": input_hw,
+                "detail_hw": None if detail is None else tuple(detail[0].shape[:2])}
+
+    @staticmethod
+    def _with_static_full(bp, static_bp):
+        """``bp`` (:meth:`_direction_bases_impl`'s, without the static groups' full-size maps)
+        with them put back in front."""
+        return bp._replace(full=tuple(static_bp.full) + tuple(bp.full))
+
+    def _direction_bases_impl(self, static_bp, d, K, coeffs, hflow, *, size, input_hw, detail_hw, cfg):
         """A direction's basis set (the static part joined with depth bases from its depth
         ``d``, with their samples at the detail level's pixels when ``detail_hw`` is given) and
         its start coefficients: ``(BasisPyramid, starts [S, N])``. ``size``: the working size.
-        ``with_static``: keep the static groups' full-size maps in the result; without it only
-        the depth groups' are returned (:meth:`_direction` puts the static ones back on the
-        host: returned from a call, an input is copied)."""
+        The static groups' full-size maps are left out of the result (returned from a call, an
+        input is copied): :meth:`_with_static_full` puts them back."""
         if self.num_depth:
             Kw = geometry.resize_intrinsics(K, input_hw, tuple(size))
             depth_bp = self._depth_bases(d, Kw, cfg)
@@ -248,7 +255,7 @@ class PairRefiner:
         else:
             bp = static_bp
         starts = self._starts_impl(bp, coeffs, hflow, cfg=cfg)
-        return (bp if with_static else bp._replace(full=bp.full[len(static_bp.full):])), starts
+        return bp._replace(full=bp.full[len(static_bp.full):]), starts
 
     def _solve_direction_impl(self, bp, pa, pb, starts, detail, *, cfg):
         """A direction's solve (:func:`camflow_jax.refine.solver.refine_with_pyramids`)."""
@@ -256,10 +263,9 @@ class PairRefiner:
 
     def _refine_direction_impl(self, static_bp, pa, pb, d, K, coeffs, hflow, detail, *, input_hw, cfg):
         """:meth:`_direction` as one traced function (the batched program vmaps it)."""
-        bp, starts = self._direction_bases_impl(static_bp, d, K, coeffs, hflow, size=tuple(pa[-1].shape[:2]),
-                                                input_hw=input_hw, cfg=cfg, with_static=True,
-                                                detail_hw=None if detail is None else tuple(detail[0].shape[:2]))
-        return self._solve_direction_impl(bp, pa, pb, starts, detail, cfg=cfg)
+        bp, starts = self._direction_bases_impl(static_bp, d, K, coeffs, hflow,
+                                                **self._bases_static(pa, detail, input_hw), cfg=cfg)
+        return self._solve_direction_impl(self._with_static_full(bp, static_bp), pa, pb, starts, detail, cfg=cfg)
 
     @staticmethod
     def stack_host_inputs(hosts: list) -> dict:

@@ -135,11 +135,17 @@ def image_pyramid(g: jax.Array, cfg: RefineConfig = RefineConfig(), noisy=None) 
     return tuple(image_stack(a, cfg, noisy) for a in levels[::-1])
 
 
+def _one_preblur(cfg: RefineConfig) -> bool:
+    """Whether ``cfg`` has a single pre-blur (no noise test): ``noise_presmooth`` off or equal to
+    ``presmooth``."""
+    return cfg.noise_presmooth is None or cfg.noise_presmooth == cfg.presmooth
+
+
 def image_stack(g: jax.Array, cfg: RefineConfig = RefineConfig(), noisy=None) -> jax.Array:
     """One level of :func:`image_pyramid`: ``[H, W, 3]`` (phi, d phi/dx, d phi/dy) of a grey
     ``[H, W]`` at its own resolution (the pre-blur and the normalisation window in its pixels)."""
     g = jnp.asarray(g, jnp.float32)
-    if noisy is None or cfg.noise_presmooth is None or cfg.noise_presmooth == cfg.presmooth:  # one pre-blur
+    if noisy is None or _one_preblur(cfg):
         pre = geometry.gaussian_blur(g, cfg.presmooth)
     else:
         pre = jax.lax.cond(noisy, lambda x: geometry.gaussian_blur(x, cfg.noise_presmooth),
@@ -160,7 +166,7 @@ def pair_pyramids(g1: jax.Array, g2: jax.Array, cfg: RefineConfig = RefineConfig
     smallest = NOISE_BLOCK + 2  # noise_ratio's minimum
     while max(a.shape) > NOISE_SIZE and min(a.shape) >= 2 * smallest:
         a, b = _half(a), _half(b)
-    if cfg.noise_presmooth is None or cfg.noise_presmooth == cfg.presmooth or min(a.shape) < smallest:
+    if _one_preblur(cfg) or min(a.shape) < smallest:
         # no test (off, or an image too small for 8x8 blocks)
         return image_pyramid(g1, cfg), image_pyramid(g2, cfg), jnp.asarray(False)
     noisy = jnp.maximum(noise_ratio(a), noise_ratio(b)) > cfg.noise_ratio
