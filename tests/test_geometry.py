@@ -149,13 +149,37 @@ def test_resize_flow_align_corners_and_scaling():
     np.testing.assert_allclose(const, np.broadcast_to([12.0, 4.0], (16, 64, 2)), atol=1e-5)
 
 
-def test_resize_image_matches_cv2_linear():
+@pytest.mark.parametrize("src,dst", [((30, 40), (60, 80)), ((30, 40), (45, 70)), ((100, 100), (37, 61)),
+                                     ((360, 480), (128, 256)), ((1, 5), (3, 9)), ((7, 1), (3, 1)), ((9, 12), (1, 1))])
+def test_resize_image_matches_cv2_linear(src, dst):
+    # OpenCV's INTER_LINEAR (half-pixel centres, no antialiasing), enlarging and shrinking by
+    # non-integer factors, to and from one pixel; within float32 rounding of 0..255 values
+    # (jax.image.resize's normalized weight matrices were up to 1.4e-3 off at 100 -> 37x61)
     rng = np.random.default_rng(6)
-    img = rng.uniform(0, 255, (30, 40, 3)).astype(np.float32)
-    for h, w in [(60, 80), (45, 70)]:
-        out = np.asarray(G.resize_image(jnp.asarray(img), h, w))
-        ref = cv2.resize(img, (w, h), interpolation=cv2.INTER_LINEAR)
-        np.testing.assert_allclose(out, ref, atol=1e-2)
+    img = rng.uniform(0, 255, src + (3,)).astype(np.float32)
+    h, w = dst
+    out = np.asarray(G.resize_image(jnp.asarray(img), h, w))
+    ref = cv2.resize(img, (w, h), interpolation=cv2.INTER_LINEAR).reshape(h, w, 3)
+    np.testing.assert_allclose(out, ref, atol=2e-4)
+    batched = np.asarray(jax.jit(lambda x: G.resize_image(x, h, w))(jnp.asarray(np.stack([img, img[::-1]]))))
+    np.testing.assert_allclose(batched[1], cv2.resize(img[::-1].copy(), (w, h), interpolation=cv2.INTER_LINEAR)
+                               .reshape(h, w, 3), atol=2e-4)
+
+
+def test_channel_mean_is_the_mean_and_the_host_grey():
+    from camflow_jax.geometry import host as geometry_np
+
+    rng = np.random.default_rng(9)
+    for c in (1, 2, 3, 5):
+        x = rng.uniform(-300, 300, (2, 13, 17, c)).astype(np.float32)
+        out = np.asarray(jax.jit(G.channel_mean)(jnp.asarray(x)))
+        assert out.shape == (2, 13, 17, 1)
+        np.testing.assert_allclose(out[..., 0], x.astype(np.float64).mean(-1), rtol=0, atol=1e-4)
+    # three channels: the host's grey image (the refinement's host and device halves), to the
+    # rounding of XLA's division by a constant (a multiplication by its reciprocal)
+    img = rng.uniform(0, 255, (11, 14, 3)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(G.channel_mean(jnp.asarray(img)))[..., 0], geometry_np.gray(img),
+                               rtol=2e-7, atol=0)
 
 
 @pytest.mark.parametrize("lib", ["geometry", "geometry_np"])

@@ -37,6 +37,7 @@ __all__ = [
     "resize_flow",
     "resize_bilinear_align_corners",
     "resize_image",
+    "channel_mean",
     "gaussian_blur",
     "resize_intrinsics",
     "crop_intrinsics",
@@ -264,6 +265,20 @@ def compose_flows(f12: jax.Array, f23: jax.Array) -> jax.Array:
     return f12 + warp(f23, f12, mode="edge")
 
 
+def _two_tap(x: jax.Array, y0, y1, fy, x0, x1, fx) -> jax.Array:
+    """Bilinear interpolation of ``[..., H, W, C]`` at separable taps: output row i reads input
+    rows ``y0[i]``, ``y1[i]`` with weights ``1 - fy[i]``, ``fy[i]`` (likewise for columns). Four
+    row and column gathers, no matrix product: memory-bound, a few hundred microseconds for a
+    video frame on one CPU core."""
+    fy = jnp.asarray(fy)[:, None, None].astype(x.dtype)
+    fx = jnp.asarray(fx)[None, :, None].astype(x.dtype)
+    rows0 = jnp.take(x, y0, axis=-3)
+    rows1 = jnp.take(x, y1, axis=-3)
+    top = jnp.take(rows0, x0, axis=-2) * (1 - fx) + jnp.take(rows0, x1, axis=-2) * fx
+    bot = jnp.take(rows1, x0, axis=-2) * (1 - fx) + jnp.take(rows1, x1, axis=-2) * fx
+    return top * (1 - fy) + bot * fy
+
+
 def resize_bilinear_align_corners(x: jax.Array, h: int, w: int) -> jax.Array:
     """Align-corners bilinear resize of ``[..., H, W, C]`` (PyTorch ``align_corners=True``)."""
     hi, wi = x.shape[-3], x.shape[-2]
@@ -271,15 +286,7 @@ def resize_bilinear_align_corners(x: jax.Array, h: int, w: int) -> jax.Array:
     xs = jnp.linspace(0.0, wi - 1.0, w) if w > 1 else jnp.zeros((1,))
     y0 = jnp.clip(jnp.floor(ys).astype(jnp.int32), 0, max(hi - 2, 0))
     x0 = jnp.clip(jnp.floor(xs).astype(jnp.int32), 0, max(wi - 2, 0))
-    y1 = jnp.minimum(y0 + 1, hi - 1)
-    x1 = jnp.minimum(x0 + 1, wi - 1)
-    fy = (ys - y0)[:, None, None].astype(x.dtype)
-    fx = (xs - x0)[None, :, None].astype(x.dtype)
-    rows0 = jnp.take(x, y0, axis=-3)
-    rows1 = jnp.take(x, y1, axis=-3)
-    top = jnp.take(rows0, x0, axis=-2) * (1 - fx) + jnp.take(rows0, x1, axis=-2) * fx
-    bot = jnp.take(rows1, x0, axis=-2) * (1 - fx) + jnp.take(rows1, x1, axis=-2) * fx
-    return top * (1 - fy) + bot * fy
+    return _two_tap(x, y0, jnp.minimum(y0 + 1, hi - 1), ys - y0, x0, jnp.minimum(x0 + 1, wi - 1), xs - x0)
 
 
 def resize_flow(flow: jax.Array, h: int, w: int) -> jax.Array:
@@ -290,11 +297,39 @@ def resize_flow(flow: jax.Array, h: int, w: int) -> jax.Array:
     return out * jnp.array([w / wi, h / hi], out.dtype)
 
 
+@functools.lru_cache(maxsize=64)
+def _half_pixel_taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(i0, i1, f) of a half-pixel-centre linear resize of an axis from ``n_in`` to ``n_out``
+    samples: output i sits at ``(i + 0.5) n_in / n_out - 0.5``, clamped to ``[0, n_in - 1]``
+    (the edge pixel's value beyond the outer centres), between inputs i0 and i1 = i0 + 1 at
+    fraction f (computed in float64)."""
+    src = np.clip((np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5, 0.0, n_in - 1.0)
+    i0 = np.minimum(np.floor(src).astype(np.int32), max(n_in - 2, 0))
+    return i0, np.minimum(i0 + 1, n_in - 1), (src - i0).astype(np.float32)
+
+
 def resize_image(image: jax.Array, h: int, w: int) -> jax.Array:
     """Bilinear resize ``[..., H, W, C]`` with half-pixel centres and no antialiasing
-    (PyTorch ``F.interpolate(mode='bilinear', align_corners=False)``)."""
-    shape = image.shape[:-3] + (h, w, image.shape[-1])
-    return jax.image.resize(image, shape, method="linear", antialias=False)
+    (PyTorch ``F.interpolate(mode='bilinear', align_corners=False)``, OpenCV's
+    ``INTER_LINEAR``). Two taps per axis, gathered (:func:`_two_tap`): ``jax.image.resize``
+    computes the same as dense weight-matrix products, 8-50x slower on a CPU (a 1080x1920 frame
+    shrunk to 128x256: 15.7 against 0.31 ms; docs/performance.md, "Preprocessing")."""
+    H, W = image.shape[-3], image.shape[-2]
+    if (H, W) == (int(h), int(w)):
+        return image
+    return _two_tap(image, *_half_pixel_taps(H, int(h)), *_half_pixel_taps(W, int(w)))
+
+
+def channel_mean(x: jax.Array) -> jax.Array:
+    """The mean over the last axis of ``[..., C]``, kept as an axis of 1: the channels added one
+    after the other, then divided by C (the order ``jnp.mean`` adds them: the same values).
+    XLA:CPU reduces a short minor axis element by element; for a 360x480 RGB pair ``jnp.mean``
+    took 10.5 ms, the chained adds 0.14 ms (docs/performance.md, "Preprocessing")."""
+    c = x.shape[-1]
+    total = x[..., 0:1]
+    for i in range(1, c):
+        total = total + x[..., i:i + 1]
+    return total / jnp.asarray(c, x.dtype)
 
 
 def _gaussian_taps(sigma: float) -> np.ndarray:

@@ -298,7 +298,7 @@ def preprocess(images: Any, height: int, width: int, channel_order: str = "rgb")
     std = np.array(IMAGE_STD_BGR, np.float32)
     if channel_order == "rgb":
         mean, std = mean[::-1], std[::-1]
-    gray = jnp.mean((x - mean) / std, axis=-1, keepdims=True)
+    gray = geometry.channel_mean((x - mean) / std)
     if gray.shape[-3:-1] != (height, width):
         gray = geometry.resize_image(gray, int(height), int(width))
     return gray

@@ -23,7 +23,7 @@ __all__ = ['gray', 'local_normalize', 'noise_ratio', 'image_gradients', 'pyramid
 def gray(image: jax.Array) -> jax.Array:
     """``[H, W]`` float32 grey (mean over channels) of ``[H, W]``, ``[H, W, 1]`` or ``[H, W, 3]``."""
     x = jnp.asarray(image, jnp.float32)
-    return x.mean(axis=-1) if x.ndim == 3 else x
+    return geometry.channel_mean(x)[..., 0] if x.ndim == 3 else x
 
 
 def local_normalize(g: jax.Array, sigma: float = 4.0, epsilon: float = 2.0, presmooth: float = 1.0) -> jax.Array:
@@ -116,7 +116,7 @@ def resample_bases(bases: jax.Array, h: int, w: int) -> jax.Array:
         n, H, W, _ = bases.shape
     if (h, w) == (H, W):
         return bases
-    out = jax.image.resize(bases, (n, h, w, 2), method="linear", antialias=False)
+    out = geometry.resize_image(bases, h, w)
     return out * jnp.array([w / W, h / H], out.dtype)
 
 
