@@ -285,6 +285,10 @@ class Predictor:
         self.depth_sigmas = sigmas
         self.variables = jax.device_put(variables)
         self._forward = self._jit_forward()
+        # a depth model's basis set for a constant depth (no depth given), per input size and K
+        self._basis_set = ExportedJit(self._basis_set_impl, name="Predictor.basis_set",
+                                      key=(self.height, self.width, self.depth_sigmas), static_argnames=("input_hw",))
+        self._constant_depth_cache: dict = {}
         self.refiner = PairRefiner(static_bases, self.num_depth, sigmas, self.basis_groups)
         self.refine_config = self._refine_setting(refine, refine_lib.RefineConfig())
         self._warned_no_depth = False
@@ -297,11 +301,11 @@ class Predictor:
         bases are arguments: a checkpoint of the same architecture shares the artifacts)."""
         kind = type(self.model)
         if not kind.__module__.startswith("camflow_jax."):
-            return jax.jit(self._forward_impl, static_argnames=("confidence", "forward_only"))
+            return jax.jit(self._forward_impl, static_argnames=("confidence", "forward_only", "full_bases"))
         key = (f"{kind.__module__}.{kind.__qualname__}", repr(self.model), self.channel_order, self.height,
                self.width, self.num_depth, self.depth_sigmas)
         return ExportedJit(self._forward_impl, name="Predictor.forward", key=key,
-                           static_argnames=("confidence", "forward_only"))
+                           static_argnames=("confidence", "forward_only", "full_bases"))
 
     @classmethod
     def from_pretrained(cls, name: str | None = None, **kwargs) -> "Predictor":
@@ -335,21 +339,29 @@ class Predictor:
         return pred
 
     # --------------------------------------------------------------------------- jitted core
+    def _basis_set_impl(self, static_bases, depth, K, *, input_hw):
+        """One image's full basis set at the network size ``[N, h, w, 2]``: the static bases and
+        the depth group built from its depth ``[H0, W0]`` and intrinsics ``[4]`` at the input
+        size ``input_hw``."""
+        h, w = self.height, self.width
+        d = geometry.resize_image(depth[..., None], h, w)[..., 0]
+        k = geometry.resize_intrinsics(K, tuple(input_hw), (h, w))
+        return basis_set.with_depth_bases(static_bases, d, k, self.depth_sigmas)
+
     def _forward_impl(self, variables, static_bases, img1, img2, depth1, depth2, K1, K2, confidence=True,
-                      forward_only=False):
+                      forward_only=False, full_bases=False):
         """The network on a batch of B landscape pairs of one size: ``img1``, ``img2`` ``[B, H0,
         W0, C]``, depths ``[B, H0, W0]`` and intrinsics ``[B, 4]`` (placeholders without a depth
-        group). Outputs with a leading axis B, at the input size; ``forward_only``: no ``*_b``."""
+        group). Outputs with a leading axis B, at the input size; ``forward_only``: no ``*_b``.
+        ``full_bases``: ``static_bases`` is already a depth model's full set ``[N, h, w, 2]``,
+        shared by both images of every pair (a constant depth's, :meth:`_constant_depth_set`),
+        and the depths and intrinsics are placeholders."""
         h, w = self.height, self.width
         H0, W0 = img1.shape[1:3]
         g1 = preprocess(img1, h, w, self.channel_order)
         g2 = preprocess(img2, h, w, self.channel_order)
-        if self.num_depth:
-            def per_image(depth, K):
-                d = geometry.resize_image(depth[..., None], h, w)[..., 0]
-                k = geometry.resize_intrinsics(K, (H0, W0), (h, w))
-                return basis_set.with_depth_bases(static_bases, d, k, self.depth_sigmas)
-
+        if self.num_depth and not full_bases:
+            per_image = functools.partial(self._basis_set_impl, static_bases, input_hw=(H0, W0))
             bases_f = jax.vmap(per_image)(depth1, K1)
             bases_b = None if forward_only else jax.vmap(per_image)(depth2, K2)
         else:
@@ -414,13 +426,39 @@ class Predictor:
         img = (lambda x: x) if img1.dtype == img2.dtype == np.uint8 else f32
         return img(img1), img(img2), f32(depth1), f32(depth2), f32(K), f32(K)
 
+    def _constant_depth_set(self, input_hw, K):
+        """A depth model's full basis set ``[N, h, w, 2]`` for the constant depth used when none
+        is given (the same for every pair of an input size and intrinsics ``K``): built once
+        and kept (a few sizes at a time). The network then skips building the depth group for
+        each image (~6 ms a pair at 360x480 on a 2-core CPU; docs/performance.md, "Preprocessing, and the
+        constant depth")."""
+        key = (tuple(input_hw), np.asarray(K, np.float32).tobytes())
+        found = self._constant_depth_cache.get(key)
+        if found is None:
+            if len(self._constant_depth_cache) >= 4:
+                self._constant_depth_cache.clear()
+            depth = np.ones(tuple(input_hw), np.float32)  # what _network_inputs fills in
+            found = self._basis_set(self.static_bases, depth, np.asarray(K, np.float32), input_hw=tuple(input_hw))
+            self._constant_depth_cache[key] = found
+        return found
+
+    def _forward_bases(self, args, no_depth: bool):
+        """(bases, network arguments) of a pair's :meth:`_network_inputs` ``args``: a depth
+        model given no depth gets its constant-depth set (:meth:`_constant_depth_set`) with
+        placeholder depths; otherwise the static bases and ``args`` as they are."""
+        if not (self.num_depth and no_depth):
+            return self.static_bases, args
+        z = np.zeros((1, 1), np.float32)
+        return self._constant_depth_set(args[0].shape[:2], args[4]), args[:2] + (z, z, args[4], args[5])
+
     def _predict_landscape(self, img1, img2, depth1, depth2, K, cfg=None, confidence=True, forward_only=False):
         """Network outputs for a landscape pair at its own resolution (numpy dict)."""
         args = self._network_inputs(img1, img2, depth1, depth2, K)
+        bases, net_args = self._forward_bases(args, depth1 is None)
         # Bases and weights are arguments, not closure constants: XLA would otherwise embed them.
         # numpy in: converted on the host, not by eager device ops that each compile a program
-        out = self._forward(self.variables, self.static_bases, *(x[None] for x in args), confidence=bool(confidence),
-                            forward_only=bool(forward_only))
+        out = self._forward(self.variables, bases, *(x[None] for x in net_args), confidence=bool(confidence),
+                            forward_only=bool(forward_only), full_bases=bases is not self.static_bases)
         out = {k: np.asarray(v)[0] for k, v in jax.device_get(out).items()}
         if cfg is None:
             return out
@@ -548,7 +586,11 @@ class Predictor:
         transfer and starts the network and (with :meth:`uses_batched_refinement`) the
         refinement there, as one program each, without waiting for them."""
         inputs = [self._network_inputs(*p[:5]) for p in pairs]
-        args = [np.stack(column) for column in zip(*inputs)]
+        # no depth anywhere and one K: the constant-depth set, shared by the batch
+        no_depth = all(p[2] is None for p in pairs) and all(np.array_equal(x[4], inputs[0][4]) for x in inputs)
+        prepared = [self._forward_bases(x, no_depth) for x in inputs]
+        bases = prepared[0][0]
+        args = [np.stack(column) for column in zip(*(a for _, a in prepared))]
         batched = cfg is not None and self.uses_batched_refinement()
         hosts = batch = None
         if batched:  # the refinement's host work first, so that everything goes over in one transfer
@@ -557,8 +599,8 @@ class Predictor:
                 zip(pairs, inputs)))
             batch = self.refiner.stack_host_inputs(hosts)
         args, batch = jax.device_put((args, batch))
-        out = self._forward(self.variables, self.static_bases, *args, confidence=bool(confidence),
-                            forward_only=forward_only)
+        out = self._forward(self.variables, bases, *args, confidence=bool(confidence), forward_only=forward_only,
+                            full_bases=bases is not self.static_bases)
         ref = None
         if batched:
             ref = self.refiner.refine_batch(batch, out["coeffs_f"], out.get("coeffs_b"), input_hw=pairs[0][0].shape[:2],

@@ -168,6 +168,27 @@ def test_predictor_functions_export_for_gpu_and_tpu(small_predictor):
     assert len(seen) == 7  # forward x2, static bases pyramid, images, a direction's bases and solve, homography
 
 
+@pytest.mark.filterwarnings("ignore:model has depth-translational bases")
+def test_the_constant_depth_calls_export_for_gpu_and_tpu(small_predictor):
+    """Without depth the Predictor builds the constant depth's basis sets in calls of their own
+    (kept per size: the capture empties the caches) and the forward and each direction's basis
+    call take them built; those calls lower for accelerators too."""
+    from camflow_jax.experiments import accel
+
+    a, b, _ = _pair()
+    calls = accel.capture_jitted_calls(small_predictor, a, b, forward_only=True)
+    assert [c.name for c in calls] == ["_basis_set", "_forward", "_basis_pyramid", "_refine_images", "_depth_pyramid",
+                                       "_direction_bases", "_refine_direction", "_flow_homography"]
+    assert calls[1].kwargs["full_bases"] is True
+    for c in calls:
+        if c.name not in ("_basis_set", "_forward", "_depth_pyramid", "_direction_bases"):
+            continue  # the same programs as with depth (the test above)
+        for platform in PLATFORMS:
+            e = accel.export_for(c.fn, platform, *c.args, **c.kwargs)
+            assert e.platforms == (platform,) and accel.uses_float64(e) == [], (c.name, platform)
+            assert "lapack" not in e.mlir_module() and "callback" not in e.mlir_module(), (c.name, platform)
+
+
 def test_captured_calls_are_the_ones_the_predictor_runs(small_predictor, monkeypatch):
     """The capture answers with zeros without running anything; the functions it records,
     run for real, give the Predictor's own flows (an independent check that the export above

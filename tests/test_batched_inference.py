@@ -102,6 +102,30 @@ def test_padded_batches_and_the_cpu_path_give_the_single_call_results(small, sce
         _same_result(b, one)
 
 
+@pytest.mark.filterwarnings("ignore:model has depth-translational bases")
+def test_a_constant_depth_is_built_once_and_changes_nothing(small, scenes, monkeypatch):
+    """Without depth (the stabilizer's usual case) a depth model's bases for the constant depth
+    are built once per size and intrinsics, for the network and the refinement, and kept. The
+    oracle: the same pair with that depth given explicitly and the refinement's cache off, so
+    both build them per call as before."""
+    s = scenes[0]
+    K0 = np.array([W, W, (W - 1) / 2, (H - 1) / 2], np.float32)  # the default for a pair without intrinsics
+    ones = np.ones((H, W), np.float32)
+    for K in (None, np.array([90.0, 95.0, 60.0, 30.0], np.float32)):
+        got = [small(s["img1"], s["img2"], intrinsics=K), small(s["img1"], s["img2"], intrinsics=K)]
+        with monkeypatch.context() as m:
+            m.setattr(small.refiner, "_depth_of", lambda d, K, constant, **_: (d, K))
+            ref = small(s["img1"], s["img2"], depth1=ones, depth2=ones, intrinsics=K0 if K is None else K)
+        for out in got:
+            np.testing.assert_allclose(out["net_flow_f"], ref["net_flow_f"], atol=1e-4)
+            _same_result(out, ref)
+        batch = small.predict_batch([s["img1"]] * 2, [s["img2"]] * 2, intrinsics=K, batch_size=2)
+        for out in batch:
+            _same_result(out, ref)
+    # one entry per size and intrinsics, in the network's cache and in the refinement's
+    assert len(small._constant_depth_cache) == 2 and len(small.refiner._depth_cache) == 2
+
+
 def test_mixed_orientations_come_back_in_order(small, scenes):
     rot = lambda a: np.ascontiguousarray(np.rot90(a, k=-1, axes=(0, 1)))  # noqa: E731
     s0 = scenes[0]

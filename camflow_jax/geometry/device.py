@@ -313,7 +313,7 @@ def resize_image(image: jax.Array, h: int, w: int) -> jax.Array:
     (PyTorch ``F.interpolate(mode='bilinear', align_corners=False)``, OpenCV's
     ``INTER_LINEAR``). Two taps per axis, gathered (:func:`_two_tap`): ``jax.image.resize``
     computes the same as dense weight-matrix products, 8-50x slower on a CPU (a 1080x1920 frame
-    shrunk to 128x256: 15.7 against 0.31 ms; docs/performance.md, "Preprocessing")."""
+    shrunk to 128x256: 15.7 against 0.31 ms; docs/performance.md, "Preprocessing, and the constant depth")."""
     H, W = image.shape[-3], image.shape[-2]
     if (H, W) == (int(h), int(w)):
         return image
@@ -324,7 +324,7 @@ def channel_mean(x: jax.Array) -> jax.Array:
     """The mean over the last axis of ``[..., C]``, kept as an axis of 1: the channels added one
     after the other, then divided by C (the order ``jnp.mean`` adds them: the same values).
     XLA:CPU reduces a short minor axis element by element; for a 360x480 RGB pair ``jnp.mean``
-    took 10.5 ms, the chained adds 0.14 ms (docs/performance.md, "Preprocessing")."""
+    took 10.5 ms, the chained adds 0.14 ms (docs/performance.md, "Preprocessing, and the constant depth")."""
     c = x.shape[-1]
     total = x[..., 0:1]
     for i in range(1, c):

@@ -97,6 +97,10 @@ class PairRefiner:
                                             key=key, static_argnames=("size", "input_hw", "detail_hw", "cfg"))
         self._refine_direction = ExportedJit(self._solve_direction_impl, name="PairRefiner.direction", key=key,
                                              static_argnames=("cfg",))
+        # a constant depth's depth bases (e.g. none given: the Predictor's ones), built once per size
+        self._depth_pyramid = ExportedJit(self._depth_pyramid_impl, name="PairRefiner.depth_pyramid", key=key,
+                                          static_argnames=("size", "input_hw", "detail_hw", "cfg"))
+        self._depth_cache = {}
         self._flow_homography = ExportedJit(flow_homography, name="PairRefiner.flow_homography")
         # the batched path (refine_batch): every pair of a batch, both directions, in one program
         self._refine_batch = ExportedJit(self._refine_batch_impl, name="PairRefiner.batch", key=key,
@@ -162,7 +166,8 @@ class PairRefiner:
         du, dv = bases_mod.depth_translational_components(depth, K, sigmas, percentile_stride=PERCENTILE_STRIDE)
         return refine_pyramid.basis_pyramid((du * (w / self.width), dv * (h / self.height)), cfg)
 
-    def _refine_pair(self, static_bp, g1, g2, d1, d2, K, coeffs, hflows, detail, *, input_hw, cfg):
+    def _refine_pair(self, static_bp, g1, g2, d1, d2, K, coeffs, hflows, detail, *, input_hw, cfg,
+                     constant_depth=None):
         """Both directions of a pair at the working size: the images' pyramids (each image once:
         it is image 2 of one direction and image 1 of the other) and detail stacks in one jitted
         call, then each direction in two more (its basis set: the shared static part, depth bases
@@ -171,7 +176,9 @@ class PairRefiner:
         ``K`` is the input's intrinsics, resized here; ``coeffs`` ``[2, N]`` and ``hflows``
         ``[2, h, w, 2]`` (forward, backward); ``detail``: None or the grey images at the detail
         size (:meth:`detail_size`); ``coeffs`` of the forward direction alone (``[1, N]``)
-        refine it alone. Returns :func:`camflow_jax.refine.refine_with_pyramids`'s dict (numpy)
+        refine it alone. ``constant_depth``: the value where ``d1`` and ``d2`` hold it everywhere
+        (:meth:`host_inputs`): their depth bases are then built once and kept
+        (:meth:`_depth_of`). Returns :func:`camflow_jax.refine.refine_with_pyramids`'s dict (numpy)
         with a leading axis of 2 (1), plus ``noisy`` and the forward flow's homography.
 
         Several calls rather than one: the pair as one computation needs more scratch memory than
@@ -179,10 +186,12 @@ class PairRefiner:
         faulted and zeroed it in (docs/refinement.md, "Cost (eighth round)")."""
         p1, p2, noisy, stacks = self._refine_images(g1, g2, detail, cfg=cfg)
         dets = (None, None) if stacks is None else ((stacks[0], stacks[1]), (stacks[1], stacks[0]))
-        directions = ((p1, p2, d1, dets[0]), (p2, p1, d2, dets[1]))[:len(coeffs)]  # forward only: one
+        depths = [self._depth_of(d, K, constant_depth, **self._bases_static(p1, dets[0], input_hw), cfg=cfg)
+                  for d in (d1, d2)]
+        directions = ((p1, p2, depths[0], dets[0]), (p2, p1, depths[1], dets[1]))[:len(coeffs)]  # forward only: one
         runs = self._in_parallel(
             [lambda i=i, pa=pa, pb=pb, d=d, det=det: self._direction(
-                static_bp, pa, pb, d, K, coeffs[i], hflows[i], det, input_hw=input_hw, cfg=cfg)
+                static_bp, pa, pb, d, coeffs[i], hflows[i], det, input_hw=input_hw, cfg=cfg)
              for i, (pa, pb, d, det) in enumerate(directions)],
             on_cpu=isinstance(p1[-1], jax.Array) and all(dev.platform == "cpu" for dev in p1[-1].devices()))
         hom = self._flow_homography(runs[0]["flow"])
@@ -220,11 +229,27 @@ class PairRefiner:
         stacks = None if detail is None else refine_pyramid.detail_stacks(detail[0], detail[1], cfg, noisy)
         return p1, p2, noisy, stacks
 
-    def _direction(self, static_bp, pa, pb, d, K, coeffs, hflow, detail, *, input_hw, cfg):
+    def _depth_of(self, d, K, constant, *, size, input_hw, detail_hw, cfg):
+        """A direction's depth for :meth:`_direction_bases_impl`: ``(d, K)`` (its depth bases are
+        built in that call), or, for a depth ``d`` that holds the value ``constant`` everywhere,
+        the depth bases' :class:`camflow_jax.refine.BasisPyramid` built once per size, intrinsics
+        and value, and kept (a video without depth: ~3-5 ms less a direction at 360x480)."""
+        if not self.num_depth or constant is None:
+            return d, K
+        key = (size, input_hw, detail_hw, cfg, np.asarray(K, np.float32).tobytes(), float(constant))
+        found = self._depth_cache.get(key)
+        if found is None:
+            if len(self._depth_cache) >= 4:
+                self._depth_cache.clear()
+            found = self._depth_cache[key] = self._depth_pyramid(d, K, size=size, input_hw=input_hw,
+                                                                 detail_hw=detail_hw, cfg=cfg)
+        return found
+
+    def _direction(self, static_bp, pa, pb, depth, coeffs, hflow, detail, *, input_hw, cfg):
         """One direction's refinement as two jitted calls (:meth:`_direction_bases_impl`, then
         :meth:`_solve_direction_impl`); the backward is the same calls with the images, depth
-        and starts swapped."""
-        bp, starts = self._direction_bases(static_bp, d, K, coeffs, hflow, **self._bases_static(pa, detail, input_hw),
+        and starts swapped. ``depth``: :meth:`_depth_of`'s."""
+        bp, starts = self._direction_bases(static_bp, depth, coeffs, hflow, **self._bases_static(pa, detail, input_hw),
                                            cfg=cfg)
         return self._refine_direction(self._with_static_full(bp, static_bp), pa, pb, starts, detail, cfg=cfg)
 
@@ -240,17 +265,24 @@ class PairRefiner:
         with them put back in front."""
         return bp._replace(full=tuple(static_bp.full) + tuple(bp.full))
 
-    def _direction_bases_impl(self, static_bp, d, K, coeffs, hflow, *, size, input_hw, detail_hw, cfg):
-        """A direction's basis set (the static part joined with depth bases from its depth
-        ``d``, with their samples at the detail level's pixels when ``detail_hw`` is given) and
+    def _depth_pyramid_impl(self, d, K, *, size, input_hw, detail_hw, cfg):
+        """The depth bases of depth ``d`` (working size) and the input's intrinsics ``K`` as a
+        :class:`camflow_jax.refine.BasisPyramid`, with their samples at the detail level's
+        pixels when ``detail_hw`` is given."""
+        depth_bp = self._depth_bases(d, geometry.resize_intrinsics(K, input_hw, tuple(size)), cfg)
+        if detail_hw is not None:  # the static part's detail samples are cached with it
+            depth_bp = refine_pyramid.with_detail(depth_bp, detail_hw, cfg.detail_stride)
+        return depth_bp
+
+    def _direction_bases_impl(self, static_bp, depth, coeffs, hflow, *, size, input_hw, detail_hw, cfg):
+        """A direction's basis set (the static part joined with the depth bases of ``depth``:
+        ``(d, K)``, built here by :meth:`_depth_pyramid_impl`, or that pyramid already built) and
         its start coefficients: ``(BasisPyramid, starts [S, N])``. ``size``: the working size.
         The static groups' full-size maps are left out of the result (returned from a call, an
         input is copied): :meth:`_with_static_full` puts them back."""
         if self.num_depth:
-            Kw = geometry.resize_intrinsics(K, input_hw, tuple(size))
-            depth_bp = self._depth_bases(d, Kw, cfg)
-            if detail_hw is not None:  # the static part's detail samples are cached with it
-                depth_bp = refine_pyramid.with_detail(depth_bp, detail_hw, cfg.detail_stride)
+            depth_bp = depth if isinstance(depth, refine_pyramid.BasisPyramid) else self._depth_pyramid_impl(
+                *depth, size=size, input_hw=input_hw, detail_hw=detail_hw, cfg=cfg)
             bp = refine_pyramid.join_basis_pyramids(static_bp, depth_bp)
         else:
             bp = static_bp
@@ -263,7 +295,7 @@ class PairRefiner:
 
     def _refine_direction_impl(self, static_bp, pa, pb, d, K, coeffs, hflow, detail, *, input_hw, cfg):
         """:meth:`_direction` as one traced function (the batched program vmaps it)."""
-        bp, starts = self._direction_bases_impl(static_bp, d, K, coeffs, hflow,
+        bp, starts = self._direction_bases_impl(static_bp, (d, K), coeffs, hflow,
                                                 **self._bases_static(pa, detail, input_hw), cfg=cfg)
         return self._solve_direction_impl(self._with_static_full(bp, static_bp), pa, pb, starts, detail, cfg=cfg)
 
@@ -344,8 +376,8 @@ class PairRefiner:
         """The host's part before the jitted refinement of a landscape pair (numpy, cv2: cheap):
         grey images and depth resized to the working size (area / bilinear, half-pixel
         centres), the detail level's grey images, the SIFT start's flows when ``cfg.starts``
-        asks for it, and the sizes: ``size`` (working), ``dsize`` (detail or None),
-        ``input_hw``."""
+        asks for it, the sizes: ``size`` (working), ``dsize`` (detail or None),
+        ``input_hw``, and ``constant_depth``: the value both depths hold everywhere, or None."""
         H0, W0 = img1.shape[:2]
         h, w = size = self.working_size(H0, W0, cfg)
 
@@ -355,9 +387,13 @@ class PairRefiner:
 
         grey = [np.asarray(geometry_np.gray(x), np.float32) for x in (img1, img2)]  # refine.gray's channel mean
         g1, g2 = down(grey[0]), down(grey[1])
+        constant = None  # the value of a depth that holds one everywhere (both images)
         if self.num_depth:
             d1, d2 = down(depth1, cv2.INTER_LINEAR), down(depth2, cv2.INTER_LINEAR)
             K = np.asarray(K, np.float32)
+            c = d1.flat[0]
+            if np.all(d1 == c) and np.all(d2 == c):
+                constant = float(c)
         else:
             d1 = d2 = np.zeros((1, 1), np.float32)
             K = np.zeros(4, np.float32)
@@ -372,7 +408,7 @@ class PairRefiner:
         else:
             hflows = np.zeros((2, 1, 1, 2), np.float32)
         return {"g1": g1, "g2": g2, "d1": d1, "d2": d2, "K": K, "hflows": hflows, "detail": detail,
-                "size": size, "dsize": dsize, "input_hw": (H0, W0)}
+                "size": size, "dsize": dsize, "input_hw": (H0, W0), "constant_depth": constant}
 
     def __call__(self, img1, img2, depth1, depth2, K, out, cfg) -> dict:
         """The refined results for a landscape pair (numpy), the network's (``out``: the network's
@@ -386,7 +422,7 @@ class PairRefiner:
         detail = None if host["detail"] is None else (host["detail"][0], host["detail"][1])
         res = self._refine_pair(self._static_refine_bases(host["size"], cfg, host["dsize"]), host["g1"], host["g2"],
                                 host["d1"], host["d2"], host["K"], coeffs, host["hflows"], detail,
-                                input_hw=host["input_hw"], cfg=cfg)  # numpy already
+                                input_hw=host["input_hw"], cfg=cfg, constant_depth=host["constant_depth"])  # numpy
         return self.finish(res, out, host, cfg)
 
     def finish(self, res, out, host, cfg) -> dict:
