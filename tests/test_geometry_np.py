@@ -104,6 +104,9 @@ def test_resize_flow_against_opencv_and_translation():
     yb, xb = np.mgrid[0:20, 0:36].astype(np.float32)
     ref = np.stack([0.5 * ((xb + 0.5) / 3 - 0.5) * 3, 0.25 * ((yb + 0.5) / 2 - 0.5) * 2], -1)
     np.testing.assert_allclose(big[1:-1, 2:-2], ref[1:-1, 2:-2], atol=1e-5)
+    # a strided view (a channel slice of a wider array) resizes as its copy does
+    wide = np.concatenate([f, f[..., :1]], -1)[..., :2]
+    np.testing.assert_array_equal(geometry_np.resize_flow(wide, 20, 36), big)
     same = geometry_np.resize_flow(f, 10, 12)
     np.testing.assert_array_equal(same, f)
     assert same is not f
@@ -152,6 +155,12 @@ def test_gray_is_the_channel_mean():
     rng = np.random.default_rng(3)
     img = rng.integers(0, 256, (7, 9, 3), dtype=np.uint8)
     np.testing.assert_allclose(geometry_np.gray(img), img.astype(np.float64).mean(-1), rtol=1e-6)
+    # 8-bit images take an integer sum: the same bits as float32's channel sum (the JAX gray's)
+    full = rng.integers(0, 256, (6, 5, 3), dtype=np.uint8)
+    full[0, 0], full[0, 1] = 255, 0
+    f32 = full.astype(np.float32)
+    np.testing.assert_array_equal(geometry_np.gray(full), (f32[..., 0] + f32[..., 1] + f32[..., 2]) / np.float32(3))
+    assert geometry_np.gray(full).dtype == np.float32
     four = rng.uniform(0, 1, (5, 4, 4)).astype(np.float32)
     np.testing.assert_allclose(geometry_np.gray(four), four.mean(-1), rtol=1e-6)
     flat = rng.uniform(0, 1, (5, 4)).astype(np.float32)

@@ -33,6 +33,12 @@ def gray(img) -> np.ndarray:
     """float32 grey image: the mean over the channels of ``[H, W, C]`` (``[H, W]`` as it is),
     as :func:`camflow_jax.refine.gray` computes it in JAX. Three channels are summed in the
     order ``mean`` sums them (the same values), ~14x faster than ``mean(axis=-1)``."""
+    img = np.asarray(img)
+    if img.ndim == 3 and img.shape[-1] == 3 and img.dtype == np.uint8:
+        # 8-bit: the sum in integers is exact, as float32's is (at most 765), and ~1.3x faster
+        total = np.add(img[..., 0], img[..., 1], dtype=np.uint16)
+        total += img[..., 2]
+        return total.astype(np.float32) / np.float32(3)
     x = np.asarray(img, np.float32)
     if x.ndim != 3:
         return x
@@ -151,17 +157,17 @@ def resize_flow(flow: np.ndarray, h: int, w: int) -> np.ndarray:
     when enlarging; a uniform translation of t pixels becomes exactly t * w / W0. (The network's
     flows are resized with the align-corners :func:`camflow_jax.geometry.device.resize_flow` instead.)
     """
-    flow = np.asarray(flow, np.float32)
+    flow = np.ascontiguousarray(flow, np.float32)
     h0, w0 = flow.shape[:2]
     if (h0, w0) == (h, w):
         return flow.copy()
     interp = cv2.INTER_AREA if (h < h0 and w < w0) else cv2.INTER_LINEAR
-    out = np.empty((h, w, 2), np.float32)
-    # Channel by channel: OpenCV's two-channel float resize is ~8x slower than two one-channel ones.
-    for c, scale in ((0, w / w0), (1, h / h0)):
-        out[..., c] = cv2.resize(np.ascontiguousarray(flow[..., c]), (w, h), interpolation=interp)
-        out[..., c] *= np.float32(scale)
-    return out
+    # Channel by channel (OpenCV's two-channel float resize is ~8x slower than two one-channel
+    # ones), split and merged by OpenCV (~2x faster than strided numpy copies at 320x576).
+    u, v = (cv2.resize(c, (w, h), interpolation=interp) for c in cv2.split(flow))
+    u *= np.float32(w / w0)
+    v *= np.float32(h / h0)
+    return cv2.merge([u, v])
 
 
 def resize_intrinsics(K, old_hw: tuple[int, int], new_hw: tuple[int, int]) -> np.ndarray:
