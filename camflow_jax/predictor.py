@@ -51,12 +51,13 @@ import numpy as np
 from camflow_jax import refine as refine_lib
 from camflow_jax.compilation import cache as compile_cache
 from camflow_jax.compilation.exported import ExportedJit
+from camflow_jax.compilation.memo import BoundedMemo
 from camflow_jax.geometry import device as geometry
 from camflow_jax.geometry.checks import check_depth, intrinsics_problem
 from camflow_jax.models import basis_set, checkpoint
 from camflow_jax.models import precision as precision_lib
 from camflow_jax.models.camflow import DEPTH_GROUP, preprocess
-from camflow_jax.refine.pairs import PairRefiner
+from camflow_jax.refine.pairs import PairRefiner, cpu_cores
 
 __all__ = ["Predictor", "rotate_to_landscape", "flow_from_rotated", "homography_from_rotated"]
 
@@ -288,7 +289,7 @@ class Predictor:
         # a depth model's basis set for a constant depth (no depth given), per input size and K
         self._basis_set = ExportedJit(self._basis_set_impl, name="Predictor.basis_set",
                                       key=(self.height, self.width, self.depth_sigmas), static_argnames=("input_hw",))
-        self._constant_depth_cache: dict = {}
+        self._constant_depth_cache = BoundedMemo(4)
         self.refiner = PairRefiner(static_bases, self.num_depth, sigmas, self.basis_groups)
         self.refine_config = self._refine_setting(refine, refine_lib.RefineConfig())
         self._warned_no_depth = False
@@ -432,15 +433,10 @@ class Predictor:
         and kept (a few sizes at a time). The network then skips building the depth group for
         each image (~6 ms a pair at 360x480 on a 2-core CPU; docs/performance.md, "Preprocessing, and the
         constant depth")."""
-        key = (tuple(input_hw), np.asarray(K, np.float32).tobytes())
-        found = self._constant_depth_cache.get(key)
-        if found is None:
-            if len(self._constant_depth_cache) >= 4:
-                self._constant_depth_cache.clear()
-            depth = np.ones(tuple(input_hw), np.float32)  # what _network_inputs fills in
-            found = self._basis_set(self.static_bases, depth, np.asarray(K, np.float32), input_hw=tuple(input_hw))
-            self._constant_depth_cache[key] = found
-        return found
+        depth = np.ones(tuple(input_hw), np.float32)  # what _network_inputs fills in
+        return self._constant_depth_cache.get(
+            (tuple(input_hw), np.asarray(K, np.float32).tobytes()),
+            lambda: self._basis_set(self.static_bases, depth, np.asarray(K, np.float32), input_hw=tuple(input_hw)))
 
     def _forward_bases(self, args, no_depth: bool):
         """(bases, network arguments) of a pair's :meth:`_network_inputs` ``args``: a depth
@@ -525,7 +521,8 @@ class Predictor:
         Per batch, the images go to the device in one transfer and the results come back in
         one. The refinement of a batch is one jitted program, vmapped over the pairs and their
         directions, where :attr:`batched_refinement` says so (by default on accelerators;
-        on a CPU each pair's two directions run in two threads, which measured faster there:
+        on a CPU each pair's two directions run in two threads, which measured faster there,
+        and with several cores the pairs of a batch run in threads too:
         docs/performance.md, "Batched inference")."""
         cfg = self.refine_config if refine is None else self._refine_setting(
             refine, self.refine_config or refine_lib.RefineConfig())
@@ -622,16 +619,30 @@ class Predictor:
                 o.update(self.refiner(p[0], p[1], x[2], x[3], x[4], o, cfg))
             return self._upright(o, pairs_in[chunk[j]], cfg)
 
+        device = jax.config.jax_default_device  # the caller's (a thread-local setting) holds in the threads
+
+        def one_here(j):
+            with jax.default_device(device):  # None: JAX's own default
+                return one(j)
+
+        # Several pairs at once in threads: the batch's refined results (host work), or on a
+        # multi-core CPU the pairs' refinements, which XLA:CPU runs inline on the calling thread
+        # (a forward-only pair's on one core: two pairs in two threads took ~0.68x the time of
+        # single calls; docs/performance.md, "Batched inference").
         indices = range(len(chunk))
-        for j, o in zip(indices, self._host_pool().map(one, indices) if ref is not None else map(one, indices)):
+        threads = ref is not None or (cfg is not None and len(chunk) > 1 and cpu_cores() >= 2)
+        for j, o in zip(indices, self._host_pool().map(one_here, indices) if threads else map(one, indices)):
             results[chunk[j]] = o
 
     def preferred_batch_size(self) -> int:
         """Pairs per :meth:`predict_batch` call worth gathering for speed: :data:`BATCH_SIZE` where
-        the refinement runs batched (:meth:`uses_batched_refinement`), else 1 (on a CPU a batch
-        measured no faster than single pairs: docs/performance.md, "Batched inference"). What the
-        stabilizer and the evaluation batch by."""
-        return BATCH_SIZE if self.uses_batched_refinement() else 1
+        the refinement runs batched (:meth:`uses_batched_refinement`); on a CPU with several
+        cores 2 (the network runs both pairs in one call, their refinements run in two threads;
+        larger batches measured no faster: docs/performance.md, "Batched inference"); else 1.
+        What the stabilizer and the evaluation batch by."""
+        if self.uses_batched_refinement():
+            return BATCH_SIZE
+        return 2 if cpu_cores() >= 2 else 1
 
     def uses_batched_refinement(self) -> bool:
         """Whether :meth:`predict_batch` refines a batch as one program: :attr:`batched_refinement`,

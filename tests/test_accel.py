@@ -126,7 +126,7 @@ def _pair():
 def test_predictor_functions_export_for_gpu_and_tpu(small_predictor):
     from camflow_jax.experiments import accel
     a, b, cam = _pair()
-    cached = dict(small_predictor.refiner._static_cache)
+    cached = small_predictor.refiner._static_cache.as_dict()
     # a working size below the input's, so the refinement's detail level is exported too
     from camflow_jax.refine import RefineConfig
 
@@ -134,8 +134,8 @@ def test_predictor_functions_export_for_gpu_and_tpu(small_predictor):
     assert small_predictor.refiner.detail_size(64, 128, cfg) == (64, 128)
     calls = accel.capture_jitted_calls(small_predictor, a, b, **cam, refine=cfg)
     # the recorders answer with zeros: the predictor's caches must come back as they were
-    assert small_predictor.refiner._static_cache.keys() == cached.keys()
-    assert all(small_predictor.refiner._static_cache[k] is v for k, v in cached.items())
+    assert small_predictor.refiner._static_cache.as_dict().keys() == cached.keys()
+    assert all(small_predictor.refiner._static_cache.as_dict()[k] is v for k, v in cached.items())
     calls += [c for c in accel.capture_jitted_calls(small_predictor, a, b, **cam, refine=False, confidence=True)
               if c.name == "_forward"]
     names = [c.name for c in calls]

@@ -88,6 +88,8 @@ def capture_jitted_calls(pred, img1, img2, **call_kwargs) -> list[JittedCall]:
     import jax
     import numpy as np
 
+    from camflow_jax.compilation.memo import BoundedMemo
+
     # the Predictor's own jitted calls and those of the objects it holds (its PairRefiner)
     owners = [pred] + [v for v in vars(pred).values() if hasattr(v, "__dict__") and not _is_jitted(v)
                        and any(_is_jitted(x) for x in vars(v).values())]
@@ -108,22 +110,20 @@ def capture_jitted_calls(pred, img1, img2, **call_kwargs) -> list[JittedCall]:
     # The caches (e.g. the static bases per size) are emptied for the call, so the jitted work
     # behind them is recorded too, and restored after it: the zeros the recorders answer with
     # must never be cached as results.
-    caches = [(c, dict(c)) for o in owners for k, c in vars(o).items()
-              if isinstance(c, dict) and k.endswith("_cache")]
+    caches = [(o, k, c) for o in owners for k, c in vars(o).items() if isinstance(c, BoundedMemo)]
     try:
         for o, k, fn in saved.values():
             setattr(o, k, recorder(k, fn))
-        for c, _ in caches:
-            c.clear()
+        for o, k, c in caches:
+            setattr(o, k, BoundedMemo(c.size))
         with warnings.catch_warnings(), np.errstate(all="ignore"):  # host maths on the zero answers
             warnings.simplefilter("ignore", RuntimeWarning)
             pred(img1, img2, **call_kwargs)
     finally:
         for o, k, fn in saved.values():
             setattr(o, k, fn)
-        for c, before in caches:
-            c.clear()
-            c.update(before)
+        for o, k, c in caches:
+            setattr(o, k, c)
     return calls
 
 

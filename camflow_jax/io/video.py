@@ -497,8 +497,11 @@ class FrameSink:
         if codec == "libx264":
             v.options = {"crf": str(H264_CRF), "preset": "medium"}
             # x264's own threads, as many as it picks for the machine (ffmpeg's default; the
-            # library's is one): 300 frames at 640x480 on 2 cores encode in 3.2 s instead of 5.1
+            # library's is one): 300 frames at 640x480 on 2 cores encode in 3.2 s instead of 5.1.
+            # Frame threads as ffmpeg's command line uses them, not PyAV's default slice threads:
+            # 300 shaken 640x480 frames encode in ~7 s instead of ~9 (docs/performance.md).
             v.thread_count = 0
+            v.thread_type = "AUTO"
         elif codec == "mpeg4":
             v.codec_context.qscale = True
             v.codec_context.global_quality = 2 * 118

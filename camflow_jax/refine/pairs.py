@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import threading
 
 import cv2
 import jax
@@ -34,6 +35,7 @@ import numpy as np
 from camflow_jax import bases as bases_mod
 from camflow_jax.compilation import cache as compile_cache
 from camflow_jax.compilation.exported import ExportedJit
+from camflow_jax.compilation.memo import BoundedMemo
 from camflow_jax.geometry import classical
 from camflow_jax.geometry import device as geometry
 from camflow_jax.geometry import host as geometry_np
@@ -41,15 +43,16 @@ from camflow_jax.refine import pyramid as refine_pyramid
 from camflow_jax.refine import solver as refine_solver
 from camflow_jax.refine.config import RefineConfig
 
-__all__ = ["PairRefiner", "PERCENTILE_STRIDE"]
+__all__ = ["PairRefiner", "PERCENTILE_STRIDE", "cpu_cores"]
 
 #: The refinement's depth bases take the percentiles that scale them from every k-th pixel in x
 #: and y (:func:`camflow_jax.bases.depth_translational_components`).
 PERCENTILE_STRIDE = 4
 
 
-def _cpu_cores() -> int:
-    """The CPU cores this process may run on."""
+def cpu_cores() -> int:
+    """The CPU cores this process may run on (the threads worth starting for work that XLA:CPU
+    runs inline on its calling thread)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
@@ -100,13 +103,14 @@ class PairRefiner:
         # a constant depth's depth bases (e.g. none given: the Predictor's ones), built once per size
         self._depth_pyramid = ExportedJit(self._depth_pyramid_impl, name="PairRefiner.depth_pyramid", key=key,
                                           static_argnames=("size", "input_hw", "detail_hw", "cfg"))
-        self._depth_cache = {}
+        self._depth_cache = BoundedMemo(4)
         self._flow_homography = ExportedJit(flow_homography, name="PairRefiner.flow_homography")
         # the batched path (refine_batch): every pair of a batch, both directions, in one program
         self._refine_batch = ExportedJit(self._refine_batch_impl, name="PairRefiner.batch", key=key,
                                          static_argnames=("input_hw", "cfg"))
-        self._static_cache = {}
+        self._static_cache = BoundedMemo(1)  # one size at a time: bounded memory
         self._pool = None  # two threads for the pair's directions on a multi-core CPU (_in_parallel)
+        self._pool_lock = threading.Lock()
 
     @staticmethod
     def _shrunk(h: int, w: int, longest: int) -> tuple[int, int]:
@@ -139,11 +143,8 @@ class PairRefiner:
         size and config (a video or a benchmark of equal frames builds it once; both directions
         of a pair share it)."""
         key = (size, cfg.levels, cfg.strides, detail_hw, cfg.detail_stride if detail_hw else None)
-        if key not in self._static_cache:
-            self._static_cache.clear()  # one size at a time: bounded memory
-            self._static_cache[key] = self._basis_pyramid(self.static_bases, size=tuple(size), cfg=cfg,
-                                                          detail_hw=detail_hw)
-        return self._static_cache[key]
+        return self._static_cache.get(key, lambda: self._basis_pyramid(self.static_bases, size=tuple(size), cfg=cfg,
+                                                                       detail_hw=detail_hw))
 
     @staticmethod
     def _basis_pyramid_impl(static_bases, *, size, cfg, detail_hw):
@@ -209,10 +210,11 @@ class PairRefiner:
         dispatched without waiting, while from two threads they do (a pair's refinement at
         320x576 on 2 cores: ~31 -> ~21 ms, results bit-identical; docs/refinement.md, "Cost").
         Elsewhere (an accelerator, where dispatch is asynchronous; one core) they run in turn."""
-        if not on_cpu or len(calls) < 2 or _cpu_cores() < 2:
+        if not on_cpu or len(calls) < 2 or cpu_cores() < 2:
             return [jax.block_until_ready(c()) for c in calls]
-        if self._pool is None:
-            self._pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="camflow-refine")
+        with self._pool_lock:  # the Predictor may refine several pairs at once, from threads of its own
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="camflow-refine")
         device = jax.config.jax_default_device  # the caller's (a thread-local setting) holds in the threads
 
         def run(call):
@@ -237,13 +239,8 @@ class PairRefiner:
         if not self.num_depth or constant is None:
             return d, K
         key = (size, input_hw, detail_hw, cfg, np.asarray(K, np.float32).tobytes(), float(constant))
-        found = self._depth_cache.get(key)
-        if found is None:
-            if len(self._depth_cache) >= 4:
-                self._depth_cache.clear()
-            found = self._depth_cache[key] = self._depth_pyramid(d, K, size=size, input_hw=input_hw,
-                                                                 detail_hw=detail_hw, cfg=cfg)
-        return found
+        return self._depth_cache.get(key, lambda: self._depth_pyramid(d, K, size=size, input_hw=input_hw,
+                                                                      detail_hw=detail_hw, cfg=cfg))
 
     def _direction(self, static_bp, pa, pb, depth, coeffs, hflow, detail, *, input_hw, cfg):
         """One direction's refinement as two jitted calls (:meth:`_direction_bases_impl`, then
