@@ -610,28 +610,23 @@ class Predictor:
         pairs, inputs, out, ref, hosts = started
         out, ref = jax.device_get((out, ref))
 
+        device = jax.config.jax_default_device  # the caller's (a thread-local setting) holds in threads
+
         def one(j):
             o = {k: np.asarray(v[j]) for k, v in out.items()}
             if cfg is not None and ref is not None:
                 o.update(self.refiner.finish({k: v[j] for k, v in ref.items()}, o, hosts[j], cfg))
-            elif cfg is not None:  # a pair at a time: its two directions in two threads on a multi-core CPU
+            elif cfg is not None:  # a pair on its own: its two directions in two threads on a multi-core CPU
                 p, x = pairs[j], inputs[j]
-                o.update(self.refiner(p[0], p[1], x[2], x[3], x[4], o, cfg))
+                with jax.default_device(device):  # None: JAX's own default
+                    o.update(self.refiner(p[0], p[1], x[2], x[3], x[4], o, cfg))
             return self._upright(o, pairs_in[chunk[j]], cfg)
 
-        device = jax.config.jax_default_device  # the caller's (a thread-local setting) holds in the threads
-
-        def one_here(j):
-            with jax.default_device(device):  # None: JAX's own default
-                return one(j)
-
-        # Several pairs at once in threads: the batch's refined results (host work), or on a
-        # multi-core CPU the pairs' refinements, which XLA:CPU runs inline on the calling thread
-        # (a forward-only pair's on one core: two pairs in two threads took ~0.68x the time of
-        # single calls; docs/performance.md, "Batched inference").
-        indices = range(len(chunk))
+        # Pairs in threads: a batch's refined results (host work), or on a multi-core CPU the pairs'
+        # refinements, which XLA:CPU runs inline on the calling thread (a forward-only pair on one
+        # core; docs/performance.md, "Two pairs at once on a CPU").
         threads = ref is not None or (cfg is not None and len(chunk) > 1 and cpu_cores() >= 2)
-        for j, o in zip(indices, self._host_pool().map(one_here, indices) if threads else map(one, indices)):
+        for j, o in enumerate((self._host_pool().map if threads else map)(one, range(len(chunk)))):
             results[chunk[j]] = o
 
     def preferred_batch_size(self) -> int:
