@@ -433,10 +433,9 @@ class Predictor:
         and kept (a few sizes at a time). The network then skips building the depth group for
         each image (~6 ms a pair at 360x480 on a 2-core CPU; docs/performance.md, "Preprocessing, and the
         constant depth")."""
-        depth = np.ones(tuple(input_hw), np.float32)  # what _network_inputs fills in
-        return self._constant_depth_cache.get(
-            (tuple(input_hw), np.asarray(K, np.float32).tobytes()),
-            lambda: self._basis_set(self.static_bases, depth, np.asarray(K, np.float32), input_hw=tuple(input_hw)))
+        hw, K = tuple(input_hw), np.asarray(K, np.float32)
+        return self._constant_depth_cache.get(  # the depth: what _network_inputs fills in
+            (hw, K.tobytes()), lambda: self._basis_set(self.static_bases, np.ones(hw, np.float32), K, input_hw=hw))
 
     def _forward_bases(self, args, no_depth: bool):
         """(bases, network arguments) of a pair's :meth:`_network_inputs` ``args``: a depth

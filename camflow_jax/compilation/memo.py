@@ -49,7 +49,3 @@ class BoundedMemo:
         """A copy of what it keeps now (key -> value)."""
         with self._lock:
             return dict(self._values)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._values.clear()

@@ -157,14 +157,14 @@ def resize_flow(flow: np.ndarray, h: int, w: int) -> np.ndarray:
     when enlarging; a uniform translation of t pixels becomes exactly t * w / W0. (The network's
     flows are resized with the align-corners :func:`camflow_jax.geometry.device.resize_flow` instead.)
     """
-    flow = np.ascontiguousarray(flow, np.float32)
+    flow = np.asarray(flow, np.float32)
     h0, w0 = flow.shape[:2]
     if (h0, w0) == (h, w):
         return flow.copy()
     interp = cv2.INTER_AREA if (h < h0 and w < w0) else cv2.INTER_LINEAR
     # Channel by channel (OpenCV's two-channel float resize is ~8x slower than two one-channel
     # ones), split and merged by OpenCV (~2x faster than strided numpy copies at 320x576).
-    u, v = (cv2.resize(c, (w, h), interpolation=interp) for c in cv2.split(flow))
+    u, v = (cv2.resize(c, (w, h), interpolation=interp) for c in cv2.split(np.ascontiguousarray(flow)))
     u *= np.float32(w / w0)
     v *= np.float32(h / h0)
     return cv2.merge([u, v])
