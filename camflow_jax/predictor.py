@@ -54,10 +54,11 @@ from camflow_jax.compilation.exported import ExportedJit
 from camflow_jax.compilation.memo import BoundedMemo
 from camflow_jax.geometry import device as geometry
 from camflow_jax.geometry.checks import check_depth, intrinsics_problem
+from camflow_jax.io.cpus import usable_cpus
 from camflow_jax.models import basis_set, checkpoint
 from camflow_jax.models import precision as precision_lib
 from camflow_jax.models.camflow import DEPTH_GROUP, preprocess
-from camflow_jax.refine.pairs import PairRefiner, cpu_cores
+from camflow_jax.refine.pairs import PairRefiner
 
 __all__ = ["Predictor", "rotate_to_landscape", "flow_from_rotated", "homography_from_rotated"]
 
@@ -573,7 +574,7 @@ class Predictor:
     def _host_pool(self):
         """Threads for the host's per-pair work of a batch (cv2 and numpy release the GIL)."""
         if self._pool is None:
-            self._pool = concurrent.futures.ThreadPoolExecutor(min(8, os.cpu_count() or 1),
+            self._pool = concurrent.futures.ThreadPoolExecutor(min(8, usable_cpus()),
                                                                thread_name_prefix="camflow-host")
         return self._pool
 
@@ -624,7 +625,7 @@ class Predictor:
         # Pairs in threads: a batch's refined results (host work), or on a multi-core CPU the pairs'
         # refinements, which XLA:CPU runs inline on the calling thread (a forward-only pair on one
         # core; docs/performance.md, "Two pairs at once on a CPU").
-        threads = ref is not None or (cfg is not None and len(chunk) > 1 and cpu_cores() >= 2)
+        threads = ref is not None or (cfg is not None and len(chunk) > 1 and usable_cpus() >= 2)
         for j, o in enumerate((self._host_pool().map if threads else map)(one, range(len(chunk)))):
             results[chunk[j]] = o
 
@@ -636,7 +637,7 @@ class Predictor:
         What the stabilizer and the evaluation batch by."""
         if self.uses_batched_refinement():
             return BATCH_SIZE
-        return 2 if cpu_cores() >= 2 else 1
+        return 2 if usable_cpus() >= 2 else 1
 
     def uses_batched_refinement(self) -> bool:
         """Whether :meth:`predict_batch` refines a batch as one program: :attr:`batched_refinement`,

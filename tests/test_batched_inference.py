@@ -17,7 +17,6 @@ from camflow_jax.data.synthetic.scenes import SyntheticScenes
 from camflow_jax.estimators import registry
 from camflow_jax.models import checkpoint
 from camflow_jax.predictor import BATCH_SIZE, Predictor
-from camflow_jax.refine.pairs import cpu_cores
 
 H, W = 64, 128
 #: a working size below the input and a detail level at it: the default's shape at 320x576
@@ -64,7 +63,7 @@ def _same_result(out, one):
 
 
 @pytest.mark.slow  # 75 s of compiling on 2 cores; the accelerator's path (the default tier is over budget)
-def test_a_refined_batch_is_one_program_with_one_transfer_each_way(small, scenes):
+def test_a_refined_batch_is_one_program_with_one_transfer_each_way(small, scenes, monkeypatch):
     two = scenes[:2]  # batch 2: the programs the stabilizer test below reuses
     singles = [small(s["img1"], s["img2"], **_cam(s)) for s in two]
     small.batched_refinement = True  # one program per batch, as on an accelerator
@@ -79,8 +78,12 @@ def test_a_refined_batch_is_one_program_with_one_transfer_each_way(small, scenes
                                     checked=False)
     finally:
         small.batched_refinement = None
-    # on a CPU: two pairs a call where there are two cores (their refinements in two threads)
-    assert registry.get("camflow", predictor=small).batch_size == (2 if cpu_cores() >= 2 else 1)
+    # on a CPU: two pairs a call where there are two cores (their refinements in two threads), else one
+    import camflow_jax.predictor as predictor_mod
+
+    for cores, size in ((1, 1), (2, 2), (16, 2)):
+        monkeypatch.setattr(predictor_mod, "usable_cpus", lambda cores=cores: cores)
+        assert registry.get("camflow", predictor=small).batch_size == size
     for m, many in zip(motions, batched):
         np.testing.assert_array_equal(m.flow_f, many["flow_f"])  # the same program's result
     for s, one, many in zip(two, singles, batched):

@@ -440,11 +440,11 @@ def test_predictor_refines_the_directions_in_two_threads_as_in_one(shipped, monk
         return direction(*a, **k)
 
     monkeypatch.setattr(shipped.refiner, "_refine_direction", spy)
-    monkeypatch.setattr(P, "cpu_cores", lambda: 2)
+    monkeypatch.setattr(P, "usable_cpus", lambda: 2)
     par = shipped(p["img1"], p["img2"], **cam)
     assert len(seen) == 2 and all(n.startswith("camflow-refine") for n in seen), seen
     seen.clear()
-    monkeypatch.setattr(P, "cpu_cores", lambda: 1)
+    monkeypatch.setattr(P, "usable_cpus", lambda: 1)
     ser = shipped(p["img1"], p["img2"], **cam)
     assert seen == [threading.current_thread().name] * 2
     for key in ("flow_f", "flow_b", "coeffs_f", "coeffs_b", "weights_f", "weights_b", "homography"):
@@ -452,7 +452,7 @@ def test_predictor_refines_the_directions_in_two_threads_as_in_one(shipped, monk
     assert par["refine_info"] == ser["refine_info"]
 
     # the caller's default device (a thread-local setting) holds in the threads
-    monkeypatch.setattr(P, "cpu_cores", lambda: 2)
+    monkeypatch.setattr(P, "usable_cpus", lambda: 2)
     where = lambda: (threading.current_thread().name[:14], jax.config.jax_default_device)  # noqa: E731
     with jax.default_device(jax.devices()[-1]):
         assert shipped.refiner._in_parallel([where] * 2, on_cpu=True) == [("camflow-refine", jax.devices()[-1])] * 2
@@ -461,7 +461,7 @@ def test_predictor_refines_the_directions_in_two_threads_as_in_one(shipped, monk
         raise FloatingPointError("direction failed")
 
     monkeypatch.setattr(shipped.refiner, "_refine_direction", broken)
-    monkeypatch.setattr(P, "cpu_cores", lambda: 2)
+    monkeypatch.setattr(P, "usable_cpus", lambda: 2)
     with pytest.raises(FloatingPointError, match="direction failed"):
         shipped(p["img1"], p["img2"], **cam)
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from camflow_jax.data import depth as depth_lib
 from camflow_jax.geometry import host as geometry_np
+from camflow_jax.io.cpus import usable_cpus
 
 _ALWAYS = ("img1", "img2", "flow_f", "flow_b", "label_mask_f", "label_mask_b", "category_id")
 
@@ -109,23 +110,6 @@ RESERVED_CORES = 2
 #: At most this many automatic workers: each is a process with its own copy of the pipeline and
 #: its own prefetched batches, so memory grows with the count.
 MAX_AUTO_WORKERS = 16
-
-
-def usable_cpus() -> int:
-    """The CPU cores this process may run on: its CPU affinity, lowered to a cgroup (v2) CPU
-    quota where one is set (containers started with ``--cpus``)."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        n = os.cpu_count() or 1
-    try:
-        with open("/sys/fs/cgroup/cpu.max") as f:
-            quota, period = f.read().split()[:2]
-        if quota != "max":
-            n = min(n, max(1, -(-int(quota) // int(period))))
-    except (OSError, ValueError):
-        pass
-    return max(n, 1)
 
 
 def resolve_num_workers(num_workers, cpus: int | None = None) -> int:

@@ -24,7 +24,6 @@ pair of a size it saw before neither traces nor compiles them.
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import threading
 
 import cv2
@@ -39,24 +38,16 @@ from camflow_jax.compilation.memo import BoundedMemo
 from camflow_jax.geometry import classical
 from camflow_jax.geometry import device as geometry
 from camflow_jax.geometry import host as geometry_np
+from camflow_jax.io.cpus import usable_cpus
 from camflow_jax.refine import pyramid as refine_pyramid
 from camflow_jax.refine import solver as refine_solver
 from camflow_jax.refine.config import RefineConfig
 
-__all__ = ["PairRefiner", "PERCENTILE_STRIDE", "cpu_cores"]
+__all__ = ["PairRefiner", "PERCENTILE_STRIDE"]
 
 #: The refinement's depth bases take the percentiles that scale them from every k-th pixel in x
 #: and y (:func:`camflow_jax.bases.depth_translational_components`).
 PERCENTILE_STRIDE = 4
-
-
-def cpu_cores() -> int:
-    """The CPU cores this process may run on (the threads worth starting for work that XLA:CPU
-    runs inline on its calling thread)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def flow_homography(flow):
@@ -210,7 +201,7 @@ class PairRefiner:
         dispatched without waiting, while from two threads they do (a pair's refinement at
         320x576 on 2 cores: ~31 -> ~21 ms, results bit-identical; docs/refinement.md, "Cost").
         Elsewhere (an accelerator, where dispatch is asynchronous; one core) they run in turn."""
-        if not on_cpu or len(calls) < 2 or cpu_cores() < 2:
+        if not on_cpu or len(calls) < 2 or usable_cpus() < 2:
             return [jax.block_until_ready(c()) for c in calls]
         with self._pool_lock:  # the Predictor may refine several pairs at once, from threads of its own
             if self._pool is None:

@@ -50,7 +50,6 @@ objects with camflow").
 from __future__ import annotations
 
 import copy
-import os
 import time
 
 import numpy as np
@@ -59,6 +58,7 @@ from camflow_jax.data import depth as depth_lib
 from camflow_jax.estimators import plausibility, registry
 from camflow_jax.geometry import background, classical
 from camflow_jax.geometry import host as geometry_np
+from camflow_jax.io.cpus import usable_cpus
 
 __all__ = ["DEFAULT", "Estimator", "RegistryEstimator", "CamFlowEstimator", "make_estimator",
            "inlier_homography"]
@@ -192,11 +192,7 @@ def _finite(flow) -> np.ndarray | None:
 def default_workers() -> int:
     """Threads that measure frame pairs at once (:class:`RegistryEstimator`): the CPUs this
     process may use, at most :data:`MAX_WORKERS`."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(MAX_WORKERS, cpus))
+    return max(1, min(MAX_WORKERS, usable_cpus()))
 
 
 #: The most threads :func:`default_workers` picks (OpenCV and numpy release the GIL in the
