@@ -17,7 +17,7 @@ Pipeline for one pair (docs/design.md, "Inference"):
    convention (:func:`camflow_jax.geometry.device.resize_intrinsics`: fx' = fx s_x, cx' = (cx + 0.5) s_x
    - 0.5), and depth-translational bases built from image 1's depth (forward) and image 2's
    depth (backward) are appended to the static bases. Without depth a constant depth is used
-   (the depth bases then fall inside the homography span: the model degrades to CamFlow).
+   (its bases fall in the homography span: CamFlow), built once per size and K, as any constant depth.
 4. The network runs once for both directions; flows are resized back to the (rotated) input
    size with :func:`camflow_jax.geometry.device.resize_flow` (align-corners bilinear, u scaled by
    W0/w and v by H0/h — the release's convention), log-variances likewise (unscaled).
@@ -28,11 +28,10 @@ Pipeline for one pair (docs/design.md, "Inference"):
    of flow_f, at every pixel of a stride that keeps at least the network's own number of points
    (:func:`camflow_jax.geometry.device.homography_stride`; exact for a homography flow).
 
-Steps 2–4 are one ``jax.jit`` function; JAX caches its compilation per input shape, so a video
-or a benchmark of equal-size frames compiles once. Across processes, the traced program is kept
-as a ``jax.export`` artifact and the compiled one in JAX's persistent compilation cache, in a
-per-user folder (:mod:`camflow_jax.compilation`; ``CAMFLOW_JAX_NO_CACHE=1`` turns that off): a
-fresh process running a model at a size it ran before neither traces nor compiles.
+Steps 2–4 are one ``jax.jit`` function, compiled once per input shape. Across processes, the traced
+program is kept as a ``jax.export`` artifact and the compiled one in JAX's persistent compilation
+cache, in a per-user folder (:mod:`camflow_jax.compilation`; ``CAMFLOW_JAX_NO_CACHE=1`` turns that
+off): a fresh process running a model at a size it ran before neither traces nor compiles.
 """
 
 from __future__ import annotations
@@ -53,6 +52,7 @@ from camflow_jax.compilation import cache as compile_cache
 from camflow_jax.compilation.exported import ExportedJit
 from camflow_jax.compilation.memo import BoundedMemo
 from camflow_jax.geometry import device as geometry
+from camflow_jax.geometry import host as geometry_np
 from camflow_jax.geometry.checks import check_depth, intrinsics_problem
 from camflow_jax.io.cpus import usable_cpus
 from camflow_jax.models import basis_set, checkpoint
@@ -428,29 +428,28 @@ class Predictor:
         img = (lambda x: x) if img1.dtype == img2.dtype == np.uint8 else f32
         return img(img1), img(img2), f32(depth1), f32(depth2), f32(K), f32(K)
 
-    def _constant_depth_set(self, input_hw, K):
-        """A depth model's full basis set ``[N, h, w, 2]`` for the constant depth used when none
-        is given (the same for every pair of an input size and intrinsics ``K``): built once
-        and kept (a few sizes at a time). The network then skips building the depth group for
-        each image (~6 ms a pair at 360x480 on a 2-core CPU; docs/performance.md, "Preprocessing, and the
-        constant depth")."""
+    def _constant_depth_set(self, input_hw, K, value):
+        """A depth model's full basis set ``[N, h, w, 2]`` for a depth holding ``value`` everywhere (1 where
+        none is given), the same for every pair of an input size and intrinsics ``K``: built once and kept (a
+        few at a time). The network then skips building the depth group for each image (~6 ms a pair at
+        360x480 on a 2-core CPU; docs/performance.md, "Preprocessing, and the constant depth")."""
         hw, K = tuple(input_hw), np.asarray(K, np.float32)
-        return self._constant_depth_cache.get(  # the depth: what _network_inputs fills in
-            (hw, K.tobytes()), lambda: self._basis_set(self.static_bases, np.ones(hw, np.float32), K, input_hw=hw))
+        return self._constant_depth_cache.get((hw, K.tobytes(), value), lambda: self._basis_set(
+            self.static_bases, np.full(hw, value, np.float32), K, input_hw=hw))
 
-    def _forward_bases(self, args, no_depth: bool):
-        """(bases, network arguments) of a pair's :meth:`_network_inputs` ``args``: a depth
-        model given no depth gets its constant-depth set (:meth:`_constant_depth_set`) with
-        placeholder depths; otherwise the static bases and ``args`` as they are."""
-        if not (self.num_depth and no_depth):
+    def _forward_bases(self, args, constant):
+        """(bases, network arguments) of a pair's :meth:`_network_inputs` ``args``: with depths holding one
+        value ``constant`` (:func:`geometry_np.constant_value`, the refiner's rule too), that depth's kept
+        set (:meth:`_constant_depth_set`) and placeholder depths; else the static bases and ``args``."""
+        if not self.num_depth or constant is None:
             return self.static_bases, args
         z = np.zeros((1, 1), np.float32)
-        return self._constant_depth_set(args[0].shape[:2], args[4]), args[:2] + (z, z, args[4], args[5])
+        return self._constant_depth_set(args[0].shape[:2], args[4], constant), args[:2] + (z, z, args[4], args[5])
 
     def _predict_landscape(self, img1, img2, depth1, depth2, K, cfg=None, confidence=True, forward_only=False):
         """Network outputs for a landscape pair at its own resolution (numpy dict)."""
         args = self._network_inputs(img1, img2, depth1, depth2, K)
-        bases, net_args = self._forward_bases(args, depth1 is None)
+        bases, net_args = self._forward_bases(args, self.num_depth and geometry_np.constant_value(*args[2:4]))
         # Bases and weights are arguments, not closure constants: XLA would otherwise embed them.
         # numpy in: converted on the host, not by eager device ops that each compile a program
         out = self._forward(self.variables, bases, *(x[None] for x in net_args), confidence=bool(confidence),
@@ -583,9 +582,10 @@ class Predictor:
         transfer and starts the network and (with :meth:`uses_batched_refinement`) the
         refinement there, as one program each, without waiting for them."""
         inputs = [self._network_inputs(*p[:5]) for p in pairs]
-        # no depth anywhere and one K: the constant-depth set, shared by the batch
-        no_depth = all(p[2] is None for p in pairs) and all(np.array_equal(x[4], inputs[0][4]) for x in inputs)
-        prepared = [self._forward_bases(x, no_depth) for x in inputs]
+        # every depth one value (none given: 1) and one K: that constant depth's set, shared by the batch
+        values = {self.num_depth and geometry_np.constant_value(*x[2:4]) for x in inputs}
+        shared = values.pop() if len(values) == 1 and all(np.array_equal(x[4], inputs[0][4]) for x in inputs) else None
+        prepared = [self._forward_bases(x, shared) for x in inputs]
         bases = prepared[0][0]
         args = [np.stack(column) for column in zip(*(a for _, a in prepared))]
         batched = cfg is not None and self.uses_batched_refinement()

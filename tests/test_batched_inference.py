@@ -109,26 +109,30 @@ def test_padded_batches_and_the_cpu_path_give_the_single_call_results(small, sce
 
 @pytest.mark.filterwarnings("ignore:model has depth-translational bases")
 def test_a_constant_depth_is_built_once_and_changes_nothing(small, scenes, monkeypatch):
-    """Without depth (the stabilizer's usual case) a depth model's bases for the constant depth
-    are built once per size and intrinsics, for the network and the refinement, and kept. The
-    oracle: the same pair with that depth given explicitly and the refinement's cache off, so
-    both build them per call as before."""
+    """Without depth (the stabilizer's usual case), or with a depth holding one value, a depth
+    model's bases for that constant depth are built once per size, intrinsics and value, for the
+    network and the refinement, and kept. The oracle: the same pair with both caches bypassed,
+    so the network builds the depth bases inside its forward and the refinement per call."""
     s = scenes[0]
     K0 = np.array([W, W, (W - 1) / 2, (H - 1) / 2], np.float32)  # the default for a pair without intrinsics
-    ones = np.ones((H, W), np.float32)
-    for K in (None, np.array([90.0, 95.0, 60.0, 30.0], np.float32)):
-        got = [small(s["img1"], s["img2"], intrinsics=K), small(s["img1"], s["img2"], intrinsics=K)]
+    K1 = np.array([90.0, 95.0, 60.0, 30.0], np.float32)
+    for K, value in ((None, None), (K1, None), (K1, 2.5)):
+        depth = {} if value is None else {"depth1": np.full((H, W), value), "depth2": np.full((H, W), value)}
+        got = [small(s["img1"], s["img2"], intrinsics=K, **depth) for _ in range(2)]
         with monkeypatch.context() as m:
             m.setattr(small.refiner, "_depth_of", lambda d, K, constant, **_: (d, K))
+            m.setattr(small, "_forward_bases", lambda args, constant: (small.static_bases, args))
+            ones = np.full((H, W), 1.0 if value is None else value, np.float32)
             ref = small(s["img1"], s["img2"], depth1=ones, depth2=ones, intrinsics=K0 if K is None else K)
         for out in got:
             np.testing.assert_allclose(out["net_flow_f"], ref["net_flow_f"], atol=1e-4)
             _same_result(out, ref)
-        batch = small.predict_batch([s["img1"]] * 2, [s["img2"]] * 2, intrinsics=K, batch_size=2)
+        depths = {} if value is None else {"depths1": [depth["depth1"]] * 2, "depths2": [depth["depth2"]] * 2}
+        batch = small.predict_batch([s["img1"]] * 2, [s["img2"]] * 2, **depths, intrinsics=K, batch_size=2)
         for out in batch:
             _same_result(out, ref)
-    # one entry per size and intrinsics, in the network's cache and in the refinement's
-    assert len(small._constant_depth_cache) == 2 and len(small.refiner._depth_cache) == 2
+    # one entry per size, intrinsics and value, in the network's cache and in the refinement's
+    assert len(small._constant_depth_cache) == 3 and len(small.refiner._depth_cache) == 3
 
 
 def test_mixed_orientations_come_back_in_order(small, scenes):

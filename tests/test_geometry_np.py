@@ -165,3 +165,15 @@ def test_gray_is_the_channel_mean():
     np.testing.assert_allclose(geometry_np.gray(four), four.mean(-1), rtol=1e-6)
     flat = rng.uniform(0, 1, (5, 4)).astype(np.float32)
     np.testing.assert_array_equal(geometry_np.gray(flat), flat)
+
+
+def test_constant_value_is_the_one_finite_value_of_every_array():
+    constant_value = geometry_np.constant_value
+    ones = np.ones((4, 5), np.float32)
+    assert constant_value(ones, ones) == 1.0 and constant_value(np.full((3, 3), 2.5)) == 2.5
+    relief = ones.copy()
+    relief[3, 4] = 1.0001
+    assert constant_value(ones, relief) is None and constant_value(relief) is None
+    assert constant_value(ones, 2 * ones) is None  # each constant, not the same value
+    for bad in (np.nan, np.inf):
+        assert constant_value(np.full((2, 2), bad, np.float32)) is None

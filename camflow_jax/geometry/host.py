@@ -26,7 +26,7 @@ import cv2
 import numpy as np
 
 __all__ = ["in_frame", "gray", "pixel_grid", "warp", "warp_validity", "homography_flow", "resize_flow",
-           "resize_intrinsics", "crop_intrinsics"]
+           "resize_intrinsics", "crop_intrinsics", "constant_value"]
 
 
 def gray(img) -> np.ndarray:
@@ -45,6 +45,17 @@ def gray(img) -> np.ndarray:
     if x.shape[-1] == 3:
         return (x[..., 0] + x[..., 1] + x[..., 2]) / np.float32(3)
     return x.mean(axis=-1)
+
+
+def constant_value(*arrays) -> float | None:
+    """The one finite value that every element of every array holds (e.g. a pair's depth maps
+    without relief), or None. The rule for "a constant depth": such a depth's bases are the
+    same for every pair of a size and intrinsics, so the Predictor and the refiner build them
+    once and keep them."""
+    first = np.asarray(arrays[0]).flat[0]
+    if not np.isfinite(first) or not all(np.all(np.asarray(a) == first) for a in arrays):
+        return None
+    return float(first)
 
 
 def in_frame(x, y, h: int, w: int):

@@ -379,9 +379,7 @@ class PairRefiner:
         if self.num_depth:
             d1, d2 = down(depth1, cv2.INTER_LINEAR), down(depth2, cv2.INTER_LINEAR)
             K = np.asarray(K, np.float32)
-            c = d1.flat[0]
-            if np.all(d1 == c) and np.all(d2 == c):
-                constant = float(c)
+            constant = geometry_np.constant_value(d1, d2)
         else:
             d1 = d2 = np.zeros((1, 1), np.float32)
             K = np.zeros(4, np.float32)
