@@ -38,6 +38,8 @@ def test_v2_is_read_before_v1(tmp_path):
     (tmp_path / "cpu.cfs_quota_us").write_text("100000\n")
     (tmp_path / "cpu.cfs_period_us").write_text("100000\n")
     assert cpus.cpu_quota(str(tmp_path / "cpu.max"), str(tmp_path)) is None
+    (tmp_path / "cpu.max").write_text("100000 100000\n")  # read once per process: not read again
+    assert cpus.cpu_quota(str(tmp_path / "cpu.max"), str(tmp_path)) is None
 
 
 def test_no_cgroup_file_leaves_the_affinity(tmp_path):
