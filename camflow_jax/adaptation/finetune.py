@@ -1,0 +1,243 @@
+"""The network fine-tuned on teacher labels, mixed with synthetic pairs with exact labels
+(docs/adaptation.md, "What is trained, and how").
+
+One step: a batch of footage pairs, whose loss is the teacher-weighted L1 distance between the
+network's flows and the label flows (:mod:`camflow_jax.adaptation.teacher`), and a batch of the
+embedded synthetic scenes (:class:`camflow_jax.data.synthetic.SyntheticScenes`, exact flows and
+depth), whose loss is the plain L1 distance; the two are mixed by ``synthetic_share`` (the share
+that keeps the network from forgetting what it knew). BatchNorm statistics stay frozen (the
+network runs in inference mode: a few hundred frames of one clip would give noisy statistics);
+Adam at a constant rate updates the parameters ``trainable`` names. The loop runs until its
+time budget or step count is spent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from camflow_jax.models import basis_set
+from camflow_jax.models.camflow import preprocess
+
+__all__ = ["AdaptConfig", "TRAINABLE", "Footage", "SyntheticPool", "finetune", "network_flows", "trainable_mask"]
+
+#: What may be trained: parameter-path prefixes per choice (docs/adaptation.md says which was
+#: measured best). The shallow feature net and the mask net are never trained here.
+TRAINABLE = {
+    "all": ("met",),
+    "late": ("met/head_", "met/norm_", "met/tokens_", "met/ca_", "met/encoder_level_2"),
+    "heads": ("met/head_", "met/norm_", "met/tokens_"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptConfig:
+    """Fine-tuning settings (docs/adaptation.md, "Choices", says how each was chosen)."""
+    seconds: float = 180.0  # training time budget (the first step's compilation included)
+    max_steps: int | None = None  # None: as many as the budget allows
+    learning_rate: float = 3e-4
+    batch_size: int = 4  # footage pairs per step
+    synthetic_batch: int = 2  # synthetic pairs per step (0: none)
+    synthetic_share: float = 0.3  # weight of the synthetic loss in the step's loss
+    synthetic_pool: int = 48  # synthetic pairs rendered once and cycled through
+    trainable: str = "all"
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.trainable not in TRAINABLE:
+            raise ValueError(f"trainable must be one of {sorted(TRAINABLE)}, got {self.trainable!r}")
+        if not (self.seconds > 0 or self.max_steps):
+            raise ValueError(f"the budget must be > 0 seconds or a step count, got {self.seconds}")
+        if not (np.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise ValueError(f"learning_rate must be a finite number > 0, got {self.learning_rate}")
+        if int(self.batch_size) < 1 or int(self.synthetic_batch) < 0 or int(self.synthetic_pool) < 1:
+            raise ValueError("batch_size must be >= 1, synthetic_batch >= 0 and synthetic_pool >= 1")
+        if not 0 <= self.synthetic_share < 1:
+            raise ValueError(f"synthetic_share must be in [0, 1), got {self.synthetic_share}")
+
+
+def _path(p) -> str:
+    return "/".join(str(getattr(k, "key", getattr(k, "name", k))) for k in p)
+
+
+def trainable_mask(params, choice: str):
+    """A pytree of bools like ``params``: True for the parameters ``choice`` trains."""
+    prefixes = TRAINABLE[choice]
+    return jax.tree_util.tree_map_with_path(lambda p, _: any(_path(p).startswith(x) for x in prefixes), params)
+
+
+@dataclasses.dataclass
+class Footage:
+    """Network inputs of labelled footage: ``gray[c]`` the preprocessed frames of clip ``c``
+    ``[T, h, w, 1]`` and ``bases[c]`` its basis set ``[N, h, w, 2]`` (numpy)."""
+    gray: list
+    bases: list
+
+    @classmethod
+    def of(cls, predictor, clips, bases) -> "Footage":
+        h, w = predictor.height, predictor.width
+        prep = jax.jit(functools.partial(preprocess, height=h, width=w, channel_order=predictor.channel_order))
+        gray = [np.concatenate([np.asarray(prep(c.frames[i:i + 16])) for i in range(0, len(c.frames), 16)])
+                for c in clips]
+        return cls(gray, list(bases))
+
+
+@dataclasses.dataclass
+class SyntheticPool:
+    """Synthetic pairs at the network size: preprocessed images, exact flows, depths, K."""
+    g1: np.ndarray
+    g2: np.ndarray
+    flow_f: np.ndarray
+    flow_b: np.ndarray
+    depth1: np.ndarray
+    depth2: np.ndarray
+    K: np.ndarray
+
+    @classmethod
+    def render(cls, num: int, height: int, width: int, seed: int = 0, channel_order: str = "rgb") -> "SyntheticPool":
+        from camflow_jax.data.synthetic import SyntheticScenes
+
+        scenes = SyntheticScenes(seed=90_000 + seed, num_samples=num, height=height, width=width)
+        rows = [scenes[i] for i in range(num)]
+        prep = jax.jit(functools.partial(preprocess, height=height, width=width, channel_order=channel_order))
+        col = lambda k: np.stack([r[k] for r in rows])  # noqa: E731
+        return cls(np.asarray(prep(col("img1"))), np.asarray(prep(col("img2"))), col("flow_f").astype(np.float32),
+                   col("flow_b").astype(np.float32), col("depth1").astype(np.float32),
+                   col("depth2").astype(np.float32), col("K").astype(np.float32))
+
+
+def _l1(pred, label, weight):
+    """Weighted mean of |du| + |dv| (``weight`` ``[B, h, w]``)."""
+    err = jnp.abs(pred - label).sum(-1)
+    return (weight * err).sum() / jnp.maximum(weight.sum(), 1e-6)
+
+
+def make_step(model, tx, static, sigmas, synthetic_share: float):
+    """The jitted step ``(params, opt_state, batch_stats, real, syn) -> (params, opt_state, terms)``."""
+    share = float(synthetic_share)
+
+    def loss_fn(params, batch_stats, real, syn):
+        v = {"params": params, "batch_stats": batch_stats}
+        out = model.apply(v, real["g1"], real["g2"], real["bases"], real["bases"], train=False, confidence=False)
+        lf = jnp.einsum("bk,khwc->bhwc", real["cf"], real["bases"])
+        lb = jnp.einsum("bk,khwc->bhwc", real["cb"], real["bases"])
+        l_real = 0.5 * (_l1(out["flow_f"], lf, real["wf"]) + _l1(out["flow_b"], lb, real["wb"]))
+        terms = {"footage": l_real}
+        if syn is None:
+            return l_real, terms
+        per_image = jax.vmap(lambda d, k: basis_set.with_depth_bases(static, d, k, sigmas))
+        bf, bb = per_image(syn["depth1"], syn["K"]), per_image(syn["depth2"], syn["K"])
+        so = model.apply(v, syn["g1"], syn["g2"], bf, bb, train=False, confidence=False)
+        ones = jnp.ones(syn["flow_f"].shape[:3])
+        l_syn = 0.5 * (_l1(so["flow_f"], syn["flow_f"], ones) + _l1(so["flow_b"], syn["flow_b"], ones))
+        terms["synthetic"] = l_syn
+        return (1 - share) * l_real + share * l_syn, terms
+
+    @jax.jit
+    def step(params, opt_state, batch_stats, real, syn):
+        (loss, terms), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch_stats, real, syn)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, dict(terms, loss=loss)
+
+    return step
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _forward(model, variables, g1, g2, bases):
+    out = model.apply(variables, g1, g2, bases, bases, train=False, confidence=False)
+    return out["flow_f"], out["flow_b"]
+
+
+def network_flows(model, variables, footage: Footage, pairs, batch: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """The network's flows ``[n, h, w, 2]`` (forward, backward) of ``pairs`` (``(clip, t1,
+    t2)``) at the network size."""
+    ff, fb = [], []
+    for lo in range(0, len(pairs), batch):
+        sub = pairs[lo:lo + batch]
+        c = sub[0][0]
+        if any(p[0] != c for p in sub):  # one basis set per call: a clip at a time
+            for p in sub:
+                a, b = network_flows(model, variables, footage, [p], 1)
+                ff.append(a)
+                fb.append(b)
+            continue
+        g1 = np.stack([footage.gray[c][a] for _, a, _ in sub])
+        g2 = np.stack([footage.gray[c][b] for _, _, b in sub])
+        a, b = _forward(model, variables, g1, g2, footage.bases[c])
+        ff.append(np.asarray(a))
+        fb.append(np.asarray(b))
+    return np.concatenate(ff), np.concatenate(fb)
+
+
+def finetune(model, variables, static, sigmas, footage: Footage, labels, train_idx, cfg: AdaptConfig,
+             synthetic: SyntheticPool | None = None, *, progress: bool = True, stop=None) -> tuple[dict, dict]:
+    """``(variables, history)``: the model's ``variables`` fine-tuned on the kept labels among
+    ``train_idx`` (indices into ``labels``), mixed with ``synthetic`` (module doc). ``stop``: a
+    callable polled after each step that raises to stop (the variables then are not returned).
+    ``history``: steps, seconds, the loss terms every 10 steps."""
+    idx = [i for i in train_idx if labels.keep[i]]
+    if not idx:
+        raise ValueError("the teacher kept no pair to learn from (every pair was dropped: "
+                         "too little texture, implausible, or not improved by the refinement)")
+    rng = np.random.default_rng(cfg.seed)
+    params, batch_stats = variables["params"], variables["batch_stats"]
+    mask = trainable_mask(params, cfg.trainable)
+    tx = optax.masked(optax.adam(cfg.learning_rate), mask)
+    tx = optax.chain(tx, optax.masked(optax.set_to_zero(), jax.tree.map(lambda m: not m, mask)))
+    opt_state = tx.init(params)
+    use_syn = synthetic is not None and cfg.synthetic_batch > 0
+    step_fn = make_step(model, tx, jnp.asarray(static), tuple(sigmas), cfg.synthetic_share if use_syn else 0.0)
+    by_clip: dict = {}
+    for i in idx:
+        by_clip.setdefault(labels.pairs[i][0], []).append(i)
+    clips = sorted(by_clip)
+    share = np.array([len(by_clip[c]) for c in clips], np.float64)
+    t0 = time.perf_counter()
+    history = {"steps": 0, "seconds": 0.0, "log": []}
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=int(round(cfg.seconds)) if not cfg.max_steps else cfg.max_steps,
+                   desc="adapting", unit="s" if not cfg.max_steps else "step", file=sys.stderr, dynamic_ncols=True)
+    try:
+        step = 0
+        while True:
+            c = clips[rng.choice(len(clips), p=share / share.sum())]
+            pick = rng.choice(by_clip[c], size=cfg.batch_size, replace=len(by_clip[c]) < cfg.batch_size)
+            g = footage.gray[c]
+            wf = np.stack([labels.weights(i)[0] for i in pick])
+            wb = np.stack([labels.weights(i)[1] for i in pick])
+            real = {"g1": np.stack([g[labels.pairs[i][1]] for i in pick]), "g2": np.stack([g[labels.pairs[i][2]] for i in pick]),
+                    "cf": labels.coeffs_f[pick], "cb": labels.coeffs_b[pick], "wf": wf, "wb": wb,
+                    "bases": footage.bases[c]}
+            syn = None
+            if use_syn:
+                s = rng.choice(len(synthetic.g1), size=cfg.synthetic_batch, replace=False)
+                syn = {k: getattr(synthetic, k)[s] for k in ("g1", "g2", "flow_f", "flow_b", "depth1", "depth2", "K")}
+            params, opt_state, terms = step_fn(params, opt_state, batch_stats, real, syn)
+            step += 1
+            if step % 10 == 0 or step == 1:
+                history["log"].append({"step": step, "time": time.perf_counter() - t0,
+                                       **{k: float(v) for k, v in jax.device_get(terms).items()}})
+            if stop is not None:
+                stop()
+            elapsed = time.perf_counter() - t0
+            if bar is not None:
+                bar.n = step if cfg.max_steps else min(int(elapsed), bar.total)
+                bar.refresh()
+            if (cfg.max_steps and step >= cfg.max_steps) or (not cfg.max_steps and elapsed >= cfg.seconds):
+                break
+        jax.block_until_ready(params)
+    finally:
+        if bar is not None:
+            bar.close()
+    history.update(steps=step, seconds=time.perf_counter() - t0, pairs_learned=len(idx))
+    return {"params": params, "batch_stats": batch_stats}, history
