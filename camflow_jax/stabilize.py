@@ -38,6 +38,7 @@ if __name__ == "__main__":
     runtime.use_huge_pages()
 
 import argparse
+import contextlib
 import sys
 
 from camflow_jax.cli import harness
@@ -92,6 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "(docs/stabilization.md, \"Moving objects with camflow\")")
     p.add_argument("--checkpoint", type=harness.path_arg,
                    help="CamFlow checkpoint or training workdir (camflow only; default: the shipped model)")
+    p.add_argument("--adapt", action="store_true",
+                   help="camflow: first adapt the network to this clip (python -m camflow_jax.adapt on its\n"
+                        "first --adapt-frames frames, the refined model as teacher), then stabilize with\n"
+                        "the adapted model (docs/adaptation.md)")
+    p.add_argument("--adapt-minutes", type=harness.finite_float, default=None, metavar="M",
+                   help="with --adapt: the adaptation's budget, labels included (default 4.5)")
+    p.add_argument("--adapt-frames", type=harness.int_at_least(3), default=300, metavar="N",
+                   help="with --adapt: learn from the first N frames (default 300)")
     p.add_argument("--depth", metavar="DIR", type=harness.path_arg,
                    help="camflow: a folder with one depth map per frame (.npy or 16-bit PNG, any global scale) "
                         "for CamFlow+'s depth bases")
@@ -183,6 +192,44 @@ def _estimator(args, estimators):
     return est
 
 
+def _adapt_first(args, has_motion: bool, stack) -> None:
+    """``--adapt``: the shipped model (or ``--checkpoint``) adapted to the clip's first
+    ``--adapt-frames`` frames into a scratch folder that lives as long as ``stack``;
+    ``args.checkpoint`` then names it."""
+    from camflow_jax.adaptation import run as adapt_run
+    from camflow_jax.adaptation.footage import read_clips
+    from camflow_jax.estimators import registry
+    from camflow_jax.io import atomic
+
+    name = registry.resolve(args.estimator)[0]
+    if has_motion:
+        raise ValueError("--adapt adapts the estimator, but --path gives the motion: drop one of them")
+    if not registry.is_camflow(name) or args.no_refine:
+        raise ValueError(f"--adapt adapts camflow's network with the refined camflow as teacher; "
+                         f"--estimator {name}{' --no-refine' if args.no_refine else ''} does not run it: use --estimator camflow")
+    if args.depth:
+        raise ValueError("--adapt learns from the frames alone: drop --depth or --adapt")
+    minutes = adapt_run.DEFAULT_MINUTES if args.adapt_minutes is None else args.adapt_minutes
+    if minutes <= 0:
+        raise ValueError(f"--adapt-minutes must be > 0, got {minutes:g}")
+    clips = read_clips([args.input], args.adapt_frames)
+    folder = stack.enter_context(atomic.scratch_folder("camflow-adapt-"))
+    log = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
+    loaded = adapt_run.load_model(args.checkpoint)
+    variables, model_config, report = adapt_run.adapt_clips(clips, checkpoint=args.checkpoint, minutes=minutes,
+                                                            model=loaded, progress=not args.quiet, log=log)
+    adapt_run.save(folder, variables, model_config, loaded[2], report, overwrite=True)
+    args.checkpoint = folder
+
+
+def _stabilize(args, runner, est, config, with_metrics, with_plots) -> dict:
+    return runner.stabilize_video(
+        args.input, args.output, est, config, overwrite=args.overwrite, fps=args.fps,
+        with_metrics=with_metrics, with_plots=with_plots, report=args.report,
+        export_motion=args.export_motion, motion_path=args.path,
+        progress=not args.quiet, checked=True, ignore_fingerprint=args.ignore_fingerprint)
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     # camflow's Predictor turns on the compile cache (docs/performance.md, "Compile once"); the
@@ -216,13 +263,17 @@ def _run(args) -> int:
     if args.ignore_fingerprint and not args.path:
         print(f"note: {fingerprint.IGNORE_FLAG} has no effect without --path", file=sys.stderr)
     has_motion = bool(args.path) and motion_file.read(args.path).has_motion
-    est = None if has_motion else _estimator(args, estimators)
-    result = runner.stabilize_video(
-        args.input, args.output, est, config, overwrite=args.overwrite, fps=args.fps,
-        with_metrics=with_metrics, with_plots=with_plots, report=args.report,
-        export_motion=args.export_motion, motion_path=args.path,
-        progress=not args.quiet, checked=True, ignore_fingerprint=args.ignore_fingerprint)
+    with contextlib.ExitStack() as stack:
+        if args.adapt:
+            _adapt_first(args, has_motion, stack)
+        elif args.adapt_minutes is not None:
+            print("note: --adapt-minutes has no effect without --adapt", file=sys.stderr)
+        est = None if has_motion else _estimator(args, estimators)
+        if est is not None and args.adapt:
+            est.predictor  # loaded while the adapted checkpoint's scratch folder exists
+        result = _stabilize(args, runner, est, config, with_metrics, with_plots)
     for w in result.get("notes", []):
+
         print(f"note: {w}", file=sys.stderr)
     for w in result.get("warnings", []):
         print(f"warning: {w}", file=sys.stderr)
