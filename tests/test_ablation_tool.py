@@ -1,4 +1,4 @@
-"""The basis ablation (camflow_jax.experiments.ablation, CLI tools/basis_ablation.py): the four
+"""The basis ablation (tools.bench.ablation, CLI tools/basis_ablation.py): the four
 variants carry the paper's basis counts, and one tiny run trains, evaluates side by side and,
 run again (through the command line), reuses the trained workdirs."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from camflow_jax import configs, models
-from camflow_jax.experiments import ablation
+from tools.bench import ablation
 from camflow_jax.models import basis_set
 from camflow_jax.training.loop import model_config_from
 

@@ -32,7 +32,7 @@ import pytest
 from conftest import with_devices
 
 from camflow_jax.data.synthetic.scenes import SyntheticScenes
-from camflow_jax.experiments import benchmarking
+from tools.bench import benchmarking
 from camflow_jax.models import checkpoint
 from camflow_jax.predictor import Predictor
 from camflow_jax.training import loop as trainer
@@ -60,8 +60,8 @@ _TRAIN_EXPORT = r"""
 import json, sys
 import jax
 from jax.sharding import PartitionSpec as P
-from camflow_jax.experiments import accel
-from camflow_jax.experiments import benchmarking
+from tools.bench import accel
+from tools.bench import benchmarking
 from camflow_jax.training import loop as trainer
 config = benchmarking.load_config("camflow_jax/configs/smoke.py", 64, 128, 4, arch="config")
 config.model.depths, config.model.num_heads = (1, 1, 1), (1, 1, 1)   # same code, fewer blocks
@@ -124,7 +124,7 @@ def _pair():
 
 
 def test_predictor_functions_export_for_gpu_and_tpu(small_predictor):
-    from camflow_jax.experiments import accel
+    from tools.bench import accel
     a, b, cam = _pair()
     cached = small_predictor.refiner._static_cache.as_dict()
     # a working size below the input's, so the refinement's detail level is exported too
@@ -173,7 +173,7 @@ def test_the_constant_depth_calls_export_for_gpu_and_tpu(small_predictor):
     """Without depth the Predictor builds the constant depth's basis sets in calls of their own
     (kept per size: the capture empties the caches) and the forward and each direction's basis
     call take them built; those calls lower for accelerators too."""
-    from camflow_jax.experiments import accel
+    from tools.bench import accel
 
     a, b, _ = _pair()
     calls = accel.capture_jitted_calls(small_predictor, a, b, forward_only=True)
@@ -200,7 +200,7 @@ def test_captured_calls_are_the_ones_the_predictor_runs(small_predictor, monkeyp
     two bit-identical): what is checked is that the recorded function and arguments, and the
     Predictor's own pre- and post-processing around them, give its flows."""
     from camflow_jax.compilation import cache
-    from camflow_jax.experiments import accel
+    from tools.bench import accel
 
     monkeypatch.setenv(cache.OPT_OUT_ENV, "1")
     a, b, cam = _pair()

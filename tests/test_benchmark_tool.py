@@ -1,4 +1,4 @@
-"""The benchmark (camflow_jax.experiments.benchmarking, CLI tools/benchmark.py): one run of every
+"""The benchmark (tools.bench.benchmarking, CLI tools/benchmark.py): one run of every
 measurement on a tiny narrow network, plus XLA FLOP counts checked against closed forms (linear
 in batch, backward >= forward, the mask net's convolutions), and the command line's JSON lines."""
 
@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from camflow_jax.experiments import benchmarking
-from camflow_jax.experiments.benchmarking import release as release_bench
+from tools.bench import benchmarking
+from tools.bench.benchmarking import release as release_bench
 
 ROOT = Path(__file__).resolve().parents[1]
 

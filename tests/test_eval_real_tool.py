@@ -1,4 +1,4 @@
-"""The real-image experiments (camflow_jax.experiments.real, CLI tools/eval_real.py) against
+"""The real-image experiments (tools.bench.real, CLI tools/eval_real.py) against
 independent oracles on synthetic data built here (CI has no opencv-doc): the basis-span and
 homography oracles, the disparity -> flow sign (cv2.remap), the disparity resize / fill / forward
 projection, the shake's ground truth, the CamFlow rows (a stub estimator), a tiny end-to-end
@@ -19,7 +19,7 @@ from camflow_jax.data import datasets
 from camflow_jax.estimators import registry as estimators
 from camflow_jax.estimators.registry import Motion
 from camflow_jax.evaluation import metrics
-from camflow_jax.experiments import real
+from tools.bench import real
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import pytest
 
 from camflow_jax import configs
-from camflow_jax.experiments import accel
+from tools.bench import accel
 from camflow_jax.models import ModelConfig, build_model, checkpoint
 from camflow_jax.models import precision as precision_lib
 from camflow_jax.predictor import Predictor

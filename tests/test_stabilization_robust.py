@@ -15,7 +15,7 @@ import cv2
 import numpy as np
 import pytest
 
-from camflow_jax.experiments import stabilization as benchmark
+from tools.bench import stabilization as benchmark
 from camflow_jax.geometry import classical
 from camflow_jax.stabilization import clips, metrics, pipeline, render
 from camflow_jax.stabilization import estimators as est_lib
@@ -290,7 +290,7 @@ def test_the_hard_sets_degradations_keep_the_ground_truth_and_do_what_they_say()
 def test_wall_time_comparison_runs_both_command_lines(tmp_path):
     """Issue 42's wall-time measure on a tiny clip: both sides run as command lines on the same
     H.264 file and write their .mp4; the times are real (the outputs decode to the clip's length)."""
-    from camflow_jax.experiments import stabilization_time as st
+    from tools.bench import stabilization_time as st
 
     src = tmp_path / "still.mp4"
     st.write_h264(clips.planar_clip(12, 64, 96, seed=1).frames, str(src), 30.0)

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # camflow_jax from this checkout, installed or not
     sys.path.insert(0, str(ROOT))
 
-from camflow_jax.experiments import accelerator_check as check
+from tools.bench import accelerator_check as check
 
 
 def main(argv=None) -> int:

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # camflow_jax from this checkout, installed or not
     sys.path.insert(0, str(ROOT))
 
-from camflow_jax.experiments import architecture as arch  # noqa: E402
+from tools.bench import architecture as arch  # noqa: E402
 
 #: The one-step run of ``--walk``: the smoke config with the training tests' tiny net.
 WALK_OVERRIDES = {"batch_size": 4, "num_steps": 1, "data.num_train": 8, "data.num_eval": 2, "model.depths": (1,),

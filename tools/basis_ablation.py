@@ -3,7 +3,7 @@
     python tools/basis_ablation.py --workdir=workdirs/ablation --out=workdirs/ablation/eval
 
 This script parses the arguments and prints; the work, and what the variants are, is
-:mod:`camflow_jax.experiments.ablation` (docs/evaluation.md).
+:mod:`tools.bench.ablation` (docs/evaluation.md).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def main(argv=None) -> int:
         sys.path.insert(0, str(ROOT))
     from camflow_jax import configs
     from camflow_jax.compilation import cache as compile_cache
-    from camflow_jax.experiments.ablation import run_ablation
+    from tools.bench.ablation import run_ablation
 
     compile_cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
 

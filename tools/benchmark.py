@@ -57,7 +57,7 @@ Measurements (``--mode``; ``all`` runs the four in this order):
           ``--arch`` structure with ``--groups`` bases) and of the real train step at
           ``--train-size`` with ``--train-batch`` (default 2), each in float32 and bfloat16,
           turned into roofline lower bounds, max(FLOPs / peak, bytes / HBM bandwidth), for one
-          H100 SXM and one TPU v5e chip (``camflow_jax.experiments.accel``: the spec numbers and their
+          H100 SXM and one TPU v5e chip (``tools.bench.accel``: the spec numbers and their
           sources). Estimates, not measurements.
   profile  where the time goes, per XLA op (``--profile``: ``forward`` = mode flows_only's two
           forwards, ``train`` = mode train's step on its fixed batch, ``all`` = both): each is
@@ -76,7 +76,7 @@ Measurements (``--mode``; ``all`` runs the four in this order):
           without the Einsum rewrite) against the same function in JAX (``jax.jit``) and as the
           deserialized StableHLO artifact, in blocks of ``--repeats`` after ``--warmup``, the
           blocks' sequence twice; flow differences, conversion and first-call
-          seconds (``camflow_jax.experiments.benchmarking.export``). Needs the export's packages
+          seconds (``tools.bench.benchmarking.export``). Needs the export's packages
           (docs/export.md).
 
 The network structure is the released CamFlow's (embed 24, depths (2, 4, 6), heads (3, 12, 24);
@@ -150,7 +150,7 @@ Predictor's exported programs, the stored static bases) unless ``--compile-cache
 ``JAX_COMPILATION_CACHE_DIR`` of your own still applies (docs/performance.md, "Compile once").
 
 This script parses the arguments and prints; the measurements are
-:mod:`camflow_jax.experiments.benchmarking` (:func:`camflow_jax.experiments.benchmarking.run`).
+:mod:`tools.bench.benchmarking` (:func:`tools.bench.benchmarking.run`).
 """
 
 from __future__ import annotations
@@ -166,8 +166,8 @@ if str(ROOT) not in sys.path:  # camflow_jax and configs from this checkout, ins
     sys.path.insert(0, str(ROOT))
 
 from camflow_jax.compilation import cache as compile_cache  # noqa: E402
-from camflow_jax.experiments import benchmarking  # noqa: E402
-from camflow_jax.experiments.benchmarking import MODES  # noqa: E402
+from tools.bench import benchmarking  # noqa: E402
+from tools.bench.benchmarking import MODES  # noqa: E402
 from camflow_jax.export import MissingDependency  # noqa: E402
 
 

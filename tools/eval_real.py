@@ -6,7 +6,7 @@
         [--estimators sift_ransac,dis,camflow] [--frames 120] [--parts stereo,video]
 
 Stereo on Middlebury 'Aloe' and video on vtest.avi (docs/real_images.md). This script parses
-the arguments and prints; the experiments are :mod:`camflow_jax.experiments.real`, the tables
+the arguments and prints; the experiments are :mod:`tools.bench.real`, the tables
 :func:`camflow_jax.evaluation.reports.real_markdown`. ``--methods`` and ``--estimators`` take
 the estimator registry's names (:mod:`camflow_jax.estimators.registry`; old names such as
 ``sift`` work with a note); ``--methods`` also takes the evaluation-only oracles. The CamFlow
@@ -35,7 +35,7 @@ from camflow_jax.compilation import cache as compile_cache  # noqa: E402
 from camflow_jax.data import datasets  # noqa: E402
 from camflow_jax.estimators import registry as estimators  # noqa: E402
 from camflow_jax.evaluation import reports  # noqa: E402
-from camflow_jax.experiments import real  # noqa: E402
+from tools.bench import real  # noqa: E402
 from camflow_jax.io import atomic  # noqa: E402
 
 PARTS = ("stereo", "video")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from camflow_jax.compilation import cache as compile_cache
 from camflow_jax.data import datasets
-from camflow_jax.experiments import figures
+from tools.bench import figures
 
 
 def main(argv=None) -> int:

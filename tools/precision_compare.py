@@ -5,10 +5,10 @@ pairs, with the shipped model (or a checkpoint), network alone (and refined, wit
 
 Prints one JSON object: per policy the mean EPE against the ground truth and the distances of
 its flows, coefficients and confidence maps from the 'exact' policy's
-(:func:`camflow_jax.experiments.precision.compare_policies`); with ``--speed-rounds N``, also the
+(:func:`tools.bench.precision.compare_policies`); with ``--speed-rounds N``, also the
 released-structure network's flows-only forward at ``--speed-size`` under each policy, timed
 interleaved, and whether XLA compiled the same program for them
-(:func:`camflow_jax.experiments.precision.forward_times`). docs/performance.md, "Precision
+(:func:`tools.bench.precision.forward_times`). docs/performance.md, "Precision
 policy", has the results. On a CPU 'exact' and 'default' are both float32; on a GPU 'default'
 is TF32.
 """
@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # camflow_jax from this checkout, installed or not
     sys.path.insert(0, str(ROOT))
 
-from camflow_jax.experiments import precision  # noqa: E402
-from camflow_jax.experiments.benchmarking import machine_info  # noqa: E402
+from tools.bench import precision  # noqa: E402
+from tools.bench.benchmarking import machine_info  # noqa: E402
 from camflow_jax.predictor import Predictor  # noqa: E402
 
 

@@ -1,6 +1,6 @@
 """Measure the stabilization metrics on synthetic clips with a known camera path.
 
-For each clip (camflow_jax.experiments.metric_clips: a still camera with sensor noise, a
+For each clip (tools.bench.metric_clips: a still camera with sensor noise, a
 smooth sway, white jitter) and each way of storing it (lossless, or through cv2.VideoWriter
 mp4v and back), prints the stability scores (combined, translation, rotation, the published
 5-bin variant), the high-band path RMS in pixels (jitter_px), and the measuring estimator's
@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from camflow_jax.experiments import metric_clips as C
+from tools.bench import metric_clips as C
 from camflow_jax.stabilization import metrics as M
 
 

@@ -6,9 +6,9 @@
 Clips: OpenCV's vtest.avi (``apt-get install opencv-doc``; ``--video`` for another still-camera
 video) shaken by a seeded known motion, and the synthetic moving-object clip with and without
 its object (``--synthetic-size``, ``--synthetic-frames``; ``--no-synthetic`` skips them);
-``--hard`` adds the hard set (:func:`camflow_jax.experiments.stabilization.hard_clips`).
+``--hard`` adds the hard set (:func:`tools.bench.stabilization.hard_clips`).
 ``--checkpoint DIR``: the model the camflow estimators run (default: the shipped one). The
-work is :func:`camflow_jax.experiments.stabilization.compare_with_vidstab`; this script parses
+work is :func:`tools.bench.stabilization.compare_with_vidstab`; this script parses
 arguments and prints the table (with the load average: timings on a shared machine are
 indicative).
 """
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
     compile_cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
 
     def body() -> int:
-        from camflow_jax.experiments import stabilization as benchmark
+        from tools.bench import stabilization as benchmark
         from camflow_jax.stabilization import clips
         from camflow_jax.stabilization import estimators as est_lib
 

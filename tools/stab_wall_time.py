@@ -5,7 +5,7 @@
 
 Both sides run as command lines on the same H.264 input (OpenCV's vtest.avi shaken: 300 frames
 at 640x480 and 120 at 150x200; ``apt-get install opencv-doc ffmpeg``). Arguments after ``--``
-go to ``stabilize``. The work is :func:`camflow_jax.experiments.stabilization_time.compare_wall_time`.
+go to ``stabilize``. The work is :func:`tools.bench.stabilization_time.compare_wall_time`.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     def body() -> int:
-        from camflow_jax.experiments import stabilization as bench
-        from camflow_jax.experiments import stabilization_time
+        from tools.bench import stabilization as bench
+        from tools.bench import stabilization_time
 
         video = args.video or bench.find_vtest()
         if video is None:

@@ -35,7 +35,7 @@ class ImportEdge:
 
 
 def package_root() -> Path:
-    return Path(__file__).resolve().parents[1]
+    return Path(__file__).resolve().parents[2] / PACKAGE
 
 
 def package_modules(root: Path | None = None) -> dict[str, Path]:

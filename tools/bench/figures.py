@@ -15,7 +15,7 @@ import json
 import numpy as np
 
 from camflow_jax.data import datasets
-from camflow_jax.experiments import real
+from tools.bench import real
 from camflow_jax.predictor import Predictor
 
 __all__ = ["refinement_figure", "loss_curve"]

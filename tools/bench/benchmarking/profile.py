@@ -15,7 +15,7 @@ from pathlib import Path
 
 import jax
 
-from camflow_jax.experiments.benchmarking.common import (
+from tools.bench.benchmarking.common import (
     PROFILE_TARGETS,
     BenchmarkOptions,
     arch_summary,
@@ -24,8 +24,8 @@ from camflow_jax.experiments.benchmarking.common import (
     precision_of,
     train_config,
 )
-from camflow_jax.experiments.benchmarking.inference import flows_only_setup
-from camflow_jax.experiments.benchmarking.training import train_setup
+from tools.bench.benchmarking.inference import flows_only_setup
+from tools.bench.benchmarking.training import train_setup
 
 
 def hlo_op_names(compiled) -> dict[str, str]:

@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from camflow_jax.experiments.benchmarking.common import (
+from tools.bench.benchmarking.common import (
     MODES,
     BenchmarkOptions,
     load_config,
@@ -19,18 +19,18 @@ from camflow_jax.experiments.benchmarking.common import (
     precision_of,
     train_config,
 )
-from camflow_jax.experiments.benchmarking.export import bench_export
-from camflow_jax.experiments.benchmarking.inference import (bench_flows_only, bench_infer, bench_refine,
+from tools.bench.benchmarking.export import bench_export
+from tools.bench.benchmarking.inference import (bench_flows_only, bench_infer, bench_refine,
                                                           bench_refine_batch)
-from camflow_jax.experiments.benchmarking.profile import bench_profile
-from camflow_jax.experiments.benchmarking.release import (
+from tools.bench.benchmarking.profile import bench_profile
+from tools.bench.benchmarking.release import (
     bench_release,
     bench_release_train,
     check_release,
     import_release,
 )
-from camflow_jax.experiments.benchmarking.roofline import bench_roofline
-from camflow_jax.experiments.benchmarking.training import bench_train
+from tools.bench.benchmarking.roofline import bench_roofline
+from tools.bench.benchmarking.training import bench_train
 from camflow_jax.export import onnx as onnx_lib
 
 

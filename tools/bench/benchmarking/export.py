@@ -31,7 +31,7 @@ import time
 import jax
 import numpy as np
 
-from camflow_jax.experiments.benchmarking.common import BenchmarkOptions, loadavg
+from tools.bench.benchmarking.common import BenchmarkOptions, loadavg
 from camflow_jax.export import bundle, network, stablehlo
 from camflow_jax.export import onnx as onnx_lib
 from camflow_jax.predictor import Predictor

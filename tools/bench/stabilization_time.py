@@ -23,7 +23,7 @@ import sys
 
 import numpy as np
 
-from camflow_jax.experiments import stabilization as bench
+from tools.bench import stabilization as bench
 
 __all__ = ["CLIPS", "write_h264", "compare_wall_time"]
 

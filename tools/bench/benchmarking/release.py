@@ -19,7 +19,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from camflow_jax.experiments.benchmarking.common import (
+from tools.bench.benchmarking.common import (
     BenchmarkOptions,
     apply_groups,
     arch_summary,
@@ -30,8 +30,8 @@ from camflow_jax.experiments.benchmarking.common import (
     precision_of,
     timing_summary,
 )
-from camflow_jax.experiments.benchmarking.inference import flows_only_setup
-from camflow_jax.experiments.benchmarking.training import mem_available_bytes, train_setup
+from tools.bench.benchmarking.inference import flows_only_setup
+from tools.bench.benchmarking.training import mem_available_bytes, train_setup
 from camflow_jax.training import steps as train_steps
 
 

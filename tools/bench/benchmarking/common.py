@@ -19,7 +19,7 @@ import jaxlib
 import optax
 
 from camflow_jax import configs
-from camflow_jax.experiments import accel
+from tools.bench import accel
 from camflow_jax.models import NETWORK_FIELDS, ModelConfig, basis_set
 from camflow_jax.models import precision as precision_lib
 from camflow_jax.training import loop as trainer
@@ -113,7 +113,7 @@ def compile_fn(fn, *args, fast: bool = False):
 
 def flops_of(compiled) -> float | None:
     """Total FLOPs of a compiled computation from XLA's cost analysis
-    (:func:`camflow_jax.experiments.accel.cost_of`); None when the backend gives none."""
+    (:func:`tools.bench.accel.cost_of`); None when the backend gives none."""
     return accel.cost_of(compiled)["flops"]
 
 

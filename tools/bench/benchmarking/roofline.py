@@ -10,9 +10,9 @@ import jax
 import numpy as np
 
 from camflow_jax import models
-from camflow_jax.experiments import accel
-from camflow_jax.experiments.benchmarking.common import BenchmarkOptions, apply_groups, load_config, parse_groups
-from camflow_jax.experiments.benchmarking.training import build_train
+from tools.bench import accel
+from tools.bench.benchmarking.common import BenchmarkOptions, apply_groups, load_config, parse_groups
+from tools.bench.benchmarking.training import build_train
 from camflow_jax.predictor import Predictor
 from camflow_jax.training import loop as trainer
 
@@ -54,7 +54,7 @@ def _roofline_rows(name: str, dtype: str, parts: list[dict], pairs: int) -> dict
 
 
 def bench_roofline(opts: BenchmarkOptions) -> list[dict]:
-    """Roofline estimates per pair (camflow_jax.experiments.accel.roofline) for one H100 SXM and one TPU v5e
+    """Roofline estimates per pair (tools.bench.accel.roofline) for one H100 SXM and one TPU v5e
     chip, float32 and bfloat16: the Predictor's jitted calls for one ``--height`` x ``--width``
     pair (flows-only network, network with confidence, flows-only + refinement; ``--groups``
     bases, default 12,12) and the real train step at ``--train-size`` / ``--train-batch``

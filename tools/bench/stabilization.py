@@ -1,6 +1,6 @@
 """Estimator comparison on generated shaky clips (the README's stabilization table).
 
-    python -m camflow_jax.experiments.stabilization --estimators sift_ransac,orb_ransac,dis \\
+    python -m tools.bench.stabilization --estimators sift_ransac,orb_ransac,dis \\
         [--checkpoint CKPT  (adds camflow)] --kinds planar,parallax --frames 96 \\
         --size 320x576 --seeds 0 --out results.json [--plot docs/images/stabilization_path.png]
 
@@ -505,7 +505,7 @@ def comparison_table(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m camflow_jax.experiments.stabilization",
+    p = argparse.ArgumentParser(prog="python -m tools.bench.stabilization",
                                 description="Compare stabilization estimators on generated "
                                             "shaky clips.")
     p.add_argument("--estimators", default="sift_ransac,orb_ransac,dis",

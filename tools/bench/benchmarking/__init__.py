@@ -13,7 +13,7 @@ so importing this module starts no backend.
 """
 
 # the modes, one module each; this package re-exports their public names
-from camflow_jax.experiments.benchmarking.common import (  # noqa: F401
+from tools.bench.benchmarking.common import (  # noqa: F401
     MODES,
     PROFILE_TARGETS,
     BenchmarkOptions,
@@ -27,16 +27,16 @@ from camflow_jax.experiments.benchmarking.common import (  # noqa: F401
     memory_of,
     timing_summary,
 )
-from camflow_jax.experiments.benchmarking.export import bench_export  # noqa: F401
-from camflow_jax.experiments.benchmarking.inference import bench_flows_only, bench_infer, bench_refine, bench_refine_batch, flows_only_setup  # noqa: F401,E501
-from camflow_jax.experiments.benchmarking.profile import (  # noqa: F401
+from tools.bench.benchmarking.export import bench_export  # noqa: F401
+from tools.bench.benchmarking.inference import bench_flows_only, bench_infer, bench_refine, bench_refine_batch, flows_only_setup  # noqa: F401,E501
+from tools.bench.benchmarking.profile import (  # noqa: F401
     bench_profile,
     hlo_op_names,
     op_group,
     profile_summary,
     trace_op_times,
 )
-from camflow_jax.experiments.benchmarking.release import (  # noqa: F401
+from tools.bench.benchmarking.release import (  # noqa: F401
     ReleaseUnavailable,
     bench_release,
     bench_release_train,
@@ -44,8 +44,8 @@ from camflow_jax.experiments.benchmarking.release import (  # noqa: F401
     check_release,
     import_release,
 )
-from camflow_jax.experiments.benchmarking.roofline import bench_roofline, inference_predictor  # noqa: F401
-from camflow_jax.experiments.benchmarking.run import run  # noqa: F401
-from camflow_jax.experiments.benchmarking.training import bench_train, build_train, train_setup  # noqa: F401
+from tools.bench.benchmarking.roofline import bench_roofline, inference_predictor  # noqa: F401
+from tools.bench.benchmarking.run import run  # noqa: F401
+from tools.bench.benchmarking.training import bench_train, build_train, train_setup  # noqa: F401
 
 __all__ = ['MODES', 'BenchmarkOptions', 'run', 'bench_infer', 'bench_train', 'bench_refine', 'bench_refine_batch', 'build_train', 'load_config', 'apply_groups', 'arch_keys', 'cpu_model', 'machine_info', 'compile_fn', 'flops_of', 'memory_of', 'timing_summary', 'bench_roofline', 'inference_predictor', 'bench_flows_only', 'flows_only_setup', 'train_setup', 'ReleaseUnavailable', 'check_release', 'import_release', 'build_release', 'bench_release', 'bench_release_train', 'PROFILE_TARGETS', 'hlo_op_names', 'op_group', 'trace_op_times', 'profile_summary', 'bench_profile', 'bench_export']
