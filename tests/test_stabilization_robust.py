@@ -224,7 +224,7 @@ def test_ecc_refine_recovers_a_known_homography_from_a_start_off_by_a_pixel():
 
 
 def test_tool_bad_size_exits_2():
-    res = subprocess.run([sys.executable, str(ROOT / "tools" / "stab_vs_vidstab.py"), "--size", "big"],
+    res = subprocess.run([sys.executable, "-m", "tools.bench", "stab_vs_vidstab", "--size", "big"],
                          capture_output=True, text=True, cwd=ROOT,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert res.returncode == 2
@@ -308,7 +308,7 @@ def test_wall_time_comparison_runs_both_command_lines(tmp_path):
 
 def test_wall_time_tool_bad_arguments_exit_2(tmp_path):
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    tool = [sys.executable, str(ROOT / "tools" / "stab_wall_time.py")]
+    tool = [sys.executable, "-m", "tools.bench", "stab_wall_time"]
     res = subprocess.run(tool + ["--runs", "0"], capture_output=True, text=True, cwd=ROOT, env=env)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     missing = str(tmp_path / "no.mp4")

@@ -48,7 +48,7 @@ TEXTURE_SIZE = 256
 WORSE_RATIO = 1.05
 WORSE_MARGIN = 0.5
 #: No motion fits the pair when :func:`aligned_correlation` is below this (docs/estimation.md,
-#: "Plausibility checks"; docs/plausibility/span_fit.py): the largest multiple of 0.05 at most
+#: "Plausibility checks"; tools/bench/studies/plausibility/span_fit.py): the largest multiple of 0.05 at most
 #: 2/3 of the lowest correct answer of the refined shipped model on the development pairs
 #: (0.657); its answers on unrelated, turned and mirrored development pairs are mostly below 0.3.
 MIN_CORRELATION = 0.4

@@ -35,7 +35,7 @@ fixed:
   **Noise floor**: each signal's ratio gets ``floor_px`` (:data:`NOISE_FLOOR_PX`, 0.3 px RMS)
   of energy added to numerator and denominator, so motion below the measuring estimator's
   noise cannot decide the score. SIFT's own noise on the high band of the path, measured on
-  known-path clips (``tools/stab_metrics_noise.py``), is <= 0.024 px per signal lossless and
+  known-path clips (``python -m tools.bench stab_metrics_noise``), is <= 0.024 px per signal lossless and
   <= 0.066 px through mp4v at 96x160; the floor is 4.5x the worst, so a path that is pure
   estimator noise scores >= 0.95. Rotation's floor is 0.3 px / r (3.2 mrad at 96x160,
   0.27 mrad at 1920x1080).

@@ -1,5 +1,5 @@
 """Basis-count ablation (the paper's 8 / 12 / 24 / 36 bases) on the synthetic benchmark: the
-work behind ``python tools/basis_ablation.py`` (docs/evaluation.md).
+work behind ``python -m tools.bench basis_ablation`` (docs/evaluation.md).
 
 :func:`run_ablation` trains one model per basis set with the same config, budget and seed, then
 evaluates them side by side on held-out synthetic scenes with

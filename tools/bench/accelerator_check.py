@@ -9,7 +9,7 @@ such). The steps (:data:`STEP_NAMES`, in this default order: what a short lease 
 first; ``--steps`` picks and orders them):
 
 - ``tests``: the backend-dependent tests (:data:`TEST_FILES`);
-- ``train_device``: ``tools/benchmark.py --mode train`` at 320x576 batch 16, configs/pretrained.py's
+- ``train_device``: ``python -m tools.bench benchmark --mode train`` at 320x576 batch 16, configs/pretrained.py's
   network, float32 at the backend's default precision (TF32 on NVIDIA), fed by the device
   renderer: the step's pairs/s on a fixed batch and fed (``pipeline_slowdown``);
 - ``train_bf16``, ``train_exact``: the same under the bfloat16 and exact policies;
@@ -31,7 +31,9 @@ that does not start, an out-of-memory) does not stop the others.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import importlib.util
 import json
 import os
 import platform
@@ -41,7 +43,10 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["DEFAULT_BUDGET_S", "STEP_NAMES", "TEST_FILES", "Step", "plan", "run_plan"]
+#: The repository root: the steps run from there.
+ROOT = Path(__file__).resolve().parents[2]
+
+__all__ = ["DEFAULT_BUDGET_S", "STEP_NAMES", "TEST_FILES", "Step", "plan", "run_plan", "main"]
 
 #: The whole check's time limit: 8 minutes.
 DEFAULT_BUDGET_S = 480.0
@@ -78,7 +83,7 @@ def _bench(name: str, out: Path, limit_s: float, *args: str) -> Step:
     path = out / f"bench_{name}.json"
     # --compile-cache: a step compiled by an earlier step (the train step of train_device,
     # say) is read from the per-user cache, not compiled again
-    return Step(name, (sys.executable, "tools/benchmark.py", *args, "--compile-cache", "--out", str(path)),
+    return Step(name, (sys.executable, "-m", "tools.bench", "benchmark", *args, "--compile-cache", "--out", str(path)),
                 limit_s, str(path))
 
 
@@ -138,7 +143,7 @@ def run_plan(steps: list[Step], out, *, budget_s: float = DEFAULT_BUDGET_S, root
     ``out/accelerator_check.log`` (every step's full output). Returns the report."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    root = Path(root or Path(__file__).resolve().parents[2])
+    root = Path(root or ROOT)
     env = dict(os.environ if env is None else env)
     env.setdefault("PYTHONUNBUFFERED", "1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
@@ -181,3 +186,48 @@ def run_plan(steps: list[Step], out, *, budget_s: float = DEFAULT_BUDGET_S, root
     report["seconds"] = round(time.monotonic() - start, 1)
     (out / "accelerator_check.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
+
+
+def main(argv=None) -> int:
+    """The command line (``python tools/accelerator_check.py`` or ``python -m tools.bench
+    accelerator_check``): the plan, run, and one line per step."""
+    p = argparse.ArgumentParser(prog="tools/accelerator_check.py", description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="folder for accelerator_check.json, the log and the benchmark JSONs")
+    p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, help="seconds for the whole check")
+    p.add_argument("--train-slice", type=float, default=180.0, help="seconds of configs/pretrained.py training")
+    p.add_argument("--repeats", type=int, default=10, help="timed calls per benchmark")
+    p.add_argument("--steps", default=",".join(STEP_NAMES),
+                   help="the steps to run, in this order (default: all, in the order shown)")
+    p.add_argument("--size", default="320x576", help="HxW of the benchmarks (the slice trains at the config's)")
+    p.add_argument("--batch", type=int, default=16, help="batch of the benchmarks")
+    p.add_argument("--workdir", default=None, help="the slice's training workdir (default OUT/workdir); "
+                   "run again with the same one to resume it")
+    p.add_argument("--release-code", help="a checkout of the released CamFlow code (with torch: mode release)")
+    p.add_argument("--plan", action="store_true", help="print the commands and stop")
+    args = p.parse_args(argv)
+    missing = [m for m in ("grain", "ml_collections", "tensorboardX") if importlib.util.find_spec(m) is None]
+    if missing and not args.plan:
+        print(f"accelerator_check.py: error: {', '.join(missing)} not installed (pip install -e . installs them)",
+              file=sys.stderr)
+        return 2
+    try:
+        h, w = (int(v) for v in args.size.lower().split("x"))
+        steps = plan(args.out, train_slice_s=args.train_slice, repeats=args.repeats,
+                     release_code=args.release_code, size=(h, w), batch=args.batch,
+                     steps=tuple(n.strip() for n in args.steps.split(",") if n.strip()), workdir=args.workdir,
+                     torch_available=importlib.util.find_spec("torch") is not None)
+    except ValueError as e:
+        p.error(str(e) if "step" in str(e) else f"--size {args.size!r}: expected HxW, e.g. 320x576")
+    if args.plan:
+        for s in steps:
+            print(f"{s.name} (limit {s.limit_s:.0f} s): {' '.join(s.argv)}")
+        return 0
+    report = run_plan(steps, args.out, budget_s=args.budget, root=ROOT)
+    for s in report["steps"]:
+        print(f"{s['name']}: {s['status']}" + (f" in {s['seconds']} s" if "seconds" in s else ""))
+    print(f"report: {Path(args.out) / 'accelerator_check.json'} ({report['seconds']} s)")
+    return 0 if all(s["status"] == "ok" for s in report["steps"]) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,7 +1,7 @@
 """The package's shape, measured: the import graph (cycles, imports inside functions), files
 directly in the package, file sizes, and the modules a training config passes through.
 
-``tools/architecture.py`` prints the report; ``tests/test_architecture.py`` holds the package
+``python -m tools.bench architecture [--walk] [--json FILE]`` prints the report (:func:`main`); ``tests/test_architecture.py`` holds the package
 to the limits docs/architecture.md states. The import graph is read from the source with
 :mod:`ast` (nothing is imported): every ``import camflow_jax...`` / ``from camflow_jax... import``
 statement, at module level or inside a function, is an edge from its module to the module it
@@ -11,14 +11,19 @@ names (``from P import name`` counts ``P.name`` when that is a module, else ``P`
 
 from __future__ import annotations
 
+import argparse
 import ast
+import contextlib
 import dataclasses
+import json
 import sys
+import tempfile
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = ["ImportEdge", "package_modules", "import_edges", "import_cycles", "line_counts", "top_level_files",
-           "config_walk"]
+           "config_walk", "smoke_config_walk", "main"]
 
 PACKAGE = "camflow_jax"
 
@@ -191,3 +196,51 @@ def config_walk(run, config) -> list[str]:
     finally:
         sys.setprofile(previous)
     return seen
+
+
+#: The one-step run of ``--walk``: the smoke config with the training tests' tiny net.
+WALK_OVERRIDES = {"batch_size": 4, "num_steps": 1, "data.num_train": 8, "data.num_eval": 2, "model.depths": (1,),
+                  "model.layer_depth": (1,), "model.num_heads": (2,), "model.width": 64}
+
+
+def smoke_config_walk() -> list[str]:
+    """``config_walk`` of a one-step run of the smoke config (:data:`WALK_OVERRIDES`) in a temporary workdir."""
+    from camflow_jax.configs import smoke
+    from camflow_jax.training import loop
+
+    config = smoke.get_config()
+    config.update_from_flattened_dict(WALK_OVERRIDES)
+    with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(sys.stderr):  # the run's log
+        return config_walk(lambda c: loop.train_and_evaluate(c, Path(tmp) / "wd"), config)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tools.bench architecture", description=__doc__.splitlines()[0])
+    p.add_argument("--walk", action="store_true", help="also trace a config through a one-step training run")
+    p.add_argument("--json", help="write the report to this file too")
+    args = p.parse_args(argv)
+    edges = import_edges()
+    inside = [e for e in edges if e.inside_function]
+    report = {
+        "modules": len(package_modules()),
+        "internal_imports": len(edges),
+        "inside_functions": len(inside),
+        "inside_share": round(len(inside) / max(len(edges), 1), 3),
+        "cycles": import_cycles(edges),
+        "top_level_files": top_level_files(),
+        "over_700_lines": {f: n for f, n in line_counts().items() if n > 700},
+        "longest": max(line_counts().items(), key=lambda kv: kv[1]),
+        "inside_by_module": dict(Counter(e.source for e in inside).most_common()),
+        "inside": [f"{e.source}:{e.line} -> {e.target}" for e in inside],
+    }
+    if args.walk:
+        report["config_walk"] = smoke_config_walk()
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -6,7 +6,7 @@ the flows' endpoint error against the ground truth and their distance from the f
 ('exact') flows, coefficients and confidence maps. :func:`forward_times` compiles the network's
 flows-only forward under each policy, says whether XLA compiled the same program for two
 policies but for the ops' precision annotations, and times the programs interleaved. Run
-through ``tools/precision_compare.py``.
+through ``python -m tools.bench precision_compare``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ and measured two ways:
 Timings are wall-clock on whatever machine runs it: the estimator's median milliseconds per
 frame pair, and the whole pipeline (estimation + smoothing + rendering) per frame.
 
-Side by side with ffmpeg's vid.stab (:func:`compare_with_vidstab`, ``tools/stab_vs_vidstab.py``):
+Side by side with ffmpeg's vid.stab (:func:`compare_with_vidstab`, ``python -m tools.bench stab_vs_vidstab``):
 each clip (a real video shaken by a seeded known motion, :func:`clips.shake_video`, e.g.
 OpenCV's ``vtest.avi``; the moving-object clip :func:`clips.moving_object_clip` and the same
 clip without the object) is written losslessly (FFV1), stabilized by vid.stab's two passes

@@ -1,6 +1,6 @@
 """Benchmark measurements (one module per mode family; their public names are re-exported here): inference latency/throughput, train-step throughput and memory, XLA
-FLOP counts, and the test-time refinement's cost. The command line is ``python
-tools/benchmark.py`` (what each mode measures, and the commands behind docs/performance.md,
+FLOP counts, and the test-time refinement's cost. The command line is ``python -m
+tools.bench benchmark`` (what each mode measures, and the commands behind docs/performance.md,
 are in its help); it parses the arguments into :class:`BenchmarkOptions` and prints each result
 of :func:`run` as one JSON line.
 

@@ -36,7 +36,7 @@ _MEMORY_FIELDS = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_
 
 @dataclasses.dataclass
 class BenchmarkOptions:
-    """What :func:`run` measures; the fields are ``tools/benchmark.py``'s flags (see its help),
+    """What :func:`run` measures; the fields are ``python -m tools.bench benchmark``'s flags (see its help),
     in its order, and are recorded as ``args`` in the report."""
 
     mode: str = "infer"                 # one of MODES

@@ -37,7 +37,7 @@ from camflow_jax.training import steps as train_steps
 
 class ReleaseUnavailable(RuntimeError):
     """Mode release cannot run: no ``--release-code``, a path that does not hold the authors'
-    release, or no PyTorch. ``tools/benchmark.py`` prints the message on one line and exits 2."""
+    release, or no PyTorch. ``python -m tools.bench benchmark`` prints the message on one line and exits 2."""
 
 
 #: Files of github.com/lhaippp/CamFlow-Code that mode release imports or reads.
@@ -100,7 +100,7 @@ def check_release(path, train: bool = False) -> Path:
 
 def _not_installed(what: str):
     def call(*args, **kwargs):
-        raise NotImplementedError(f"{what}: a stand-in of tools/benchmark.py --mode release for a package "
+        raise NotImplementedError(f"{what}: a stand-in of tools/bench/benchmark.py --mode release for a package "
                                   "that is not installed; the benchmarked paths never call it")
     return call
 
@@ -127,7 +127,7 @@ def _release_shims(root: Path) -> list[str]:
     class DropPath(torch.nn.Identity):
         def __init__(self, drop_prob=0.0, *args, **kwargs):
             if drop_prob > 0:
-                raise NotImplementedError("DropPath with drop_prob > 0: a stand-in of tools/benchmark.py "
+                raise NotImplementedError("DropPath with drop_prob > 0: a stand-in of tools/bench/benchmark.py "
                                           "--mode release (timm is not installed)")
             super().__init__()
 
@@ -145,7 +145,7 @@ def _release_shims(root: Path) -> list[str]:
     }
 
     def build(name, spec):
-        mod = types.ModuleType(name, f"stand-in of tools/benchmark.py --mode release ({name} is not installed)")
+        mod = types.ModuleType(name, f"stand-in of tools/bench/benchmark.py --mode release ({name} is not installed)")
         sys.modules[name] = mod
         for k, v in spec.items():
             setattr(mod, k, build(f"{name}.{k}", v) if isinstance(v, dict) else v)

@@ -1,5 +1,5 @@
 """The benchmark's entry point: :func:`run` runs the modes :class:`BenchmarkOptions` asks for and
-hands each result to a callback (``tools/benchmark.py`` prints them as JSON lines).
+hands each result to a callback (``python -m tools.bench benchmark`` prints them as JSON lines).
 """
 
 from __future__ import annotations

@@ -101,34 +101,34 @@ average before/after the whole run).
 Reproduce the Performance page's numbers (docs/performance.md) on an otherwise idle machine
 (check first that nothing else runs, e.g. ``pgrep -f camflow_jax.train``):
 
-    python tools/benchmark.py --mode all --height 320 --width 576 --batch 8 --train-batch 2 \\
+    python -m tools.bench benchmark --mode all --height 320 --width 576 --batch 8 --train-batch 2 \\
         --repeats 3 --warmup 1 --out docs/benchmarks/cpu_2core.json
-    python tools/benchmark.py --mode infer --height 320 --width 576 --batch 1 --groups 12,12 --repeats 15 \\
+    python -m tools.bench benchmark --mode infer --height 320 --width 576 --batch 1 --groups 12,12 --repeats 15 \\
         --out docs/benchmarks/cpu_2core_infer_b1.json
 
-    python tools/benchmark.py --mode flows_only --height 320 --width 576 --repeats 15 \\
+    python -m tools.bench benchmark --mode flows_only --height 320 --width 576 --repeats 15 \\
         --out docs/benchmarks/cpu_2core_flows_only.json
-    python tools/benchmark.py --mode roofline --height 320 --width 576 --train-batch 2 --fast-compile \\
+    python -m tools.bench benchmark --mode roofline --height 320 --width 576 --train-batch 2 --fast-compile \\
         --out docs/benchmarks/roofline_320x576.json
 
 The exported network in ONNX Runtime against JAX (docs/export.md), the shipped model at its own size:
 
-    python tools/benchmark.py --mode export --height 128 --width 256 --repeats 15 --warmup 3 \\
+    python -m tools.bench benchmark --mode export --height 128 --width 256 --repeats 15 --warmup 3 \\
         --out docs/benchmarks/cpu_2core_export_128x256.json
 
 Per-op profiles (docs/performance.md, "Twelfth round"):
 
-    python tools/benchmark.py --mode profile --profile all --height 320 --width 576 --train-batch 2 \\
+    python -m tools.bench benchmark --mode profile --profile all --height 320 --width 576 --train-batch 2 \\
         --repeats 3 --warmup 1 --profile-top 60 --out docs/benchmarks/cpu_2core_profile_320x576_r12.json
-    python tools/benchmark.py --mode profile --profile train --arch config --height 64 --width 128 \\
+    python -m tools.bench benchmark --mode profile --profile train --arch config --height 64 --width 128 \\
         --batch 8 --repeats 10 --warmup 2 --profile-top 60 --out docs/benchmarks/cpu_2core_profile_train_64x128_r12.json
 
 Against the released PyTorch model (docs/performance.md, "Against the released PyTorch model";
 ``pip install torch`` and ``git clone https://github.com/lhaippp/CamFlow-Code /tmp/CamFlow-Code``):
 
-    python tools/benchmark.py --mode release --release-code /tmp/CamFlow-Code --height 320 --width 576 \\
+    python -m tools.bench benchmark --mode release --release-code /tmp/CamFlow-Code --height 320 --width 576 \\
         --repeats 15 --warmup 3 --out docs/benchmarks/cpu_2core_release_320x576.json
-    python tools/benchmark.py --mode release --release-code /tmp/CamFlow-Code --release-train \\
+    python -m tools.bench benchmark --mode release --release-code /tmp/CamFlow-Code --release-train \\
         --height 320 --width 576 --train-batch 2 --repeats 3 --warmup 1 \\
         --out docs/benchmarks/cpu_2core_release_train_b2_320x576.json
 
@@ -161,14 +161,14 @@ import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # camflow_jax and configs from this checkout, installed or not
-    sys.path.insert(0, str(ROOT))
 
-from camflow_jax.compilation import cache as compile_cache  # noqa: E402
-from tools.bench import benchmarking  # noqa: E402
-from tools.bench.benchmarking import MODES  # noqa: E402
-from camflow_jax.export import MissingDependency  # noqa: E402
+from camflow_jax.compilation import cache as compile_cache
+from camflow_jax.export import MissingDependency
+from tools.bench import benchmarking
+from tools.bench.benchmarking import MODES
+
+#: The repository root (configs/ lives there).
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def parse_args(argv=None):
@@ -250,8 +250,14 @@ def main(argv=None):
         raise SystemExit(2) from None
 
 
-if __name__ == "__main__":
+def command(argv=None):
+    """``python -m tools.bench benchmark``: :func:`main` with transparent huge pages on, as the
+    package's entry points run (measure what users get)."""
     from camflow_jax.cli import runtime
 
-    runtime.use_huge_pages()  # what the entry points do: measure what users get
-    main()
+    runtime.use_huge_pages()
+    return main(argv)
+
+
+if __name__ == "__main__":
+    command()

@@ -3,7 +3,7 @@
 The evaluation passes each sample's depth1/depth2/K to CamFlow (evaluation/methods.py); this
 wrapper removes them, so the Predictor uses its constant-depth fallback. Everything else is
 `camflow_jax.evaluation.evaluate` unchanged (rows camflow + camflow_net).
-Usage: python docs/refinement/synthetic_no_depth.py OUT_DIR [--checkpoint DIR]
+Usage: python -m tools.bench.studies.refinement.synthetic_no_depth OUT_DIR [--checkpoint DIR]
 (without --checkpoint: the shipped model)
 """
 from camflow_jax.data import datasets

@@ -1,7 +1,7 @@
 """The network's precision policies (exact | default | bfloat16) compared on held-out synthetic
 pairs, with the shipped model (or a checkpoint), network alone (and refined, with --refined):
 
-    python tools/precision_compare.py [--checkpoint DIR] [--pairs 6] [--refined] [--speed-rounds 15] [--out result.json]
+    python -m tools.bench precision_compare [--checkpoint DIR] [--pairs 6] [--refined] [--speed-rounds 15] [--out result.json]
 
 Prints one JSON object: per policy the mean EPE against the ground truth and the distances of
 its flows, coefficients and confidence maps from the 'exact' policy's
@@ -21,13 +21,10 @@ import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # camflow_jax from this checkout, installed or not
-    sys.path.insert(0, str(ROOT))
 
-from tools.bench import precision  # noqa: E402
-from tools.bench.benchmarking import machine_info  # noqa: E402
-from camflow_jax.predictor import Predictor  # noqa: E402
+from camflow_jax.predictor import Predictor
+from tools.bench import precision
+from tools.bench.benchmarking import machine_info
 
 
 def main(argv=None) -> int:

@@ -12,7 +12,7 @@ seeds 0-1) stabilized with sift_ransac, with forced failures (fallbacks off) on 
 high-frequency shake (clips.residual_motion + clips.highfreq_rms, px) with the failed pairs left
 at the identity, or filled with the mean of 1, 4 or 8 good pairs on each side.
 
-    python docs/stabilization/failed_pairs.py [--part 1|2] [--seeds 0,1] [--kinds planar,fast_pan,parallax]
+    python -m tools.bench.studies.stabilization.failed_pairs [--part 1|2] [--seeds 0,1] [--kinds planar,fast_pan,parallax]
 """
 
 import argparse

@@ -1,6 +1,6 @@
 """Basis-count ablation (the paper's 8 / 12 / 24 / 36 bases) on the synthetic benchmark:
 
-    python tools/basis_ablation.py --workdir=workdirs/ablation --out=workdirs/ablation/eval
+    python -m tools.bench basis_ablation --workdir=workdirs/ablation --out=workdirs/ablation/eval
 
 This script parses the arguments and prints; the work, and what the variants are, is
 :mod:`tools.bench.ablation` (docs/evaluation.md).
@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository root (configs/)
 
 
 def main(argv=None) -> int:
@@ -26,8 +26,6 @@ def main(argv=None) -> int:
     p.add_argument("--baselines", default="identity,sift_magsac", help="reference methods evaluated beside")
     p.add_argument("--eval-only", action="store_true", help="evaluate existing workdirs only")
     args = p.parse_args(argv)
-    if str(ROOT) not in sys.path:  # camflow_jax and configs from this checkout, installed or not
-        sys.path.insert(0, str(ROOT))
     from camflow_jax import configs
     from camflow_jax.compilation import cache as compile_cache
     from tools.bench.ablation import run_ablation

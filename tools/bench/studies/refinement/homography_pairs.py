@@ -3,7 +3,7 @@ held-out SyntheticScenes(seed=4242, categories=("RE",)) frames img1 warped by th
 camera-motion homography label (cv2.warpPerspective, INTER_LINEAR, BORDER_REFLECT), so the truth
 is the exact homography flow; interior EPE (margin h // 16). No depth is given (none is defined
 for a warped image).
-Usage: python docs/refinement/homography_pairs.py N OUT.json [--checkpoint DIR]
+Usage: python -m tools.bench.studies.refinement.homography_pairs N OUT.json [--checkpoint DIR]
 (without --checkpoint: the shipped model)
 """
 import json

@@ -14,7 +14,7 @@ a pair, measured by plausibility.aligned_correlation, on
   with the shipped model refined (and the network alone), with and without depth: how often
   the check fires there.
 
-Usage: python docs/plausibility/span_fit.py [--part dev|benchmark|all] [--dev-pairs 60] [--json OUT]
+Usage: python -m tools.bench.studies.plausibility.span_fit [--part dev|benchmark|all] [--dev-pairs 60] [--json OUT]
 (2-core CPU shared with other jobs, all: 19 min;
 --report JSON prints a saved run again). Needs opencv-doc for the real pairs (skipped without it).
 """

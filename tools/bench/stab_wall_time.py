@@ -1,7 +1,7 @@
 """Start-to-end wall time of ``python -m camflow_jax.stabilize`` against ffmpeg's vid.stab.
 
-    PYTHONPATH=$PWD python tools/stab_wall_time.py --runs 2 --out wall.json
-    PYTHONPATH=$PWD python tools/stab_wall_time.py --runs 2 -- --estimator camflow
+    python -m tools.bench stab_wall_time --runs 2 --out wall.json
+    python -m tools.bench stab_wall_time --runs 2 -- --estimator camflow
 
 Both sides run as command lines on the same H.264 input (OpenCV's vtest.avi shaken: 300 frames
 at 640x480 and 120 at 150x200; ``apt-get install opencv-doc ffmpeg``). Arguments after ``--``

@@ -7,7 +7,7 @@ mp4v and back), prints the stability scores (combined, translation, rotation, th
 noise: the high-band RMS of (measured path - true path), per signal, in pixels (translation
 per axis; rotation times the half diagonal).
 
-    PYTHONPATH=$PWD python tools/stab_metrics_noise.py --size 96x160 --frames 90
+    python -m tools.bench stab_metrics_noise --size 96x160 --frames 90
 """
 
 import argparse
@@ -31,7 +31,7 @@ def clips(n, fps, seed):
     }
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", default="96x160", help="HxW")
     p.add_argument("--frames", type=int, default=90)
@@ -39,7 +39,7 @@ def main():
     p.add_argument("--seeds", default="0")
     p.add_argument("--floor-px", type=float, default=None)
     p.add_argument("--only", default=None, help="comma-separated clip names")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     h, w = (int(v) for v in args.size.split("x"))
     print(f"{args.frames} frames of {h}x{w} at {args.fps:g} fps, noise floor "
           f"{M.NOISE_FLOOR_PX if args.floor_px is None else args.floor_px} px")

@@ -1,6 +1,6 @@
 """Draws docs/images/refinement_aloe.png (needs Debian's opencv-doc: apt-get install opencv-doc).
 
-    python tools/figure_refinement.py [--data DIR] [-o PATH]
+    python -m tools.bench figure_refinement [--data DIR] [-o PATH]
 """
 
 from __future__ import annotations

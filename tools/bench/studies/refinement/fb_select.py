@@ -8,7 +8,7 @@ forward-backward consistency |F_f(x) + F_b(x + F_f(x))| (mean and median over pi
 sample stays in the frame: the library's warp and validity rule). Then it scores selection
 rules. The refinement runs with the tenth round's settings (Cauchy width 2.385, coarsest
 iterations 12), the default when this was measured.
-Usage: python docs/refinement/fb_select.py SEED N OUT.json
+Usage: python -m tools.bench.studies.refinement.fb_select SEED N OUT.json
 """
 import json
 import sys

@@ -1,6 +1,6 @@
 """Our stabilizer (each estimator) side by side with ffmpeg's vid.stab, in one run.
 
-    PYTHONPATH=$PWD python tools/stab_vs_vidstab.py --estimators klt_ransac,camflow \\
+    python -m tools.bench stab_vs_vidstab --estimators klt_ransac,camflow \\
         --frames 120 --size 288x384 --seed 0 --out results.json
 
 Clips: OpenCV's vtest.avi (``apt-get install opencv-doc``; ``--video`` for another still-camera

@@ -3,7 +3,7 @@ of the benchmark set, 320x576, with each sample's depth and K), default RefineCo
 (starts=("network",)) against RefineConfig(starts=STARTS) (default network,homography,zero). EPE
 in the benchmark's published all-pixel form (evaluation.protocols.score_sample), per pair and as
 the mean of the category means (AVG).
-Usage: python docs/refinement/starts.py N OUT.json [STARTS, e.g. network,zero]
+Usage: python -m tools.bench.studies.refinement.starts N OUT.json [STARTS, e.g. network,zero]
 """
 import collections
 import json
