@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from camflow_jax import configs, models
-from tools.bench import ablation
 from camflow_jax.models import basis_set
 from camflow_jax.training.loop import model_config_from
+from tools.bench import ablation
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -32,10 +32,10 @@ import pytest
 from conftest import with_devices
 
 from camflow_jax.data.synthetic.scenes import SyntheticScenes
-from tools.bench import benchmarking
 from camflow_jax.models import checkpoint
 from camflow_jax.predictor import Predictor
 from camflow_jax.training import loop as trainer
+from tools.bench import benchmarking
 
 ROOT = Path(__file__).resolve().parents[1]
 PLATFORMS = ("cuda", "tpu")
@@ -60,9 +60,9 @@ _TRAIN_EXPORT = r"""
 import json, sys
 import jax
 from jax.sharding import PartitionSpec as P
+from camflow_jax.training import loop as trainer
 from tools.bench import accel
 from tools.bench import benchmarking
-from camflow_jax.training import loop as trainer
 config = benchmarking.load_config("camflow_jax/configs/smoke.py", 64, 128, 4, arch="config")
 config.model.depths, config.model.num_heads = (1, 1, 1), (1, 1, 1)   # same code, fewer blocks
 config.model.precision = sys.argv[1]

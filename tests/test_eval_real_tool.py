@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from camflow_jax import bases
-from camflow_jax.data import datasets
 from camflow_jax.estimators import registry as estimators
 from camflow_jax.estimators.registry import Motion
 from camflow_jax.evaluation import metrics
+from tools.bench import opencv_doc
 from tools.bench import real
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -255,12 +255,12 @@ def test_missing_data_and_bad_arguments_exit_2_with_one_line(tmp_path):
     rc, _, err = _cli("--data", str(tmp_path / "nowhere"), "--out", "")
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1
-    assert lines[0].startswith(f"error: {tmp_path / 'nowhere'}: {datasets.MISSING_DATA}")
-    assert datasets.MISSING_DATA == "needs Debian's opencv-doc package: apt-get install opencv-doc"
+    assert lines[0].startswith(f"error: {tmp_path / 'nowhere'}: {opencv_doc.MISSING_DATA}")
+    assert opencv_doc.MISSING_DATA == "needs Debian's opencv-doc package: apt-get install opencv-doc"
     # the default folder: the same line, exactly, when it is missing
-    if not Path(datasets.OPENCV_DOC, "aloeL.jpg").is_file():
+    if not Path(opencv_doc.OPENCV_DOC, "aloeL.jpg").is_file():
         rc, _, err = _cli("--out", "")
-        assert rc == 2 and err.strip() == f"error: {datasets.OPENCV_DOC}: {datasets.MISSING_DATA}"
+        assert rc == 2 and err.strip() == f"error: {opencv_doc.OPENCV_DOC}: {opencv_doc.MISSING_DATA}"
     rc, _, err = _cli("--methods", "bogus")
     assert rc == 2 and err.startswith("error:") and "bogus" in err and len(err.strip().splitlines()) == 1
     # --refine-size needs a refined camflow row (checked before any data is read)

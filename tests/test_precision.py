@@ -21,12 +21,12 @@ import jax.numpy as jnp
 import pytest
 
 from camflow_jax import configs
-from tools.bench import accel
 from camflow_jax.models import ModelConfig, build_model, checkpoint
 from camflow_jax.models import precision as precision_lib
 from camflow_jax.predictor import Predictor
 from camflow_jax.training import loop as trainer
 from camflow_jax.training import workdir as workdir_lib
+from tools.bench import accel
 
 # A small network with every kind of layer: convolutions (stride 1 and 2, one input channel,
 # one output channel), a Swin encoder with a plain and a shifted-window block, class attention,

@@ -15,10 +15,10 @@ import cv2
 import numpy as np
 import pytest
 
-from tools.bench import stabilization as benchmark
 from camflow_jax.geometry import classical
 from camflow_jax.stabilization import clips, metrics, pipeline, render
 from camflow_jax.stabilization import estimators as est_lib
+from tools.bench import stabilization as benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,9 +14,9 @@ import json
 
 import numpy as np
 
-from camflow_jax.data import datasets
-from tools.bench import real
 from camflow_jax.predictor import Predictor
+from tools.bench import opencv_doc
+from tools.bench import real
 
 __all__ = ["refinement_figure", "loss_curve"]
 
@@ -55,7 +55,7 @@ def refinement_figure(data, out_path, width: int = 576, predictor=None) -> dict:
     import matplotlib.pyplot as plt
 
 
-    left_f, right_f, disp_f, valid_f = datasets.load_stereo(Path(data))
+    left_f, right_f, disp_f, valid_f = opencv_doc.load_stereo(Path(data))
     left, right, disp, valid, _ = real.resize_pair(left_f, right_f, disp_f, valid_f, width)
     h, w = disp.shape
     gt = real.disparity_to_flow(disp, valid)

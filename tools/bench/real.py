@@ -37,7 +37,6 @@ import cv2
 import numpy as np
 
 from camflow_jax import bases
-from camflow_jax.data import datasets
 from camflow_jax.estimators import registry as estimators
 from camflow_jax.evaluation import metrics
 from camflow_jax.geometry import device as geometry
@@ -47,6 +46,7 @@ from camflow_jax.stabilization import clips, pipeline
 from camflow_jax.stabilization import estimators as est_lib
 from camflow_jax.stabilization import metrics as metrics_lib
 from camflow_jax.stabilization.clips import apply_homography_np
+from tools.bench import opencv_doc
 
 __all__ = ["ORACLES", "PAIR_METHODS", "VIDEO_ESTIMATORS", "DEPTH_ROW", "check_pair_methods",
            "check_video_estimators", "load_model", "pair_estimators", "video_estimators",
@@ -313,7 +313,7 @@ def stereo_experiment(data, width: int, methods: Sequence[str], ests: Mapping[st
     :class:`camflow_jax.estimators.registry.Motion` (:func:`pair_estimators`), or a string: the reason
     it is skipped. A CamFlow estimator gets depth rows when its model has depth bases
     (``est.predictor.num_depth`` > 0)."""
-    left_f, right_f, disp_f, valid_f = datasets.load_stereo(data)
+    left_f, right_f, disp_f, valid_f = opencv_doc.load_stereo(data)
     t0 = time.perf_counter()
     scan = disparity_scale_scan(left_f, right_f, disp_f, valid_f)
     log(f"disparity scan ({time.perf_counter() - t0:.1f} s): best {scan['best']}")
@@ -475,9 +475,9 @@ def video_experiment(data, num_frames: int, factories: Mapping[str, Callable | s
     """The vtest.avi rows (module doc). ``factories``: name -> a factory returning a fresh
     stabilization estimator (``est(frame_t, frame_t1) -> flow``, see
     :mod:`camflow_jax.stabilization.estimators`), or a string: the reason it is skipped."""
-    path = Path(data) / datasets.VIDEO_FILE
-    frames = datasets.read_frames(path, num_frames)
-    fps = datasets.video_fps(path)
+    path = Path(data) / opencv_doc.VIDEO_FILE
+    frames = opencv_doc.read_frames(path, num_frames)
+    fps = opencv_doc.video_fps(path)
     shaken, J = shake_frames(frames, seed, margin=margin)
     rows = []
     for kind, clip, jit in (("static", frames, None), ("shake", shaken, J)):

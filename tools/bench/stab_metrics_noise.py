@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from tools.bench import metric_clips as C
 from camflow_jax.stabilization import metrics as M
+from tools.bench import metric_clips as C
 
 
 def clips(n, fps, seed):

@@ -19,10 +19,10 @@ import jaxlib
 import optax
 
 from camflow_jax import configs
-from tools.bench import accel
 from camflow_jax.models import NETWORK_FIELDS, ModelConfig, basis_set
 from camflow_jax.models import precision as precision_lib
 from camflow_jax.training import loop as trainer
+from tools.bench import accel
 
 MODES = ("infer", "train", "all", "refine", "refine_batch", "roofline", "flows_only", "release", "profile",
          "export")

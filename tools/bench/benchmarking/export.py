@@ -31,10 +31,10 @@ import time
 import jax
 import numpy as np
 
-from tools.bench.benchmarking.common import BenchmarkOptions, loadavg
 from camflow_jax.export import bundle, network, stablehlo
 from camflow_jax.export import onnx as onnx_lib
 from camflow_jax.predictor import Predictor
+from tools.bench.benchmarking.common import BenchmarkOptions, loadavg
 
 __all__ = ["bench_export", "ROUNDS"]
 

@@ -30,9 +30,9 @@ from tools.bench.benchmarking.common import (
     precision_of,
     timing_summary,
 )
+from camflow_jax.training import steps as train_steps
 from tools.bench.benchmarking.inference import flows_only_setup
 from tools.bench.benchmarking.training import mem_available_bytes, train_setup
-from camflow_jax.training import steps as train_steps
 
 
 class ReleaseUnavailable(RuntimeError):

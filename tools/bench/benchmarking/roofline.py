@@ -10,11 +10,11 @@ import jax
 import numpy as np
 
 from camflow_jax import models
+from camflow_jax.predictor import Predictor
+from camflow_jax.training import loop as trainer
 from tools.bench import accel
 from tools.bench.benchmarking.common import BenchmarkOptions, apply_groups, load_config, parse_groups
 from tools.bench.benchmarking.training import build_train
-from camflow_jax.predictor import Predictor
-from camflow_jax.training import loop as trainer
 
 
 def inference_predictor(config, groups, dtype: str):

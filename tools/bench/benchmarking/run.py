@@ -29,9 +29,9 @@ from tools.bench.benchmarking.release import (
     check_release,
     import_release,
 )
+from camflow_jax.export import onnx as onnx_lib
 from tools.bench.benchmarking.roofline import bench_roofline
 from tools.bench.benchmarking.training import bench_train
-from camflow_jax.export import onnx as onnx_lib
 
 
 def run(opts: BenchmarkOptions, on_result: Callable[[dict], None] | None = None) -> dict:
