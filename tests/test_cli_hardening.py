@@ -284,7 +284,7 @@ def test_poor_images_are_refused(tmp_path, capsys):
                           "-o", str(tmp_path / "o")]) == 2
     assert "truncated JPEG" in capsys.readouterr().err
     (tmp_path / "trailer.jpg").write_bytes(data + b"\0" * 100)  # data after the end marker: fine
-    from camflow_jax.data.images import read_rgb
+    from camflow_jax.io.images import read_rgb
 
     assert read_rgb(tmp_path / "trailer.jpg").shape == (120, 160, 3)
     cv2.imwrite(str(tmp_path / "d12.png"), (img.astype(np.uint16) * 16))  # 12-bit range

@@ -705,7 +705,7 @@ def test_small_lies(tmp_path, clip, capsys):
     img = cv2.imread(a)
     cv2.imwrite(str(tmp_path / "a.tiff"), img.astype(np.float32) / 255)
     assert cv2.imread(str(tmp_path / "a.tiff"), cv2.IMREAD_UNCHANGED).dtype == np.float32
-    from camflow_jax.data.images import read_rgb
+    from camflow_jax.io.images import read_rgb
 
     np.testing.assert_array_equal(read_rgb(tmp_path / "a.tiff"), img[..., ::-1])
     assert estimate.main([str(tmp_path / "a.tiff"), b, "--method", "dis", "-o", str(tmp_path / "f")]) == 0

@@ -21,9 +21,9 @@ import numpy as np
 
 from camflow_jax.data.benchmarks import GHOF_INTRINSICS, bandwise_homography_flow
 from camflow_jax.data.depth import check_depth_aspect, resize_depth
-from camflow_jax.data.images import read_rgb
 from camflow_jax.geometry import classical
 from camflow_jax.geometry import host as geometry_np
+from camflow_jax.io.images import read_rgb
 
 _IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".bmp")
 _VIDEO_EXTS = (".mp4", ".avi", ".mov", ".mkv", ".m4v", ".webm")
