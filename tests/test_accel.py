@@ -34,7 +34,7 @@ from conftest import with_devices
 from camflow_jax.data.synthetic.scenes import SyntheticScenes
 from camflow_jax.models import checkpoint
 from camflow_jax.predictor import Predictor
-from camflow_jax.training import loop as trainer
+from camflow_jax.training import loop
 from tools.bench import benchmarking
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,7 +60,7 @@ _TRAIN_EXPORT = r"""
 import json, sys
 import jax
 from jax.sharding import PartitionSpec as P
-from camflow_jax.training import loop as trainer
+from camflow_jax.training import loop
 from tools.bench import accel
 from tools.bench import benchmarking
 config = benchmarking.load_config("camflow_jax/configs/smoke.py", 64, 128, 4, arch="config")
@@ -262,7 +262,7 @@ def test_bf16_train_step_runs_and_its_loss_is_close_to_float32():
         config = benchmarking.load_config("camflow_jax/configs/smoke.py", 64, 128, 2, dtype, arch="config")
         config.model.depths, config.model.num_heads = (1, 1, 1), (1, 1, 1)
         t = benchmarking.build_train(config)
-        host = next(iter(trainer.make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
+        host = next(iter(loop.make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
         state, out = t["p_train"](t["state"], t["to_global"](host), t["static"])
         terms[dtype] = {k: float(v) for k, v in jax.device_get(out).items()}
         params[dtype] = state["params"]

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from camflow_jax import bases
-from camflow_jax.estimators import registry as estimators
+from camflow_jax.estimators import registry
 from camflow_jax.estimators.registry import Motion
 from camflow_jax.evaluation import metrics
 from tools.bench import opencv_doc
@@ -293,10 +293,10 @@ def test_refine_size_reaches_the_refined_camflow_rows_only():
     video = real.video_estimators(["camflow", "camflow_net", "dis"], model, "", refine_size=576)
     assert video["camflow"]().motion_estimator.refine == RefineConfig.at_size(576)
     assert not video["camflow_net"]().motion_estimator.refine and video["dis"]().name == "dis"
-    estimators.require_refined_method(576, ["dis", "camflow:/some/checkpoint"])  # a refined row: fine
-    estimators.require_refined_method(None, ["dis"])
+    registry.require_refined_method(576, ["dis", "camflow:/some/checkpoint"])  # a refined row: fine
+    registry.require_refined_method(None, ["dis"])
     with pytest.raises(ValueError, match="needs a refined camflow"):
-        estimators.require_refined_method(576, ["camflow_net", "dis"])
+        registry.require_refined_method(576, ["camflow_net", "dis"])
 
 
 def test_method_names_follow_the_registry():

@@ -27,7 +27,7 @@ from camflow_jax import estimate, stabilize
 from camflow_jax import evaluate as ev
 from camflow_jax.cli import harness
 from camflow_jax.io import atomic
-from camflow_jax.io import flo as flowio
+from camflow_jax.io import flo
 from camflow_jax.io import video as video_io
 from camflow_jax.stabilization import clips
 
@@ -170,7 +170,7 @@ def test_a_full_disk_is_named_and_keeps_the_previous_result(tmp_path, clip, monk
     def full(path, flow):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(flowio, "write_flo", full)
+    monkeypatch.setattr(flo, "write_flo", full)
     capsys.readouterr()
     assert estimate.main([a, b, "--method", "sift_magsac", "-o", str(out), "-y"]) == 2
     assert _one_error_line(capsys.readouterr().err) == f"error: disk full: {out}"

@@ -32,7 +32,7 @@ if str(ROOT) not in sys.path:  # camflow_jax from this checkout, installed or no
 
 from camflow_jax.cli import harness  # noqa: E402
 from camflow_jax.compilation import cache as compile_cache  # noqa: E402
-from camflow_jax.estimators import registry as estimators  # noqa: E402
+from camflow_jax.estimators import registry  # noqa: E402
 from camflow_jax.evaluation import reports  # noqa: E402
 from camflow_jax.io import atomic  # noqa: E402
 from tools.bench import opencv_doc  # noqa: E402
@@ -86,7 +86,7 @@ def _run(args, argv) -> int:
     methods, notes = real.check_pair_methods(_items(args.methods))
     video_names, video_notes = real.check_video_estimators(_items(args.estimators))
     harness.check_refine_size(args.refine_size, no_refine=False)
-    estimators.require_refined_method(args.refine_size, (methods if "stereo" in parts else [])
+    registry.require_refined_method(args.refine_size, (methods if "stereo" in parts else [])
                                  + (video_names if "video" in parts else []))
     fx_scales = tuple(float(v) for v in _items(args.fx_scales))
     if args.frames < 4:

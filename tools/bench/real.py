@@ -37,10 +37,10 @@ import cv2
 import numpy as np
 
 from camflow_jax import bases
-from camflow_jax.estimators import registry as estimators
+from camflow_jax.estimators import registry
 from camflow_jax.evaluation import metrics
-from camflow_jax.geometry import device as geometry
-from camflow_jax.geometry import host as geometry_np
+from camflow_jax.geometry import device
+from camflow_jax.geometry import host
 from camflow_jax.predictor import Predictor
 from camflow_jax.stabilization import clips, pipeline
 from camflow_jax.stabilization import estimators as est_lib
@@ -89,7 +89,7 @@ def _resolve(names, oracles) -> tuple[list[str], list[str]]:
         if name in _RENAMED:
             raise ValueError(_RENAMED[name])
         try:
-            canonical, note = estimators.resolve(name)
+            canonical, note = registry.resolve(name)
         except ValueError as e:
             raise ValueError(f"{e}" + (f"; or an evaluation-only oracle: {', '.join(oracles)}" if oracles else "")) \
                 from None
@@ -119,14 +119,14 @@ def pair_estimators(methods: Sequence[str], model, note: str, refine_size: int |
     for name in methods:
         if name in ORACLES:
             continue
-        size = {"refine_size": refine_size} if refine_size is not None and estimators.is_refined(name) else {}
-        if estimators.is_camflow(name) and ":" not in name:
-            out[name] = note if model is None else estimators.get(name, predictor=model, **size)
-        elif estimators.is_camflow(name):
-            out[name] = estimators.get(name, **size)
+        size = {"refine_size": refine_size} if refine_size is not None and registry.is_refined(name) else {}
+        if registry.is_camflow(name) and ":" not in name:
+            out[name] = note if model is None else registry.get(name, predictor=model, **size)
+        elif registry.is_camflow(name):
+            out[name] = registry.get(name, **size)
             out[name].predictor  # noqa: B018  (loaded now: a missing checkpoint is said up front)
         else:
-            out[name] = estimators.get(name, forward_only=True)
+            out[name] = registry.get(name, forward_only=True)
     return out
 
 
@@ -138,8 +138,8 @@ def video_estimators(names: Sequence[str], model, note: str, refine_size: int | 
 
     out = {}
     for name in names:
-        size = refine_size if estimators.is_refined(name) else None
-        if estimators.is_camflow(name) and ":" not in name:
+        size = refine_size if registry.is_refined(name) else None
+        if registry.is_camflow(name) and ":" not in name:
             if model is None:
                 out[name] = note
                 continue
@@ -165,9 +165,9 @@ def disparity_to_flow(disp, valid=None, scale: float = 1.0, offset: float = 0.0)
 def _abs_error(img1, img2, flow) -> tuple[np.ndarray, np.ndarray]:
     """(|warp(img2, flow) - img1| averaged over channels, where the warp is defined)."""
     flow = np.asarray(flow, np.float32)
-    err = np.abs(geometry_np.warp(img2, flow) - np.asarray(img1, np.float32))
+    err = np.abs(host.warp(img2, flow) - np.asarray(img1, np.float32))
     err = err.mean(-1) if err.ndim == 3 else err
-    return err, geometry_np.warp_validity(flow) > 0
+    return err, host.warp_validity(flow) > 0
 
 
 def photometric_error(img1, img2, flow, mask) -> float:
@@ -300,9 +300,9 @@ def camflow_plus_bases(h: int, w: int, depth, K) -> np.ndarray:
 def fit_single_homography(gt, mask) -> tuple[np.ndarray, np.ndarray]:
     """Oracle: (flow of the homography fitted to ``gt`` on ``mask`` pixels (DLT), H)."""
     g = np.where(np.asarray(mask, bool)[..., None], gt, 0.0).astype(np.float32)
-    H = np.asarray(geometry.fit_homography(g, np.asarray(mask, np.float32)), np.float64)
+    H = np.asarray(device.fit_homography(g, np.asarray(mask, np.float32)), np.float64)
     h, w = g.shape[:2]
-    return geometry_np.homography_flow(H, h, w), H
+    return host.homography_flow(H, h, w), H
 
 
 # ----------------------------------------------------------------------------- stereo experiment
@@ -363,7 +363,7 @@ def stereo_experiment(data, width: int, methods: Sequence[str], ests: Mapping[st
             continue
         est = ests[name]
         est = est if isinstance(est, str) else getattr(est, "raw", est)  # no plausibility checks
-        if not estimators.is_camflow(name):
+        if not registry.is_camflow(name):
             if isinstance(est, str):
                 skip(name, est)
                 continue

@@ -21,7 +21,7 @@ import optax
 from camflow_jax import configs
 from camflow_jax.models import NETWORK_FIELDS, ModelConfig, basis_set
 from camflow_jax.models import precision as precision_lib
-from camflow_jax.training import loop as trainer
+from camflow_jax.training import loop
 from tools.bench import accel
 
 MODES = ("infer", "train", "all", "refine", "refine_batch", "roofline", "flows_only", "release", "profile",
@@ -213,7 +213,7 @@ def apply_groups(config, groups: list[int]) -> None:
         raise ValueError(f"train mode: --groups needs 2 or 3 sizes (homography,stochastic[,depth]), got {groups}")
     config.bases.num_homography, config.bases.num_stochastic = groups[0], groups[1]
     config.bases.use_depth = len(groups) == 3
-    got = trainer.model_config_from(config)["group_sizes"]
+    got = loop.model_config_from(config)["group_sizes"]
     if [g for g in got] != [g for g in groups if g]:
         raise ValueError(f"train mode: --groups {groups} gives group sizes {got} "
                          f"(the depth group has 3 x {len(basis_set.depth_sigmas(config.bases.depth_sigmas, config.model.width))} bases)")

@@ -30,7 +30,7 @@ from tools.bench.benchmarking.common import (
     precision_of,
     timing_summary,
 )
-from camflow_jax.training import steps as train_steps
+from camflow_jax.training import steps
 from tools.bench.benchmarking.inference import flows_only_setup
 from tools.bench.benchmarking.training import mem_available_bytes, train_setup
 
@@ -388,7 +388,7 @@ def bench_release_train(opts: BenchmarkOptions, release: dict) -> dict:
                  "flops": ours["flops"], "memory": ours["memory"],
                  "step_contains": OURS_STEP_CONTAINS.format(
                      config=opts.config, b=b, weights=weights,
-                     frozen=list(train_steps.frozen_prefixes(config)) or "nothing")},
+                     frozen=list(steps.frozen_prefixes(config)) or "nothing")},
         "losses_finite": {k: bool(np.all(np.isfinite(v))) for k, v in losses_seen.items()},
         "first_call_s": first,
         "release_median_s": round(statistics.median(times["release"]), 4),

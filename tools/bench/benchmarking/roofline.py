@@ -11,7 +11,7 @@ import numpy as np
 
 from camflow_jax import models
 from camflow_jax.predictor import Predictor
-from camflow_jax.training import loop as trainer
+from camflow_jax.training import loop
 from tools.bench import accel
 from tools.bench.benchmarking.common import BenchmarkOptions, apply_groups, load_config, parse_groups
 from tools.bench.benchmarking.training import build_train
@@ -23,7 +23,7 @@ def inference_predictor(config, groups, dtype: str):
     as the trainer draws them) computing in ``dtype``."""
     config = config.copy_and_resolve_references()
     apply_groups(config, groups)
-    model_config = trainer.model_config_from(config)
+    model_config = loop.model_config_from(config)
     model = models.build_model(model_config)
     variables = models.init_variables(model, jax.random.key(0), config.model.height, config.model.width)
     return Predictor(model, variables, None, model_config, dtype=dtype)
@@ -103,5 +103,5 @@ def bench_roofline(opts: BenchmarkOptions) -> list[dict]:
 
 def _train_batch_shapes(config, t):
     """The train step's batch as ShapeDtypeStructs (one host batch's structure, not its data)."""
-    host = next(iter(trainer.make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
+    host = next(iter(loop.make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), dict(host))

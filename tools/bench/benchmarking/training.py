@@ -18,9 +18,9 @@ from jax.sharding import PartitionSpec as P
 from camflow_jax import models
 from camflow_jax.data import datasets, pipeline
 from camflow_jax.models import basis_set
-from camflow_jax.training import loop as trainer
+from camflow_jax.training import loop
 from camflow_jax.training import state as train_state
-from camflow_jax.training import steps as train_steps
+from camflow_jax.training import steps
 from tools.bench.benchmarking.common import BenchmarkOptions, arch_summary, compile_fn, compute_fields
 from tools.bench.benchmarking.common import flops_of, loadavg, memory_of, timing_summary
 
@@ -28,20 +28,20 @@ from tools.bench.benchmarking.common import flops_of, loadavg, memory_of, timing
 def build_train(config):
     """Everything ``train_and_evaluate`` builds before its loop (through the trainer's own setup
     functions): jitted step, state, static bases, the training source."""
-    trainer.validate_config(config)
-    model_config = trainer.model_config_from(config)
+    loop.validate_config(config)
+    model_config = loop.model_config_from(config)
     model = models.build_model(model_config)
     source = datasets.training_source(config.data, config.model.height, config.model.width, "train")
     steps_per_epoch = config.optim.steps_per_epoch or max(len(source) // config.batch_size, 1)
-    mesh = train_steps.make_mesh()
+    mesh = steps.make_mesh()
     repl, data_sharding = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
-    tx = train_steps.make_optimizer(config, steps_per_epoch)
+    tx = steps.make_optimizer(config, steps_per_epoch)
     state = train_state.init_train_state(config, model, tx, jax.random.key(config.seed), repl)
     static = jax.device_put(jnp.asarray(basis_set.static_bases(model_config)), repl)
-    p_train, _ = train_steps.jit_steps(model, tx, config, repl, data_sharding)
+    p_train, _ = steps.jit_steps(model, tx, config, repl, data_sharding)
     return {"model_config": model_config, "params": models.count_params(state["params"]), "state": state,
             "static": static, "p_train": p_train, "source": source, "mesh": mesh,
-            "to_global": lambda batch: train_steps.host_to_global(batch, data_sharding)}
+            "to_global": lambda batch: steps.host_to_global(batch, data_sharding)}
 
 
 def mem_available_bytes() -> int | None:
@@ -62,7 +62,7 @@ def train_setup(opts: BenchmarkOptions, config) -> dict:
     'lower_s', 'compile_s', 'flops', 'memory'}."""
     t = build_train(config)
     t0 = time.perf_counter()
-    host_batch = next(iter(trainer.make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
+    host_batch = next(iter(loop.make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
     first_batch_s = time.perf_counter() - t0
     fixed = t["to_global"](host_batch)  # one real batch, resident on the device(s)
     jax.block_until_ready(fixed)
@@ -123,7 +123,7 @@ def bench_train(opts: BenchmarkOptions, config) -> list[dict]:
     # replace the config's read options); with 'device', the batch rendered on the device(s)
     # (dispatched without blocking; the first call compiles the renderer).
     overrides = {"read_threads": opts.prefetch_threads, "prefetch": opts.prefetch_buffer}
-    feed = trainer.train_feed(config, t["source"], t["mesh"], **overrides)
+    feed = loop.train_feed(config, t["source"], t["mesh"], **overrides)
     it = iter(feed.dataset)
     t0 = time.perf_counter()
     batch = feed.put(next(it))

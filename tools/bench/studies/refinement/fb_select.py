@@ -18,13 +18,13 @@ import numpy as np
 
 from camflow_jax.data.synthetic.scenes import SyntheticScenes
 from camflow_jax.evaluation import metrics
-from camflow_jax.geometry import host as geometry_np
+from camflow_jax.geometry import host
 from camflow_jax.predictor import Predictor
 from camflow_jax.refine import RefineConfig
 
 
 def fb_error(ff, fb):
-    e = np.linalg.norm(ff + geometry_np.warp(fb, ff), axis=-1)[geometry_np.warp_validity(ff) > 0]
+    e = np.linalg.norm(ff + host.warp(fb, ff), axis=-1)[host.warp_validity(ff) > 0]
     return float(e.mean()), float(np.median(e))
 
 

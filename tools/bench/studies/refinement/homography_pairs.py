@@ -13,8 +13,8 @@ import cv2
 import numpy as np
 
 from camflow_jax.data.synthetic.scenes import SyntheticScenes
-from camflow_jax.estimators import registry as estimators
-from camflow_jax.geometry import host as geometry_np
+from camflow_jax.estimators import registry
+from camflow_jax.geometry import host
 
 H_, W_ = 320, 576
 METHODS = ("identity", "sift_magsac", "ecc", "camflow_net", "camflow")
@@ -27,7 +27,7 @@ def interior_epe(flow, truth, margin):
 
 def main(n, out, checkpoint=None):
     scenes = SyntheticScenes(seed=4242, num_samples=n, height=H_, width=W_, categories=("RE",))
-    ests = {m: estimators.get(m, **({"checkpoint": checkpoint} if checkpoint and m.startswith("camflow") else {}))
+    ests = {m: registry.get(m, **({"checkpoint": checkpoint} if checkpoint and m.startswith("camflow") else {}))
             for m in METHODS}
     ests["camflow"]._predictor = ests["camflow_net"].predictor  # one loaded model
     rows = []
@@ -35,7 +35,7 @@ def main(n, out, checkpoint=None):
         s = scenes[i]
         img1, H = s["img1"], s["homography"].astype(np.float64)
         img2 = cv2.warpPerspective(img1, H, (W_, H_), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT)
-        truth = geometry_np.homography_flow(H, H_, W_)
+        truth = host.homography_flow(H, H_, W_)
         row = {"index": i}
         for m, est in ests.items():
             t0 = time.perf_counter()
