@@ -174,3 +174,28 @@ def test_a_config_walks_through_at_most_eight_modules(tmp_path, cache, four_step
     assert (wd / "eval_4.json").is_file()
     assert {"camflow_jax.training.loop", "camflow_jax.data.datasets", "camflow_jax.training.heldout"} <= set(walk), walk
     assert len(walk) <= 8, walk
+
+
+def test_the_package_re_exports_its_supported_names_lazily():
+    """Each name of ``camflow_jax.__all__`` resolves to the object its own module defines; importing
+    the package alone imports no JAX (a fresh process: the oracle is sys.modules)."""
+    import subprocess
+    import sys
+
+    import camflow_jax
+    from camflow_jax import bases
+    from camflow_jax.data.synthetic.scenes import SyntheticScenes
+    from camflow_jax.models.checkpoint import load_model
+    from camflow_jax.predictor import Predictor
+    from camflow_jax.refine import RefineConfig
+
+    expected = {"__version__": "0.1.0", "Predictor": Predictor, "RefineConfig": RefineConfig,
+                "SyntheticScenes": SyntheticScenes, "bases": bases, "load_model": load_model}
+    assert set(camflow_jax.__all__) == set(expected)
+    for name, value in expected.items():
+        assert getattr(camflow_jax, name) is value, name
+    with pytest.raises(AttributeError):
+        camflow_jax.no_such_name  # noqa: B018
+    code = ("import sys, camflow_jax; print(sorted(m for m in ('jax', 'flax', 'cv2', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert out.strip() == "[]", out
