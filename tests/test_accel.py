@@ -67,7 +67,7 @@ config = benchmarking.load_config("camflow_jax/configs/smoke.py", 64, 128, 4, ar
 config.model.depths, config.model.num_heads = (1, 1, 1), (1, 1, 1)   # same code, fewer blocks
 config.model.precision = sys.argv[1]
 t = benchmarking.build_train(config)                  # the trainer's own setup functions
-host = next(iter(trainer.make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
+host = next(iter(loop.make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
 batch = t["to_global"](host)
 mesh = batch["img1"].sharding.mesh
 res = {"devices": jax.device_count(), "batch_spec": str(batch["img1"].sharding.spec)}
