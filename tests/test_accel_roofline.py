@@ -8,6 +8,9 @@ import pytest
 
 from tools.bench import accel
 
+#: Tests of measurement code (tools/bench): the slow tier (python -m pytest -q -m slow tests).
+pytestmark = pytest.mark.slow
+
 
 def test_cost_of_a_matmul_is_its_closed_form():
     m, k, n = 64, 128, 32

@@ -12,6 +12,9 @@ import pytest
 from tools.bench import accelerator_check as check
 from tools.bench.benchmarking import BenchmarkOptions
 
+#: Tests of measurement code (tools/bench): the slow tier (python -m pytest -q -m slow tests).
+pytestmark = pytest.mark.slow
+
 
 def test_the_plan_names_only_benchmark_options_and_the_readme_training_command(tmp_path):
     steps = check.plan(tmp_path, release_code="/nowhere", torch_available=True)

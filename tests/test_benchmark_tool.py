@@ -18,6 +18,9 @@ from tools.bench.benchmarking import release as release_bench
 
 ROOT = Path(__file__).resolve().parents[1]
 
+#: Tests of measurement code (tools/bench): the slow tier (python -m pytest -q -m slow tests).
+pytestmark = pytest.mark.slow
+
 # A narrower net than configs/smoke.py (one pyramid level, one Swin block): the train step
 # compiles in seconds. CamFlow+ 36 with per-sample depth bases, as the benchmark's default config.
 TINY_CONFIG = """
