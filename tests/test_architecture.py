@@ -16,7 +16,7 @@ CLIS = {"camflow_jax.train", "camflow_jax.estimate", "camflow_jax.evaluate", "ca
         "camflow_jax.export.__main__"}
 #: The layers: each folder (or file) directly in the package and its rank. An import between two
 #: of them must point to a lower rank (same rank: no import either way), so no folder-level
-#: cycle can form. Read from the import graph (7 Dec 2026): io is the floor; geometry and the
+#: cycle can form. Read from the import graph at the move of data/images.py: io is the floor; geometry and the
 #: compilation caches stand on it; the bases and the data readers on geometry; the network on
 #: the bases; its configs and the refinement on the network; the Predictor on both; the
 #: estimators on the Predictor; evaluation and stabilization on the estimators; training, the
