@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from camflow_jax.geometry import checks
-from camflow_jax.geometry import device as geometry
+from camflow_jax.geometry import device
 
 __all__ = [
     "homography_bases",
@@ -97,7 +97,7 @@ def _orthonormalize_and_scale(fields: jax.Array, reference: jax.Array) -> jax.Ar
 
 
 def _monomial_fields(h: int, w: int, monomials_u, monomials_v) -> jax.Array:
-    g = geometry.normalized_grid(h, w)
+    g = device.normalized_grid(h, w)
     x, y = g[..., 0], g[..., 1]
     terms = {"1": jnp.ones_like(x), "x": x, "y": y, "xy": x * y, "xx": x * x, "yy": y * y}
     zero = jnp.zeros_like(x)
@@ -128,7 +128,7 @@ def homography_bases_first_order(h: int, w: int) -> jax.Array:
     """The 8 BasesHomo-style bases ``[8, h, w, 2]``: translations, the 4 affine fields and the
     two projective fields (x^2, xy), (xy, y^2) (first-order perspective terms)."""
     h, w = _check_size("homography_bases_first_order", h, w)
-    g = geometry.normalized_grid(h, w)
+    g = device.normalized_grid(h, w)
     x, y = g[..., 0], g[..., 1]
     one, zero = jnp.ones_like(x), jnp.zeros_like(x)
     comps = [(one, zero), (zero, one), (x, zero), (y, zero), (zero, x), (zero, y),
@@ -333,11 +333,11 @@ def depth_translational_components(depth, K, sigmas: Sequence[float] | None = No
     if sigmas is None:
         sigmas = default_depth_sigmas(w)
     d0 = _clean_depth(depth, min_depth_ratio)
-    g = geometry.pixel_grid(h, w)
+    g = device.pixel_grid(h, w)
     fx, fy, cx, cy = K[0], K[1], K[2], K[3]
     dx, dy = g[..., 0] - cx, g[..., 1] - cy
     radius = jnp.sqrt(dx ** 2 + dy ** 2)
-    inv = jnp.stack([1.0 / geometry.gaussian_blur(d0, float(sigma)) for sigma in sigmas])  # [S, H, W]
+    inv = jnp.stack([1.0 / device.gaussian_blur(d0, float(sigma)) for sigma in sigmas])  # [S, H, W]
     # |f^x| = |fx| inv and |f^y| = |fy| inv share one percentile (it commutes with scaling).
     k = int(percentile_stride)
     if k < 1:
@@ -411,9 +411,9 @@ def combine(coeffs: jax.Array, bases: jax.Array) -> jax.Array:
     """Motion ``sum_k coeffs[:, k] * bases[k]``: coeffs ``[B, N]``, bases ``[N, h, w, 2]`` or
     ``[B | 1, N, h, w, 2]`` -> ``[B, h, w, 2]``."""
     if bases.ndim == 4:
-        return jnp.einsum("bn,nhwc->bhwc", coeffs, bases.astype(coeffs.dtype), precision=geometry.HIGHEST)
+        return jnp.einsum("bn,nhwc->bhwc", coeffs, bases.astype(coeffs.dtype), precision=device.HIGHEST)
     if bases.ndim == 5:
-        return jnp.einsum("bn,bnhwc->bhwc", coeffs, bases.astype(coeffs.dtype), precision=geometry.HIGHEST)
+        return jnp.einsum("bn,bnhwc->bhwc", coeffs, bases.astype(coeffs.dtype), precision=device.HIGHEST)
     raise ValueError(f"combine: bases must be [N,h,w,2] or [B,N,h,w,2], got {bases.shape}")
 
 

@@ -59,7 +59,7 @@ import numpy as np
 from camflow_jax.cli import harness
 from camflow_jax.compilation import cache as compile_cache
 from camflow_jax.data.depth import read_depth
-from camflow_jax.estimators import registry as estimators
+from camflow_jax.estimators import registry
 from camflow_jax.estimators.outputs import OUTPUT_FILES, check_result, estimate_pair, read_image, write_outputs
 from camflow_jax.geometry import checks
 from camflow_jax.io import atomic
@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="camflow_jax checkpoint (inference dir or workdir)")
     p.add_argument("--method", default="camflow",
                    help="an estimator (default camflow: --checkpoint, or the shipped model without "
-                        "it, with test-time refinement):\n" + estimators.describe())
+                        "it, with test-time refinement):\n" + registry.describe())
     p.add_argument("--no-refine", action="store_true",
                    help="camflow without test-time refinement (the network alone: camflow_net)")
     harness.add_refine_size_flag(p)
@@ -98,21 +98,21 @@ def build_parser() -> argparse.ArgumentParser:
 def _make_estimator(args):
     """The registry estimator the flags ask for (notes on stderr); ValueError for bad names."""
     harness.check_refine_size(args.refine_size, args.no_refine)
-    name = estimators.without_refinement(args.method) if args.no_refine else args.method
-    name, note = estimators.resolve(name)
+    name = registry.without_refinement(args.method) if args.no_refine else args.method
+    name, note = registry.resolve(name)
     if note:
         print(f"note: {note}", file=sys.stderr)
-    if not estimators.is_camflow(name):
+    if not registry.is_camflow(name):
         for flag, given in (("--checkpoint", args.checkpoint), ("--no-refine", args.no_refine),
                             ("--refine-size", args.refine_size)):
             if given:
                 print(f"note: --method {name} ignores {flag}", file=sys.stderr)
-        return estimators.get(name)
+        return registry.get(name)
     if args.checkpoint and ":" in name:
         raise ValueError(f"--method {name} names a checkpoint; do not also give --checkpoint")
     # confidence=True: write_outputs saves confidence_f.png (the model loads on first use)
     size = {} if args.refine_size is None else {"refine_size": args.refine_size}
-    return estimators.get(name, checkpoint=args.checkpoint, confidence=True, **size)
+    return registry.get(name, checkpoint=args.checkpoint, confidence=True, **size)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -136,7 +136,7 @@ def _run(args) -> int:
     atomic.check_output_dir(args.out, OUTPUT_FILES, args.overwrite,
                                inputs=[args.img1, args.img2, args.depth1, args.depth2, args.checkpoint,
                                        getattr(est, "checkpoint", None)])
-    if estimators.is_camflow(est.name):
+    if registry.is_camflow(est.name):
         print(f"model: {est.predictor.description}", file=sys.stderr)
         if est.predictor.num_depth and d1 is None:
             print("note: no --depth1/--depth2: the depth bases use a constant depth "

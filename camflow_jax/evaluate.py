@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from camflow_jax.cli import harness
 from camflow_jax.compilation import cache as compile_cache
 from camflow_jax.data.datasets import DATASETS, load_dataset
-from camflow_jax.estimators import registry as estimators
+from camflow_jax.estimators import registry
 from camflow_jax.evaluation.benchmark import evaluate
 from camflow_jax.evaluation.methods import ORACLES, parse_checkpoints
 from camflow_jax.evaluation.reports import BENCHMARK_FILES as OUTPUT_FILES
@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default=None, type=harness.path_arg,
                    help="benchmark path (synthetic: optional texture folder)")
     p.add_argument("--methods", default="identity,sift_magsac",
-                   help="comma-separated estimator names (" + ",".join(estimators.NAMES)
+                   help="comma-separated estimator names (" + ",".join(registry.NAMES)
                    + ", camflow:LABEL) or oracles (" + ",".join(ORACLES) + ")")
     p.add_argument("--checkpoint", default=None, type=harness.path_arg,
                    help="checkpoint dir for 'camflow'; several as label=DIR,label2=DIR2")
@@ -114,7 +114,7 @@ def _run(args) -> int:
     methods = args.methods
     harness.check_refine_size(args.refine_size, args.no_refine)
     if args.no_refine:
-        methods = ",".join(estimators.without_refinement(m.strip()) for m in methods.split(","))
+        methods = ",".join(registry.without_refinement(m.strip()) for m in methods.split(","))
     with errors.reading(args.data, "benchmark data"):  # a damaged file is named
         source = load_dataset(args.dataset, args.data, num=args.num, seed=args.seed, size=args.size,
                               depth_dir=args.depth_dir, intrinsics=args.intrinsics,

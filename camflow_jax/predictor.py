@@ -52,7 +52,7 @@ from camflow_jax.compilation import cache as compile_cache
 from camflow_jax.compilation.exported import ExportedJit
 from camflow_jax.compilation.memo import BoundedMemo
 from camflow_jax.geometry import device as geometry
-from camflow_jax.geometry import host as geometry_np
+from camflow_jax.geometry import host
 from camflow_jax.geometry.checks import check_depth, intrinsics_problem
 from camflow_jax.io.cpus import usable_cpus
 from camflow_jax.models import basis_set, checkpoint
@@ -439,7 +439,7 @@ class Predictor:
 
     def _forward_bases(self, args, constant):
         """(bases, network arguments) of a pair's :meth:`_network_inputs` ``args``: with depths holding one
-        value ``constant`` (:func:`geometry_np.constant_value`, the refiner's rule too), that depth's kept
+        value ``constant`` (:func:`camflow_jax.geometry.host.constant_value`, the refiner's rule too), that depth's kept
         set (:meth:`_constant_depth_set`) and placeholder depths; else the static bases and ``args``."""
         if not self.num_depth or constant is None:
             return self.static_bases, args
@@ -449,7 +449,7 @@ class Predictor:
     def _predict_landscape(self, img1, img2, depth1, depth2, K, cfg=None, confidence=True, forward_only=False):
         """Network outputs for a landscape pair at its own resolution (numpy dict)."""
         args = self._network_inputs(img1, img2, depth1, depth2, K)
-        bases, net_args = self._forward_bases(args, self.num_depth and geometry_np.constant_value(*args[2:4]))
+        bases, net_args = self._forward_bases(args, self.num_depth and host.constant_value(*args[2:4]))
         # Bases and weights are arguments, not closure constants: XLA would otherwise embed them.
         # numpy in: converted on the host, not by eager device ops that each compile a program
         out = self._forward(self.variables, bases, *(x[None] for x in net_args), confidence=bool(confidence),
@@ -583,7 +583,7 @@ class Predictor:
         refinement there, as one program each, without waiting for them."""
         inputs = [self._network_inputs(*p[:5]) for p in pairs]
         # every depth one value (none given: 1) and one K: that constant depth's set, shared by the batch
-        values = {self.num_depth and geometry_np.constant_value(*x[2:4]) for x in inputs}
+        values = {self.num_depth and host.constant_value(*x[2:4]) for x in inputs}
         shared = values.pop() if len(values) == 1 and all(np.array_equal(x[4], inputs[0][4]) for x in inputs) else None
         prepared = [self._forward_bases(x, shared) for x in inputs]
         bases = prepared[0][0]

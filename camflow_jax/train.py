@@ -42,12 +42,12 @@ def main(argv):
     import jax
 
     from camflow_jax.io import errors
-    from camflow_jax.training import signals as train_signals
+    from camflow_jax.training import signals
     distributed = (_NUM_PROCESSES.value or 1) > 1 or _DISTRIBUTED.value
     try:
         # Several processes save collectively: one stopping to save alone would wait forever, so
         # there a signal exits at once (the last finished checkpoint stays intact).
-        with train_signals.GracefulStop(graceful=not distributed) as stop:
+        with signals.GracefulStop(graceful=not distributed) as stop:
             config = _CONFIG.value
             config.get("seed")  # a config file that failed to load raises here
             if distributed:
@@ -65,7 +65,7 @@ def main(argv):
         if stop.signum is not None:  # came after the last stop point: the run is complete and saved
             _fail(f"interrupted by {signal.Signals(stop.signum).name} after the run completed", 128 + stop.signum,
                   prefix="")
-    except train_signals.TrainingInterrupted as e:
+    except signals.TrainingInterrupted as e:
         _fail(str(e), e.exit_code, prefix="")
     except errors.EXPECTED_ERRORS as e:
         # Bad config, data or workdir, a full disk: one line naming the problem (--verbosity=1

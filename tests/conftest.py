@@ -27,10 +27,17 @@ so that no worker is left with a long file at the end while the others idle.
 import fcntl
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+
+#: The repository root, importable: the tests import the measurement package ``tools.bench``
+#: (not installed) as a module, whichever directory pytest was started from.
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 
 #: Test files handed to the workers first, longest first (seconds of each file's tests in the
 #: default tier on 2 cores, 28 Nov 2026, `--durations=0`: test_train 231, test_refine 131,

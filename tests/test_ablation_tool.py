@@ -1,4 +1,4 @@
-"""The basis ablation (camflow_jax.experiments.ablation, CLI tools/basis_ablation.py): the four
+"""The basis ablation (tools.bench.ablation, CLI python -m tools.bench basis_ablation): the four
 variants carry the paper's basis counts, and one tiny run trains, evaluates side by side and,
 run again (through the command line), reuses the trained workdirs."""
 
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from camflow_jax import configs, models
-from camflow_jax.experiments import ablation
 from camflow_jax.models import basis_set
 from camflow_jax.training.loop import model_config_from
+from tools.bench import ablation
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,9 +65,9 @@ def test_tiny_ablation_trains_evaluates_and_resumes(tmp_path):
     assert json.loads((wd / "b8" / "model.json").read_text())["model_config"]["group_sizes"] == [8]
     assert set(json.loads((out / "train_seconds.json").read_text())) == {"b8", "b36"}
     # Run again, as users do, through the command line: both finished, evaluated again, not retrained.
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "basis_ablation.py"), "--config", str(cfg),
+    proc = subprocess.run([sys.executable, "-m", "tools.bench", "basis_ablation", "--config", str(cfg),
                            "--workdir", str(wd), "--out", str(out), "--variants=8,36", "--steps=1", "--num=2",
-                           "--baselines=identity"], capture_output=True, text=True, timeout=600)
+                           "--baselines=identity"], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("trained workdir found") == 2 and "] training " not in proc.stdout
     assert set(json.loads((out / "results.json").read_text())) == set(results)

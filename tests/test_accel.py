@@ -32,10 +32,10 @@ import pytest
 from conftest import with_devices
 
 from camflow_jax.data.synthetic.scenes import SyntheticScenes
-from camflow_jax.experiments import benchmarking
 from camflow_jax.models import checkpoint
 from camflow_jax.predictor import Predictor
-from camflow_jax.training import loop as trainer
+from camflow_jax.training import loop
+from tools.bench import benchmarking
 
 ROOT = Path(__file__).resolve().parents[1]
 PLATFORMS = ("cuda", "tpu")
@@ -60,14 +60,14 @@ _TRAIN_EXPORT = r"""
 import json, sys
 import jax
 from jax.sharding import PartitionSpec as P
-from camflow_jax.experiments import accel
-from camflow_jax.experiments import benchmarking
-from camflow_jax.training import loop as trainer
+from camflow_jax.training import loop
+from tools.bench import accel
+from tools.bench import benchmarking
 config = benchmarking.load_config("camflow_jax/configs/smoke.py", 64, 128, 4, arch="config")
 config.model.depths, config.model.num_heads = (1, 1, 1), (1, 1, 1)   # same code, fewer blocks
 config.model.precision = sys.argv[1]
 t = benchmarking.build_train(config)                  # the trainer's own setup functions
-host = next(iter(trainer.make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
+host = next(iter(loop.make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
 batch = t["to_global"](host)
 mesh = batch["img1"].sharding.mesh
 res = {"devices": jax.device_count(), "batch_spec": str(batch["img1"].sharding.spec)}
@@ -124,7 +124,7 @@ def _pair():
 
 
 def test_predictor_functions_export_for_gpu_and_tpu(small_predictor):
-    from camflow_jax.experiments import accel
+    from tools.bench import accel
     a, b, cam = _pair()
     cached = small_predictor.refiner._static_cache.as_dict()
     # a working size below the input's, so the refinement's detail level is exported too
@@ -173,7 +173,7 @@ def test_the_constant_depth_calls_export_for_gpu_and_tpu(small_predictor):
     """Without depth the Predictor builds the constant depth's basis sets in calls of their own
     (kept per size: the capture empties the caches) and the forward and each direction's basis
     call take them built; those calls lower for accelerators too."""
-    from camflow_jax.experiments import accel
+    from tools.bench import accel
 
     a, b, _ = _pair()
     calls = accel.capture_jitted_calls(small_predictor, a, b, forward_only=True)
@@ -200,7 +200,7 @@ def test_captured_calls_are_the_ones_the_predictor_runs(small_predictor, monkeyp
     two bit-identical): what is checked is that the recorded function and arguments, and the
     Predictor's own pre- and post-processing around them, give its flows."""
     from camflow_jax.compilation import cache
-    from camflow_jax.experiments import accel
+    from tools.bench import accel
 
     monkeypatch.setenv(cache.OPT_OUT_ENV, "1")
     a, b, cam = _pair()
@@ -262,7 +262,7 @@ def test_bf16_train_step_runs_and_its_loss_is_close_to_float32():
         config = benchmarking.load_config("camflow_jax/configs/smoke.py", 64, 128, 2, dtype, arch="config")
         config.model.depths, config.model.num_heads = (1, 1, 1), (1, 1, 1)
         t = benchmarking.build_train(config)
-        host = next(iter(trainer.make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
+        host = next(iter(loop.make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
         state, out = t["p_train"](t["state"], t["to_global"](host), t["static"])
         terms[dtype] = {k: float(v) for k, v in jax.device_get(out).items()}
         params[dtype] = state["params"]

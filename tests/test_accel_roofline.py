@@ -1,4 +1,4 @@
-"""Roofline estimates (camflow_jax.experiments.accel) against closed forms, and the benchmark's roofline mode."""
+"""Roofline estimates (tools.bench.accel) against closed forms, and the benchmark's roofline mode."""
 
 from __future__ import annotations
 
@@ -6,7 +6,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from camflow_jax.experiments import accel
+from tools.bench import accel
+
+#: Tests of measurement code (tools/bench): the slow tier (python -m pytest -q -m slow tests).
+pytestmark = pytest.mark.slow
 
 
 def test_cost_of_a_matmul_is_its_closed_form():
@@ -41,7 +44,7 @@ def test_device_specs_cite_their_source():
 
 @pytest.mark.slow
 def test_roofline_mode_on_a_tiny_network(tmp_path):
-    from camflow_jax.experiments import benchmarking
+    from tools.bench import benchmarking
     out = benchmarking.run(benchmarking.BenchmarkOptions(
         mode="roofline", height=64, width=128, arch="config", config="camflow_jax/configs/smoke.py",
         fast_compile=True, out=str(tmp_path / "r.json")))

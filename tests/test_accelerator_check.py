@@ -9,8 +9,11 @@ import sys
 
 import pytest
 
-from camflow_jax.experiments import accelerator_check as check
-from camflow_jax.experiments.benchmarking import BenchmarkOptions
+from tools.bench import accelerator_check as check
+from tools.bench.benchmarking import BenchmarkOptions
+
+#: Tests of measurement code (tools/bench): the slow tier (python -m pytest -q -m slow tests).
+pytestmark = pytest.mark.slow
 
 
 def test_the_plan_names_only_benchmark_options_and_the_readme_training_command(tmp_path):

@@ -1,4 +1,4 @@
-"""The benchmark (camflow_jax.experiments.benchmarking, CLI tools/benchmark.py): one run of every
+"""The benchmark (tools.bench.benchmarking, CLI python -m tools.bench benchmark): one run of every
 measurement on a tiny narrow network, plus XLA FLOP counts checked against closed forms (linear
 in batch, backward >= forward, the mask net's convolutions), and the command line's JSON lines."""
 
@@ -13,10 +13,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from camflow_jax.experiments import benchmarking
-from camflow_jax.experiments.benchmarking import release as release_bench
+from tools.bench import benchmarking
+from tools.bench.benchmarking import release as release_bench
 
 ROOT = Path(__file__).resolve().parents[1]
+
+#: Tests of measurement code (tools/bench): the slow tier (python -m pytest -q -m slow tests).
+pytestmark = pytest.mark.slow
 
 # A narrower net than configs/smoke.py (one pyramid level, one Swin block): the train step
 # compiles in seconds. CamFlow+ 36 with per-sample depth bases, as the benchmark's default config.
@@ -165,10 +168,10 @@ def test_mask_net_flops_match_closed_form():
 
 def test_command_line_prints_one_json_line_per_measurement(tiny_config, tmp_path):
     out = tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "benchmark.py"), "--mode", "infer", "--arch", "config",
+    proc = subprocess.run([sys.executable, "-m", "tools.bench", "benchmark", "--mode", "infer", "--arch", "config",
                            "--config", str(tiny_config), "--height", "64", "--width", "64", "--batch", "1",
                            "--groups", "12,12", "--repeats", "1", "--warmup", "0", "--fast-compile", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     written = json.loads(out.read_text())
@@ -216,8 +219,8 @@ def test_release_mode_refuses_without_torch(tmp_path, monkeypatch):
 
 def test_release_mode_refusal_is_one_line_and_exit_code_2(tmp_path):
     # the path is checked before torch is imported, so this holds with or without torch
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "benchmark.py"), "--mode", "release",
-                           "--release-code", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "tools.bench", "benchmark", "--mode", "release",
+                           "--release-code", str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("benchmark.py: error: "), proc.stderr
     assert "does not hold the released CamFlow code" in proc.stderr

@@ -24,7 +24,7 @@ from camflow_jax import estimate, stabilize
 from camflow_jax import evaluate as ev
 from camflow_jax.estimators import outputs as estimation
 from camflow_jax.geometry import checks
-from camflow_jax.geometry import device as geometry
+from camflow_jax.geometry import device
 from camflow_jax.io import video as video_io
 from camflow_jax.stabilization import clips
 
@@ -73,7 +73,7 @@ class _FakePredictor:
     def __call__(self, img1, img2, depth1=None, depth2=None, intrinsics=None, refine=None, confidence=None):
         h, w = img1.shape[:2]
         flow = np.full((h, w, 2), self.flow_value, np.float32)
-        H = self.homography if self.homography is not None else geometry.fit_homography(flow)
+        H = self.homography if self.homography is not None else device.fit_homography(flow)
         return {"flow_f": flow, "flow_b": flow.copy(), "homography": np.asarray(H, np.float64),
                 "logvar_f": np.zeros((h, w, 1), np.float32), "rotated": False}
 
@@ -110,12 +110,12 @@ def test_estimate_never_writes_a_degenerate_homography(tmp_path, monkeypatch, ca
 def test_fit_homography_flags_missing_data():
     """fit_homography returned that singular matrix silently; now NaN and valid=False."""
     nan = np.full((16, 24, 2), np.nan, np.float32)
-    assert np.all(np.isnan(np.asarray(geometry.fit_homography(nan))))
-    H, ok = geometry.fit_homography(np.zeros((2, 16, 24, 2), np.float32),
+    assert np.all(np.isnan(np.asarray(device.fit_homography(nan))))
+    H, ok = device.fit_homography(np.zeros((2, 16, 24, 2), np.float32),
                                     jnp.stack([jnp.zeros((16, 24)), jnp.ones((16, 24))]), return_valid=True)
     assert np.asarray(ok).tolist() == [False, True]
     assert np.all(np.isnan(np.asarray(H)[0])) and np.allclose(np.asarray(H)[1], np.eye(3), atol=1e-4)
-    H, ok = jax.jit(lambda f: geometry.fit_homography(f, return_valid=True))(nan)  # jit-safe
+    H, ok = jax.jit(lambda f: device.fit_homography(f, return_valid=True))(nan)  # jit-safe
     assert not bool(ok)
     assert checks.homography_problem(np.eye(3), 16, 24) is None
 
@@ -284,7 +284,7 @@ def test_poor_images_are_refused(tmp_path, capsys):
                           "-o", str(tmp_path / "o")]) == 2
     assert "truncated JPEG" in capsys.readouterr().err
     (tmp_path / "trailer.jpg").write_bytes(data + b"\0" * 100)  # data after the end marker: fine
-    from camflow_jax.data.images import read_rgb
+    from camflow_jax.io.images import read_rgb
 
     assert read_rgb(tmp_path / "trailer.jpg").shape == (120, 160, 3)
     cv2.imwrite(str(tmp_path / "d12.png"), (img.astype(np.uint16) * 16))  # 12-bit range

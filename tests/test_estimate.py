@@ -1,4 +1,4 @@
-"""flowio, the Predictor (rotation maths, random-weight model) and the estimate CLI."""
+"""io.flo, the Predictor (rotation maths, random-weight model) and the estimate CLI."""
 
 import json
 import os
@@ -13,8 +13,8 @@ import pytest
 
 from camflow_jax import estimate
 from camflow_jax.estimators import plausibility
-from camflow_jax.estimators import registry as estimators
-from camflow_jax.io import flo as flowio
+from camflow_jax.estimators import registry
+from camflow_jax.io import flo
 from camflow_jax.models import checkpoint
 from camflow_jax.predictor import Predictor
 
@@ -28,10 +28,10 @@ except ImportError:
 def test_flo_roundtrip_against_opencv(tmp_path):
     rng = np.random.default_rng(0)
     flow = rng.normal(size=(7, 11, 2)).astype(np.float32) * 5
-    flowio.write_flo(tmp_path / "a.flo", flow)
+    flo.write_flo(tmp_path / "a.flo", flow)
     np.testing.assert_array_equal(cv2.readOpticalFlow(str(tmp_path / "a.flo")), flow)
     cv2.writeOpticalFlow(str(tmp_path / "b.flo"), flow)
-    np.testing.assert_array_equal(flowio.read_flo(tmp_path / "b.flo"), flow)
+    np.testing.assert_array_equal(flo.read_flo(tmp_path / "b.flo"), flow)
     raw = (tmp_path / "a.flo").read_bytes()
     assert raw[:4] == b"PIEH" and struct.unpack("<ii", raw[4:12]) == (11, 7)  # width first
     assert struct.unpack("<ff", raw[12:20]) == tuple(flow[0, 0])  # (u, v) interleaved
@@ -39,16 +39,16 @@ def test_flo_roundtrip_against_opencv(tmp_path):
 
 def test_flo_errors(tmp_path):
     with pytest.raises(FileNotFoundError):
-        flowio.read_flo(tmp_path / "none.flo")
+        flo.read_flo(tmp_path / "none.flo")
     (tmp_path / "bad.flo").write_bytes(b"ABCD" + b"\0" * 20)
     with pytest.raises(ValueError, match="magic"):
-        flowio.read_flo(tmp_path / "bad.flo")
-    flowio.write_flo(tmp_path / "t.flo", np.zeros((4, 4, 2)))
+        flo.read_flo(tmp_path / "bad.flo")
+    flo.write_flo(tmp_path / "t.flo", np.zeros((4, 4, 2)))
     (tmp_path / "t2.flo").write_bytes((tmp_path / "t.flo").read_bytes()[:-8])
     with pytest.raises(ValueError, match="truncated"):
-        flowio.read_flo(tmp_path / "t2.flo")
+        flo.read_flo(tmp_path / "t2.flo")
     with pytest.raises(ValueError, match=r"\[H, W, 2\]"):
-        flowio.write_flo(tmp_path / "x.flo", np.zeros((4, 4)))
+        flo.write_flo(tmp_path / "x.flo", np.zeros((4, 4)))
 
 
 # ----------------------------------------------------------------------------- classical CLI
@@ -195,7 +195,7 @@ class _ClassicalPredictor(Predictor):
         assert img1.shape[0] <= img1.shape[1], "the backend must only see landscape images"
         self.seen_shapes.append(img1.shape)
         h, w = img1.shape[:2]
-        m = estimators.get("sift_magsac")(img1, img2)
+        m = registry.get("sift_magsac")(img1, img2)
         flow_f, flow_b, H = m.flow_f, m.flow_b, m.homography
         zeros = np.zeros((h, w, 1), np.float32)
         return {"flow_f": flow_f, "flow_b": flow_b, "logvar_f": zeros, "logvar_b": zeros,

@@ -1,4 +1,4 @@
-"""The real-image experiments (camflow_jax.experiments.real, CLI tools/eval_real.py) against
+"""The real-image experiments (tools.bench.real, CLI tools/eval_real.py) against
 independent oracles on synthetic data built here (CI has no opencv-doc): the basis-span and
 homography oracles, the disparity -> flow sign (cv2.remap), the disparity resize / fill / forward
 projection, the shake's ground truth, the CamFlow rows (a stub estimator), a tiny end-to-end
@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from camflow_jax import bases
-from camflow_jax.data import datasets
-from camflow_jax.estimators import registry as estimators
+from camflow_jax.estimators import registry
 from camflow_jax.estimators.registry import Motion
 from camflow_jax.evaluation import metrics
-from camflow_jax.experiments import real
+from tools.bench import opencv_doc
+from tools.bench import real
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -255,12 +255,12 @@ def test_missing_data_and_bad_arguments_exit_2_with_one_line(tmp_path):
     rc, _, err = _cli("--data", str(tmp_path / "nowhere"), "--out", "")
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1
-    assert lines[0].startswith(f"error: {tmp_path / 'nowhere'}: {datasets.MISSING_DATA}")
-    assert datasets.MISSING_DATA == "needs Debian's opencv-doc package: apt-get install opencv-doc"
+    assert lines[0].startswith(f"error: {tmp_path / 'nowhere'}: {opencv_doc.MISSING_DATA}")
+    assert opencv_doc.MISSING_DATA == "needs Debian's opencv-doc package: apt-get install opencv-doc"
     # the default folder: the same line, exactly, when it is missing
-    if not Path(datasets.OPENCV_DOC, "aloeL.jpg").is_file():
+    if not Path(opencv_doc.OPENCV_DOC, "aloeL.jpg").is_file():
         rc, _, err = _cli("--out", "")
-        assert rc == 2 and err.strip() == f"error: {datasets.OPENCV_DOC}: {datasets.MISSING_DATA}"
+        assert rc == 2 and err.strip() == f"error: {opencv_doc.OPENCV_DOC}: {opencv_doc.MISSING_DATA}"
     rc, _, err = _cli("--methods", "bogus")
     assert rc == 2 and err.startswith("error:") and "bogus" in err and len(err.strip().splitlines()) == 1
     # --refine-size needs a refined camflow row (checked before any data is read)
@@ -293,10 +293,10 @@ def test_refine_size_reaches_the_refined_camflow_rows_only():
     video = real.video_estimators(["camflow", "camflow_net", "dis"], model, "", refine_size=576)
     assert video["camflow"]().motion_estimator.refine == RefineConfig.at_size(576)
     assert not video["camflow_net"]().motion_estimator.refine and video["dis"]().name == "dis"
-    estimators.require_refined_method(576, ["dis", "camflow:/some/checkpoint"])  # a refined row: fine
-    estimators.require_refined_method(None, ["dis"])
+    registry.require_refined_method(576, ["dis", "camflow:/some/checkpoint"])  # a refined row: fine
+    registry.require_refined_method(None, ["dis"])
     with pytest.raises(ValueError, match="needs a refined camflow"):
-        estimators.require_refined_method(576, ["camflow_net", "dis"])
+        registry.require_refined_method(576, ["camflow_net", "dis"])
 
 
 def test_method_names_follow_the_registry():

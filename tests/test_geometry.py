@@ -167,7 +167,7 @@ def test_resize_image_matches_cv2_linear(src, dst):
 
 
 def test_channel_mean_is_the_mean_and_the_host_grey():
-    from camflow_jax.geometry import host as geometry_np
+    from camflow_jax.geometry import host
 
     rng = np.random.default_rng(9)
     for c in (1, 2, 3, 5):
@@ -178,17 +178,17 @@ def test_channel_mean_is_the_mean_and_the_host_grey():
     # three channels: the host's grey image (the refinement's host and device halves), to the
     # rounding of XLA's division by a constant (a multiplication by its reciprocal)
     img = rng.uniform(0, 255, (11, 14, 3)).astype(np.float32)
-    np.testing.assert_allclose(np.asarray(G.channel_mean(jnp.asarray(img)))[..., 0], geometry_np.gray(img),
+    np.testing.assert_allclose(np.asarray(G.channel_mean(jnp.asarray(img)))[..., 0], host.gray(img),
                                rtol=2e-7, atol=0)
 
 
-@pytest.mark.parametrize("lib", ["geometry", "geometry_np"])
+@pytest.mark.parametrize("lib", ["device", "host"])
 def test_intrinsics_follow_resize_and_crop(lib):
     # The JAX updates (jitted inference) and their numpy twins (the input pipeline's workers,
     # which must not use JAX) against the same closed forms.
-    from camflow_jax.geometry import host as geometry_np
+    from camflow_jax.geometry import host
 
-    geo = G if lib == "geometry" else geometry_np
+    geo = G if lib == "device" else host
     K = np.array([500.0, 480.0, 300.0, 200.0])
     X = np.array([0.3, -0.2, 2.0])
     u, v = K[0] * X[0] / X[2] + K[2], K[1] * X[1] / X[2] + K[3]

@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from camflow_jax.geometry import device as geometry
-from camflow_jax.geometry import host as geometry_np
+from camflow_jax.geometry import device
+from camflow_jax.geometry import host
 
 
 def _image_and_flow(seed=0, h=48, w=64, scale=6.0):
@@ -20,11 +20,11 @@ def _image_and_flow(seed=0, h=48, w=64, scale=6.0):
 
 def test_warp_matches_the_jax_warp_everywhere():
     img, flow = _image_and_flow()
-    ours = geometry_np.warp(img, flow)
-    ref = np.asarray(geometry.warp(jnp.asarray(img), jnp.asarray(flow)))
+    ours = host.warp(img, flow)
+    ref = np.asarray(device.warp(jnp.asarray(img), jnp.asarray(flow)))
     np.testing.assert_allclose(ours, ref, atol=2e-3)
-    valid = geometry_np.warp_validity(flow)
-    np.testing.assert_array_equal(valid, np.asarray(geometry.warp_validity(jnp.asarray(flow)))[..., 0])
+    valid = host.warp_validity(flow)
+    np.testing.assert_array_equal(valid, np.asarray(device.warp_validity(jnp.asarray(flow)))[..., 0])
     assert 0 < valid.mean() < 1 and valid[-1, -1] == 0
     assert np.all(ours[valid == 0] == 0)  # exactly 0 outside
 
@@ -35,10 +35,10 @@ def test_warp_matches_opencv_remap_inside_the_valid_region():
     ys, xs = np.mgrid[0:h, 0:w].astype(np.float32)
     ref = cv2.remap(img, xs + flow[..., 0], ys + flow[..., 1], cv2.INTER_LINEAR,
                     borderMode=cv2.BORDER_CONSTANT)
-    valid = geometry_np.warp_validity(flow) > 0
+    valid = host.warp_validity(flow) > 0
     # cv2.remap quantizes the sample position to 1/32 pixel: a bounded difference
-    np.testing.assert_allclose(geometry_np.warp(img, flow)[valid], ref[valid], atol=255 / 32)
-    gray = geometry_np.warp(img[..., 0], flow)
+    np.testing.assert_allclose(host.warp(img, flow)[valid], ref[valid], atol=255 / 32)
+    gray = host.warp(img[..., 0], flow)
     assert gray.shape == (h, w) and gray.dtype == np.float32
     np.testing.assert_allclose(gray[valid], ref[..., 0][valid], atol=255 / 32)
 
@@ -51,10 +51,10 @@ def test_the_fast_warp_is_the_exact_one_up_to_opencvs_weight_rounding():
     flow[5, 7] = np.nan
     h, w = flow.shape[:2]
     for image in (img, img[..., 0], np.concatenate([img, img[..., :2]], -1)):  # 3, 1 (2-D), 5 channels
-        exact = geometry_np.warp(image, flow)
-        fast = geometry_np.warp(image, flow, exact=False)
+        exact = host.warp(image, flow)
+        fast = host.warp(image, flow, exact=False)
         assert fast.shape == exact.shape and fast.dtype == np.float32
-        valid = geometry_np.warp_validity(flow) > 0
+        valid = host.warp_validity(flow) > 0
         assert np.all(fast[~valid] == 0) and fast[5, 7].max() == 0
         x = np.arange(w)[None] + flow[..., 0]
         y = np.arange(h)[:, None] + flow[..., 1]
@@ -70,44 +70,44 @@ def test_warp_of_a_shift_is_exact_and_nan_flow_gives_zero():
     img = np.arange(20 * 30, dtype=np.float32).reshape(20, 30)
     flow = np.zeros((20, 30, 2), np.float32)
     flow[..., 0] = 2.25
-    out = geometry_np.warp(img, flow)
+    out = host.warp(img, flow)
     np.testing.assert_allclose(out[:-1, :-4], img[:-1, 2:-2] + 0.25, rtol=1e-6)  # linear ramp
     assert np.all(out[:, -3:] == 0) and np.all(out[-1] == 0)
     flow[0, 0] = np.nan
-    assert geometry_np.warp(img, flow)[0, 0] == 0 and geometry_np.warp_validity(flow)[0, 0] == 0
+    assert host.warp(img, flow)[0, 0] == 0 and host.warp_validity(flow)[0, 0] == 0
     with pytest.raises(ValueError, match="must match"):
-        geometry_np.warp(img[:10], flow)
+        host.warp(img[:10], flow)
 
 
 def test_homography_flow_against_opencv_and_jax():
     H = np.array([[1.02, 0.03, 4.0], [-0.02, 0.98, -3.0], [1e-4, -2e-4, 1.0]])
     h, w = 40, 56
-    flow = geometry_np.homography_flow(H, h, w)
+    flow = host.homography_flow(H, h, w)
     ys, xs = np.mgrid[0:h, 0:w].astype(np.float64)
     pts = np.stack([xs, ys], -1).reshape(-1, 1, 2)
     ref = cv2.perspectiveTransform(pts, H).reshape(h, w, 2) - np.stack([xs, ys], -1)
     assert flow.shape == (h, w, 2) and flow.dtype == np.float32
     np.testing.assert_allclose(flow, ref, atol=1e-4)
-    np.testing.assert_allclose(flow, np.asarray(geometry.homography_to_flow(jnp.asarray(H), h, w)), atol=2e-3)
+    np.testing.assert_allclose(flow, np.asarray(device.homography_to_flow(jnp.asarray(H), h, w)), atol=2e-3)
 
 
 def test_resize_flow_against_opencv_and_translation():
     flow = np.zeros((40, 60, 2), np.float32)
     flow[..., 0], flow[..., 1] = 3.0, -2.0
-    small = geometry_np.resize_flow(flow, 20, 15)
+    small = host.resize_flow(flow, 20, 15)
     np.testing.assert_allclose(small[..., 0], 3.0 * 15 / 60, rtol=1e-6)
     np.testing.assert_allclose(small[..., 1], -2.0 * 20 / 40, rtol=1e-6)
     # enlarging a linear field (half-pixel centres): exact away from the clamped borders
     ys, xs = np.mgrid[0:10, 0:12].astype(np.float32)
     f = np.stack([0.5 * xs, 0.25 * ys], -1)
-    big = geometry_np.resize_flow(f, 20, 36)
+    big = host.resize_flow(f, 20, 36)
     yb, xb = np.mgrid[0:20, 0:36].astype(np.float32)
     ref = np.stack([0.5 * ((xb + 0.5) / 3 - 0.5) * 3, 0.25 * ((yb + 0.5) / 2 - 0.5) * 2], -1)
     np.testing.assert_allclose(big[1:-1, 2:-2], ref[1:-1, 2:-2], atol=1e-5)
     # a strided view (a channel slice of a wider array) resizes as its copy does
     wide = np.concatenate([f, f[..., :1]], -1)[..., :2]
-    np.testing.assert_array_equal(geometry_np.resize_flow(wide, 20, 36), big)
-    same = geometry_np.resize_flow(f, 10, 12)
+    np.testing.assert_array_equal(host.resize_flow(wide, 20, 36), big)
+    same = host.resize_flow(f, 10, 12)
     np.testing.assert_array_equal(same, f)
     assert same is not f
 
@@ -141,34 +141,34 @@ def test_intrinsics_updates_follow_opencv_resize_and_crop():
         np.testing.assert_allclose(sample(img, p[inside]), project(K)[inside], atol=1e-3)
 
     for h, w in [(150, 200), (30, 40), (45, 120)]:
-        k2 = geometry_np.resize_intrinsics(K, (h0, w0), (h, w))
+        k2 = host.resize_intrinsics(K, (h0, w0), (h, w))
         check(cv2.resize(coords, (w, h), interpolation=cv2.INTER_LINEAR), k2)
         np.testing.assert_allclose(  # the JAX update (inference) gives the same K
-            k2, np.asarray(geometry.resize_intrinsics(jnp.asarray(K), (h0, w0), (h, w))), rtol=1e-6)
+            k2, np.asarray(device.resize_intrinsics(jnp.asarray(K), (h0, w0), (h, w))), rtol=1e-6)
     top, left = 7, 11
-    k3 = geometry_np.crop_intrinsics(K, top, left)
+    k3 = host.crop_intrinsics(K, top, left)
     check(coords[top:, left:], k3)
-    np.testing.assert_allclose(k3, np.asarray(geometry.crop_intrinsics(jnp.asarray(K), top, left)), rtol=1e-6)
+    np.testing.assert_allclose(k3, np.asarray(device.crop_intrinsics(jnp.asarray(K), top, left)), rtol=1e-6)
 
 
 def test_gray_is_the_channel_mean():
     rng = np.random.default_rng(3)
     img = rng.integers(0, 256, (7, 9, 3), dtype=np.uint8)
-    np.testing.assert_allclose(geometry_np.gray(img), img.astype(np.float64).mean(-1), rtol=1e-6)
+    np.testing.assert_allclose(host.gray(img), img.astype(np.float64).mean(-1), rtol=1e-6)
     # 8-bit images take an integer sum: the same bits as float32's channel sum (the JAX gray's)
     full = rng.integers(0, 256, (6, 5, 3), dtype=np.uint8)
     full[0, 0], full[0, 1] = 255, 0
     f32 = full.astype(np.float32)
-    np.testing.assert_array_equal(geometry_np.gray(full), (f32[..., 0] + f32[..., 1] + f32[..., 2]) / np.float32(3))
-    assert geometry_np.gray(full).dtype == np.float32
+    np.testing.assert_array_equal(host.gray(full), (f32[..., 0] + f32[..., 1] + f32[..., 2]) / np.float32(3))
+    assert host.gray(full).dtype == np.float32
     four = rng.uniform(0, 1, (5, 4, 4)).astype(np.float32)
-    np.testing.assert_allclose(geometry_np.gray(four), four.mean(-1), rtol=1e-6)
+    np.testing.assert_allclose(host.gray(four), four.mean(-1), rtol=1e-6)
     flat = rng.uniform(0, 1, (5, 4)).astype(np.float32)
-    np.testing.assert_array_equal(geometry_np.gray(flat), flat)
+    np.testing.assert_array_equal(host.gray(flat), flat)
 
 
 def test_constant_value_is_the_one_finite_value_of_every_array():
-    constant_value = geometry_np.constant_value
+    constant_value = host.constant_value
     ones = np.ones((4, 5), np.float32)
     assert constant_value(ones, ones) == 1.0 and constant_value(np.full((3, 3), 2.5)) == 2.5
     relief = ones.copy()

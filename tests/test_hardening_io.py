@@ -27,7 +27,7 @@ from camflow_jax import estimate, stabilize
 from camflow_jax import evaluate as ev
 from camflow_jax.cli import harness
 from camflow_jax.io import atomic
-from camflow_jax.io import flo as flowio
+from camflow_jax.io import flo
 from camflow_jax.io import video as video_io
 from camflow_jax.stabilization import clips
 
@@ -170,7 +170,7 @@ def test_a_full_disk_is_named_and_keeps_the_previous_result(tmp_path, clip, monk
     def full(path, flow):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(flowio, "write_flo", full)
+    monkeypatch.setattr(flo, "write_flo", full)
     capsys.readouterr()
     assert estimate.main([a, b, "--method", "sift_magsac", "-o", str(out), "-y"]) == 2
     assert _one_error_line(capsys.readouterr().err) == f"error: disk full: {out}"
@@ -705,7 +705,7 @@ def test_small_lies(tmp_path, clip, capsys):
     img = cv2.imread(a)
     cv2.imwrite(str(tmp_path / "a.tiff"), img.astype(np.float32) / 255)
     assert cv2.imread(str(tmp_path / "a.tiff"), cv2.IMREAD_UNCHANGED).dtype == np.float32
-    from camflow_jax.data.images import read_rgb
+    from camflow_jax.io.images import read_rgb
 
     np.testing.assert_array_equal(read_rgb(tmp_path / "a.tiff"), img[..., ::-1])
     assert estimate.main([str(tmp_path / "a.tiff"), b, "--method", "dis", "-o", str(tmp_path / "f")]) == 0

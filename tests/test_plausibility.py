@@ -12,7 +12,7 @@ import pytest
 
 from camflow_jax.data.synthetic.scenes import SyntheticScenes
 from camflow_jax.estimators import plausibility
-from camflow_jax.estimators import registry as estimators
+from camflow_jax.estimators import registry
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def test_featureless_pair_gives_identity_with_a_note(name, value):
     img = np.full((60, 120, 3), value, np.uint8)
     img2 = img.copy()
     img2[0, 0] = value + 1  # not identical: the featureless rule decides
-    est = estimators.get(name)
+    est = registry.get(name)
     m = est(img, img2)
     assert m.fallback and "featureless" in m.note
     assert np.all(m.flow_f == 0) and np.all(m.flow_b == 0)
@@ -74,7 +74,7 @@ def test_featureless_pair_gives_identity_with_a_note(name, value):
 def test_identical_images_give_exactly_zero_motion():
     img = _texture_image()
     for name in ("camflow", "sift_ransac"):
-        m = estimators.get(name)(img, img.copy())
+        m = registry.get(name)(img, img.copy())
         assert not m.fallback and "identical" in m.note
         assert np.all(m.flow_f == 0) and np.all(m.flow_b == 0)
 
@@ -98,7 +98,7 @@ def test_an_answer_worse_than_no_motion_is_dropped_and_named():
     img = _texture_image(80, 120, seed=1)
     img1, img2 = img[:, 2:], img[:, :-2]  # img1(x) = img2(x + 2)
     bad = _FakePredictor([15.0, 0.0])
-    m = estimators.get("camflow", predictor=bad)(img1, img2)
+    m = registry.get("camflow", predictor=bad)(img1, img2)
     assert bad.calls == 1 and m.fallback and np.all(m.flow_f == 0)
     assert "camflow" in m.note and "worse than no motion" in m.note
     h, w = img1.shape[:2]
@@ -110,9 +110,9 @@ def test_an_answer_worse_than_no_motion_is_dropped_and_named():
     assert nums[-2:] == pytest.approx([aligned, inp], abs=0.02)
     np.testing.assert_array_equal(m.extras["dropped"].flow_f[..., 0], 15.0)
     # the right answer is kept, as is the raw answer when the checks are skipped
-    good = estimators.get("camflow", predictor=_FakePredictor([2.0, 0.0]))
+    good = registry.get("camflow", predictor=_FakePredictor([2.0, 0.0]))
     assert not good(img1, img2).fallback
-    assert not estimators.get("camflow", predictor=_FakePredictor([15.0, 0.0])).raw(img1, img2).fallback
+    assert not registry.get("camflow", predictor=_FakePredictor([15.0, 0.0])).raw(img1, img2).fallback
 
 
 def test_a_correct_subpixel_answer_on_a_noisy_pair_is_kept():
@@ -124,8 +124,8 @@ def test_a_correct_subpixel_answer_on_a_noisy_pair_is_kept():
     moved = cv2.warpAffine(base, M, (120, 80), flags=cv2.INTER_CUBIC, borderMode=cv2.BORDER_REFLECT)
     a = np.clip(base + rng.normal(0, 3, base.shape), 0, 255).astype(np.uint8)
     b = np.clip(moved + rng.normal(0, 3, base.shape), 0, 255).astype(np.uint8)
-    assert not estimators.get("camflow", predictor=_FakePredictor([0.4, 0.0]))(a, b).fallback
-    assert estimators.get("camflow", predictor=_FakePredictor([2.0, 0.0]))(a, b).fallback
+    assert not registry.get("camflow", predictor=_FakePredictor([0.4, 0.0]))(a, b).fallback
+    assert registry.get("camflow", predictor=_FakePredictor([2.0, 0.0]))(a, b).fallback
 
 
 def test_too_wide_an_input_is_refused_by_the_predictor_and_the_cli(tmp_path, shipped):
@@ -209,7 +209,7 @@ def test_a_pair_no_motion_of_the_span_fits_falls_back_with_the_measure_named(shi
     pair a little better than none; the check drops it, and the note names the measure, its
     value (that of the dropped answer) and the threshold. The correct pair is kept."""
     s = _scenes()
-    est = estimators.get("camflow", predictor=shipped)
+    est = registry.get("camflow", predictor=shipped)
     for img2 in (s[1]["img2"], np.ascontiguousarray(s[0]["img2"][::-1, ::-1])):
         m = est(s[0]["img1"], img2)
         dropped = m.extras["dropped"]

@@ -21,12 +21,12 @@ import jax.numpy as jnp
 import pytest
 
 from camflow_jax import configs
-from camflow_jax.experiments import accel
 from camflow_jax.models import ModelConfig, build_model, checkpoint
 from camflow_jax.models import precision as precision_lib
 from camflow_jax.predictor import Predictor
-from camflow_jax.training import loop as trainer
+from camflow_jax.training import loop
 from camflow_jax.training import workdir as workdir_lib
+from tools.bench import accel
 
 # A small network with every kind of layer: convolutions (stride 1 and 2, one input channel,
 # one output channel), a Swin encoder with a plain and a shifted-window block, class attention,
@@ -145,14 +145,14 @@ def test_training_config_key(tmp_path):
     config = configs.load("smoke")
     assert config.model.precision == "exact"
     config.model.precision = "default"
-    assert trainer.model_config_from(configs.check(config))["precision"] == "default"
+    assert loop.model_config_from(configs.check(config))["precision"] == "default"
     config.model.precision = "tf32"
     with pytest.raises(configs.ConfigError, match="model.precision must be one of"):
         configs.check(config, "smoke")
     # A run resumes with another policy (the same weights), not with another architecture; a
     # workdir written before the policy says 'dtype'.
     config.model.precision = "exact"
-    wanted = trainer.model_config_from(config)
+    wanted = loop.model_config_from(config)
     (tmp_path / "checkpoints" / "4").mkdir(parents=True)
     saved = {k: v for k, v in wanted.items() if k != "precision"}
     (tmp_path / "model.json").write_text(json.dumps({"model_config": {**saved, "dtype": "float32"}}))

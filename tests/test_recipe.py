@@ -11,9 +11,9 @@ from camflow_jax import configs, models
 from camflow_jax.data import depth as depth_lib
 from camflow_jax.data import sources as train_sources
 from camflow_jax.models import checkpoint
-from camflow_jax.training import loop as trainer
-from camflow_jax.training import state as train_state
-from camflow_jax.training import steps as train_steps
+from camflow_jax.training import loop
+from camflow_jax.training import state
+from camflow_jax.training import steps
 
 TINY = dict(embed_dim=8, depths=(1, 1, 1), num_heads=(2, 4, 8))
 
@@ -28,11 +28,11 @@ def test_paper_recipe_configs():
         assert c.loss.nll == "paper"
     ghof = configs.load("ghof")
     assert (ghof.loss.motion, ghof.loss.feature, ghof.loss.smooth) == (1.0, 10.0, 40.0)
-    assert trainer.model_config_from(ghof)["group_sizes"] == [12, 12, 12]
-    assert train_steps.frozen_prefixes(ghof) == ("features",)
+    assert loop.model_config_from(ghof)["group_sizes"] == [12, 12, 12]
+    assert steps.frozen_prefixes(ghof) == ("features",)
     # The 24-basis CamFlow pretrains with the hybrid loss (motion + feature), no depth group.
     cahomo = configs.load("cahomo")
-    assert trainer.model_config_from(cahomo)["group_names"] == ["homography", "stochastic"]
+    assert loop.model_config_from(cahomo)["group_names"] == ["homography", "stochastic"]
     assert cahomo.loss.motion > 0 and cahomo.loss.feature > 0 and cahomo.loss.smooth == 0
     release = configs.load("ghof_release")
     assert (release.optim.learning_rate, release.batch_size, release.loss.nll) == (1e-4, 8, "release")
@@ -40,7 +40,7 @@ def test_paper_recipe_configs():
 
 def test_group_names_have_one_source():
     cfg = configs.load("synthetic")
-    mc = trainer.model_config_from(cfg)
+    mc = loop.model_config_from(cfg)
     assert mc["group_names"] == list(models.GROUP_NAMES)
     from camflow_jax.models import official
 
@@ -68,7 +68,7 @@ def test_init_from_camflow_loads_every_array_and_leaves_only_depth_fresh(tmp_pat
     checkpoint.save_model(tmp_path / "camflow", cfg, src)
     _, loaded, _, loaded_cfg = checkpoint.load_model(tmp_path / "camflow")
     _, fresh = _variables((12, 12, 12), seed=2)
-    out, report = train_state.init_from_checkpoint(fresh, loaded, {"depth"})
+    out, report = state.init_from_checkpoint(fresh, loaded, {"depth"})
     got, want, init = _flat(out), _flat(src), _flat(fresh)
     for k, v in want.items():  # every source array landed unchanged
         np.testing.assert_array_equal(got[k], v, err_msg=k)
@@ -84,15 +84,15 @@ def test_init_from_refuses_unused_missing_or_misshaped_arrays():
     _, src = _variables((12, 12, 0), seed=1)
     _, fresh = _variables((12, 12, 12), seed=2)
     with pytest.raises(ValueError, match="missing from the checkpoint"):
-        train_state.init_from_checkpoint(fresh, src, set())  # depth not expected to be new
+        state.init_from_checkpoint(fresh, src, set())  # depth not expected to be new
     renamed = jax.tree.map(lambda x: x, src)
     renamed["params"]["met"]["tokens_physical"] = renamed["params"]["met"].pop("tokens_homography")
     with pytest.raises(ValueError, match="tokens_physical has no counterpart"):
-        train_state.init_from_checkpoint(fresh, renamed, {"depth"})
+        state.init_from_checkpoint(fresh, renamed, {"depth"})
     _, wide = _variables((12, 12, 0), seed=1)
     wide["params"]["met"]["tokens_stochastic"] = np.zeros((13, 64), np.float32)
     with pytest.raises(ValueError, match="tokens_stochastic is"):
-        train_state.init_from_checkpoint(fresh, wide, {"depth"})
+        state.init_from_checkpoint(fresh, wide, {"depth"})
 
 
 def test_legacy_physical_checkpoints_still_load(tmp_path):
@@ -122,9 +122,9 @@ def test_legacy_physical_checkpoints_still_load(tmp_path):
 def test_frozen_features_do_not_move_and_unknown_prefixes_are_named():
     cfg = configs.load("smoke")
     cfg.loss.feature = 10.0  # feature loss on: the shallow features are frozen automatically
-    assert train_steps.frozen_prefixes(cfg) == ("features",)
+    assert steps.frozen_prefixes(cfg) == ("features",)
     _, v = _variables((12, 12, 12), seed=0)
-    tx = train_steps.make_optimizer(cfg, 10)
+    tx = steps.make_optimizer(cfg, 10)
     params = jax.tree.map(jnp.asarray, v["params"])
 
     @jax.jit  # as the train step runs it (one compile; op by op, the 366 leaves took 20 s)
@@ -137,9 +137,9 @@ def test_frozen_features_do_not_move_and_unknown_prefixes_are_named():
     assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(new["features"]), jax.tree.leaves(params["features"])))
     assert not np.array_equal(new["mask_net"]["conv_0"]["kernel"], params["mask_net"]["conv_0"]["kernel"])
     cfg.optim.auto_freeze = False
-    assert train_steps.frozen_prefixes(cfg) == ()
+    assert steps.frozen_prefixes(cfg) == ()
     cfg.optim.freeze = ("shallow",)
-    tx = train_steps.make_optimizer(cfg, 10)
+    tx = steps.make_optimizer(cfg, 10)
     with pytest.raises(ValueError, match=r"\['shallow'\] match no parameter.*'features'"):
         tx.init(params)
 
@@ -188,7 +188,7 @@ def test_one_config_tree_the_checkout_files_name_the_packaged_set():
         assert shim.read_text() == (f"from camflow_jax.configs.{n} import get_config  # noqa: F401  "
                                     f"(the one copy: camflow_jax/configs/{n}.py)\n"), shim
         assert configs.load(str(shim)).to_dict() == configs.load(n).to_dict()
-        models.ModelConfig.from_dict(trainer.model_config_from(configs.load(n)))  # a valid architecture
+        models.ModelConfig.from_dict(loop.model_config_from(configs.load(n)))  # a valid architecture
     proc = subprocess.run([sys.executable, "-m", "camflow_jax.configs", "ghof"], capture_output=True, text=True)
     assert proc.returncode == 0 and Path(proc.stdout.strip()) == root / "camflow_jax" / "configs" / "ghof.py"
     proc = subprocess.run([sys.executable, "-m", "camflow_jax.configs", "nope"], capture_output=True, text=True)

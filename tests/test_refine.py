@@ -15,7 +15,7 @@ import pytest
 
 from camflow_jax import bases
 from camflow_jax import refine as R
-from camflow_jax.geometry import device as geometry
+from camflow_jax.geometry import device
 from camflow_jax.refine import pyramid as refine_pyramid
 from camflow_jax.refine import solver as refine_solver
 
@@ -69,7 +69,7 @@ def test_exact_homography_pair_matches_truth_and_opencv_ecc():
     truth = fx.homography_flow(Ht, H, W)
     out = refine(img1, img2, HB, np.zeros((1, 12)))  # from zero motion
     assert out["improved"] and out["cost_after"] < out["cost_before"]
-    Hr = np.asarray(geometry.fit_homography(jnp.asarray(out["flow"])), np.float64)
+    Hr = np.asarray(device.fit_homography(jnp.asarray(out["flow"])), np.float64)
     assert interior_epe(fx.homography_flow(Hr, H, W), truth) < 0.1
     # OpenCV's direct alignment of the same pair agrees.
     g1 = cv2.cvtColor(img1, cv2.COLOR_RGB2GRAY).astype(np.float32)
@@ -550,7 +550,7 @@ def test_detail_level_refines_against_the_full_resolution_images():
     # halves (as the Predictor makes them). With the full-resolution pair as ``detail``, the
     # result (the working flow enlarged, as a caller gets it) matches the truth at full
     # resolution and OpenCV's ECC on the full-resolution pair; the exact solution stays put.
-    from camflow_jax.geometry import host as geometry_np
+    from camflow_jax.geometry import host
     rng = np.random.default_rng(14)
     Hd, Wd = 2 * H, 2 * W
     img1, img2, Ht = fx.make_pair(rng, Hd, Wd, jitter=6.0)
@@ -561,7 +561,7 @@ def test_detail_level_refines_against_the_full_resolution_images():
     run = jax.jit(lambda a, b, c, d, s: R.refine_motion(a, b, jnp.asarray(HB), s, cfg, detail=(c, d)))
     out = {k: np.asarray(v) for k, v in run(s1, s2, g1, g2, jnp.zeros((1, 12))).items()}
     assert out["iterations"].shape == (3,) and out["iterations"][-1] > 0 and out["improved"]
-    big = geometry_np.resize_flow(out["flow"], Hd, Wd)
+    big = host.resize_flow(out["flow"], Hd, Wd)
     # 0.0137 (0.0221 without the detail level; with the textbook Cauchy width 2.385, which weighs
     # a noise-free pair's interpolation residuals more efficiently, 0.006 and 0.015)
     assert interior_epe(big, truth, margin=16) < 0.017
@@ -574,7 +574,7 @@ def test_detail_level_refines_against_the_full_resolution_images():
                                        jnp.asarray(HB))
     fixed = {k: np.asarray(v) for k, v in run(s1, s2, g1, g2, jnp.asarray(exact)[None]).items()}
     # where the cost's minimum lies on this pair (0.015 px; under 0.01 with the textbook width 2.385)
-    assert interior_epe(geometry_np.resize_flow(fixed["flow"], Hd, Wd), truth, margin=16) < 0.02
+    assert interior_epe(host.resize_flow(fixed["flow"], Hd, Wd), truth, margin=16) < 0.02
     with pytest.raises(ValueError, match="detail stacks"):  # smaller than the working size (traced only)
         jax.eval_shape(lambda: R.refine_motion(s1, s2, HB, np.zeros((1, 12)), cfg, detail=(g1[:H // 2], g2[:H // 2])))
 

@@ -201,10 +201,10 @@ def test_frame_homography_rescales_to_full_resolution():
 
 
 # --- Noise floor, pixel-weighted rotation, border fill (docs/stabilization_metrics.md) --------
-# Synthetic clips of camflow_jax.experiments.metric_clips: a textured scene moved by a known
+# Synthetic clips of tools.bench.metric_clips: a textured scene moved by a known
 # camera path (96x160, 90 frames at 30 fps), scored losslessly and after cv2's mp4v writer.
 
-from camflow_jax.experiments import metric_clips as C  # noqa: E402
+from tools.bench import metric_clips as C  # noqa: E402
 
 H_, W_, N_, FPS = 96, 160, 90, 30.0
 NI = 60  # frames of the image-based clips (2 s: the 1 Hz band holds 2 of 30 bins)

@@ -15,10 +15,10 @@ import cv2
 import numpy as np
 import pytest
 
-from camflow_jax.experiments import stabilization as benchmark
 from camflow_jax.geometry import classical
 from camflow_jax.stabilization import clips, metrics, pipeline, render
 from camflow_jax.stabilization import estimators as est_lib
+from tools.bench import stabilization as benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -224,7 +224,7 @@ def test_ecc_refine_recovers_a_known_homography_from_a_start_off_by_a_pixel():
 
 
 def test_tool_bad_size_exits_2():
-    res = subprocess.run([sys.executable, str(ROOT / "tools" / "stab_vs_vidstab.py"), "--size", "big"],
+    res = subprocess.run([sys.executable, "-m", "tools.bench", "stab_vs_vidstab", "--size", "big"],
                          capture_output=True, text=True, cwd=ROOT,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert res.returncode == 2
@@ -290,7 +290,7 @@ def test_the_hard_sets_degradations_keep_the_ground_truth_and_do_what_they_say()
 def test_wall_time_comparison_runs_both_command_lines(tmp_path):
     """Issue 42's wall-time measure on a tiny clip: both sides run as command lines on the same
     H.264 file and write their .mp4; the times are real (the outputs decode to the clip's length)."""
-    from camflow_jax.experiments import stabilization_time as st
+    from tools.bench import stabilization_time as st
 
     src = tmp_path / "still.mp4"
     st.write_h264(clips.planar_clip(12, 64, 96, seed=1).frames, str(src), 30.0)
@@ -308,7 +308,7 @@ def test_wall_time_comparison_runs_both_command_lines(tmp_path):
 
 def test_wall_time_tool_bad_arguments_exit_2(tmp_path):
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    tool = [sys.executable, str(ROOT / "tools" / "stab_wall_time.py")]
+    tool = [sys.executable, "-m", "tools.bench", "stab_wall_time"]
     res = subprocess.run(tool + ["--runs", "0"], capture_output=True, text=True, cwd=ROOT, env=env)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     missing = str(tmp_path / "no.mp4")

@@ -189,7 +189,7 @@ def test_batch_layout_is_the_host_pipelines(batches, bank):
     np.testing.assert_array_equal(b["gt_valid_f"], b["label_mask_f"])
     for k in ("label_mask_f", "label_mask_b"):
         assert set(np.unique(b[k])) <= {0.0, 1.0}
-    # What the train step reads (train_steps.make_steps, losses.total_loss) is there.
+    # What the train step reads (training.steps.make_steps, losses.total_loss) is there.
     assert {"img1", "img2", "flow_f", "flow_b", "label_mask_f", "label_mask_b", "depth1", "depth2", "K"} <= set(b)
 
 

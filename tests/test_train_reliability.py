@@ -331,7 +331,7 @@ def test_a_full_disk_is_one_line_and_the_last_checkpoint_resumes(tmp_path, cache
 def test_disk_full_from_the_writers_names_the_file(tmp_path, monkeypatch):
     """In-process simulation (always runs): ENOSPC raised by the writers, as a full disk does."""
     from camflow_jax.io import errors
-    from camflow_jax.training import state as train_state
+    from camflow_jax.training import state
     from camflow_jax.training import workdir as workdir_lib
     writer = workdir_lib.MetricWriter(tmp_path, 0)
 
@@ -363,7 +363,7 @@ def test_disk_full_from_the_writers_names_the_file(tmp_path, monkeypatch):
                    '_sharding": Failed to write 355662 bytes to file 9: No space left on device '
                    "[os_error_code='28']")
     with pytest.raises(OSError) as caught:
-        with train_state.storage_errors(tmp_path / "checkpoints"):
+        with state.storage_errors(tmp_path / "checkpoints"):
             raise e
     assert errors.describe_error(caught.value) == f"disk full: {tmp_path / 'checkpoints'}"
 

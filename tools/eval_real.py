@@ -6,7 +6,7 @@
         [--estimators sift_ransac,dis,camflow] [--frames 120] [--parts stereo,video]
 
 Stereo on Middlebury 'Aloe' and video on vtest.avi (docs/real_images.md). This script parses
-the arguments and prints; the experiments are :mod:`camflow_jax.experiments.real`, the tables
+the arguments and prints; the experiments are :mod:`tools.bench.real`, the tables
 :func:`camflow_jax.evaluation.reports.real_markdown`. ``--methods`` and ``--estimators`` take
 the estimator registry's names (:mod:`camflow_jax.estimators.registry`; old names such as
 ``sift`` work with a note); ``--methods`` also takes the evaluation-only oracles. The CamFlow
@@ -32,11 +32,11 @@ if str(ROOT) not in sys.path:  # camflow_jax from this checkout, installed or no
 
 from camflow_jax.cli import harness  # noqa: E402
 from camflow_jax.compilation import cache as compile_cache  # noqa: E402
-from camflow_jax.data import datasets  # noqa: E402
-from camflow_jax.estimators import registry as estimators  # noqa: E402
+from camflow_jax.estimators import registry  # noqa: E402
 from camflow_jax.evaluation import reports  # noqa: E402
-from camflow_jax.experiments import real  # noqa: E402
 from camflow_jax.io import atomic  # noqa: E402
+from tools.bench import opencv_doc  # noqa: E402
+from tools.bench import real  # noqa: E402
 
 PARTS = ("stereo", "video")
 #: The files --out receives (replaced on every run; other files in the folder are kept).
@@ -51,7 +51,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=None, help="folder with "
-                   f"{', '.join(datasets.STEREO_FILES + (datasets.VIDEO_FILE,))} (default {datasets.OPENCV_DOC})")
+                   f"{', '.join(opencv_doc.STEREO_FILES + (opencv_doc.VIDEO_FILE,))} (default {opencv_doc.OPENCV_DOC})")
     p.add_argument("--out", default="out/eval_real", help="writes results.json and results.md here")
     p.add_argument("--checkpoint", default=None,
                    help="CamFlow checkpoint (default: the model shipped in the package, if any)")
@@ -86,20 +86,20 @@ def _run(args, argv) -> int:
     methods, notes = real.check_pair_methods(_items(args.methods))
     video_names, video_notes = real.check_video_estimators(_items(args.estimators))
     harness.check_refine_size(args.refine_size, no_refine=False)
-    estimators.require_refined_method(args.refine_size, (methods if "stereo" in parts else [])
+    registry.require_refined_method(args.refine_size, (methods if "stereo" in parts else [])
                                  + (video_names if "video" in parts else []))
     fx_scales = tuple(float(v) for v in _items(args.fx_scales))
     if args.frames < 4:
         raise ValueError("--frames must be >= 4")
     for note in notes + video_notes:
         print(f"note: {note}", file=sys.stderr)
-    data = Path(args.data or datasets.OPENCV_DOC)
-    needed = (list(datasets.STEREO_FILES) if "stereo" in parts else []) \
-        + ([datasets.VIDEO_FILE] if "video" in parts else [])
+    data = Path(args.data or opencv_doc.OPENCV_DOC)
+    needed = (list(opencv_doc.STEREO_FILES) if "stereo" in parts else []) \
+        + ([opencv_doc.VIDEO_FILE] if "video" in parts else [])
     missing = [f for f in needed if not (data / f).is_file()]
     if missing:
         extra = "" if args.data is None else f" (or a --data folder with {', '.join(missing)}; {data} lacks them)"
-        print(f"error: {data}: {datasets.MISSING_DATA}{extra}", file=sys.stderr)
+        print(f"error: {data}: {opencv_doc.MISSING_DATA}{extra}", file=sys.stderr)
         return 2
     if args.out:  # refused or unwritable: said before the evaluation runs, as evaluate does
         atomic.check_output_dir(args.out, OUTPUTS, overwrite=True, inputs=[data, args.checkpoint])

@@ -29,7 +29,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import NoReturn
 
-from camflow_jax.estimators import registry as estimators
+from camflow_jax.estimators import registry
 from camflow_jax.io import atomic
 from camflow_jax.io.errors import EXPECTED_ERRORS, describe_error
 
@@ -232,7 +232,7 @@ def camflow_only_flags(method: str, **given) -> None:
     (ValueError naming the flags) instead of ignoring them silently. ``given``: flag -> value
     (``None``/``False`` = not given)."""
     used = [flag for flag, v in given.items() if v is not None and v is not False]
-    if used and not estimators.is_camflow(method):
+    if used and not registry.is_camflow(method):
         raise ValueError(f"{', '.join(used)} only apply to camflow estimators (CamFlow+'s depth "
                          f"bases); {method} does not use them: drop them or choose camflow")
 

@@ -98,7 +98,7 @@ class ExportedJit:
         self._how: dict = {}  # signature -> "loaded" | "exported" | "jit"
         self._lock = threading.Lock()
 
-    # The jitted function's own API, for tools that inspect it (camflow_jax.experiments.accel).
+    # The jitted function's own API, for tools that inspect it (tools.bench.accel).
     def lower(self, *args, **kwargs):
         return self.jitted.lower(*args, **kwargs)
 

@@ -47,7 +47,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from camflow_jax.data.depth import check_depth_aspect, resize_depth
-from camflow_jax.data.images import read_rgb
+from camflow_jax.io.images import read_rgb
 
 __all__ = [
     "GHOF_CATEGORIES",

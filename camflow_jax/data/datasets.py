@@ -15,27 +15,17 @@ the band-wise gyro flow, and :mod:`camflow_jax.data.synthetic.scenes`):
 * ``synthetic``: the held-out ``SyntheticScenes(seed, num, height, width)`` (no download; the
   same generator as the training pipeline's ``data.name = "synthetic"`` evaluation split, which
   uses ``data.eval_seed`` / ``data.num_eval``).
-
-Real images (:mod:`.real`): the Middlebury 'Aloe' stereo pair and ``vtest.avi`` from Debian's
-``opencv-doc`` package (:data:`OPENCV_DOC`, :func:`load_stereo`, :func:`read_frames`).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-
-import cv2
-import numpy as np
 
 from camflow_jax.data import benchmarks, sources
 from camflow_jax.data.synthetic import scenes as synthetic
-from camflow_jax.io.video import FrameSource
 
-__all__ = ["Dataset", "REGISTRY", "DATASETS", "TRAIN_DATASETS", "training_source", "load_dataset", "categories", "OPENCV_DOC",
-           "MISSING_DATA", "STEREO_FILES", "VIDEO_FILE", "load_stereo", "read_frames", "video_fps"]
+__all__ = ["Dataset", "REGISTRY", "DATASETS", "TRAIN_DATASETS", "training_source", "load_dataset", "categories"]
 
 
 @dataclass(frozen=True)
@@ -130,46 +120,3 @@ def categories(source) -> tuple[str, ...]:
     if cats is None:
             cats = synthetic.CATEGORIES
     return tuple(cats)
-
-
-# ----------------------------------------------------------------------------- opencv-doc
-#: Where Debian's ``opencv-doc`` installs OpenCV's sample data.
-OPENCV_DOC = "/usr/share/doc/opencv-doc/examples/data"
-MISSING_DATA = "needs Debian's opencv-doc package: apt-get install opencv-doc"
-STEREO_FILES = ("aloeL.jpg", "aloeR.jpg", "aloeGT.png")
-VIDEO_FILE = "vtest.avi"
-
-
-def load_stereo(data) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Aloe from ``data``: (left RGB uint8, right RGB uint8, disparity float32 [H, W] of the
-    left view in full-size pixels, valid bool [H, W]; 0 in the PNG = unknown)."""
-    data = Path(data)
-    left = cv2.imread(str(data / STEREO_FILES[0]), cv2.IMREAD_COLOR)
-    right = cv2.imread(str(data / STEREO_FILES[1]), cv2.IMREAD_COLOR)
-    gt = cv2.imread(str(data / STEREO_FILES[2]), cv2.IMREAD_UNCHANGED)
-    if gt is None or left is None or right is None:
-        raise ValueError(f"cannot read the stereo files in {data}")
-    left, right = cv2.cvtColor(left, cv2.COLOR_BGR2RGB), cv2.cvtColor(right, cv2.COLOR_BGR2RGB)
-    if gt.ndim == 3:
-        gt = gt[..., 0]
-    disp = gt.astype(np.float32)
-    return left, right, disp, disp > 0
-
-
-def read_frames(path, count: int) -> list[np.ndarray]:
-    """The first ``count`` frames of a video (RGB uint8); at least 4 are needed."""
-    from itertools import islice
-
-
-    frames = list(islice(FrameSource(os.fspath(path)), count))
-    if len(frames) < 4:
-        raise ValueError(f"{path}: read {len(frames)} frames, need at least 4")
-    return frames
-
-
-def video_fps(path, default: float = 25.0) -> float:
-    """The frame rate a video file declares (``default`` when it declares none)."""
-    cap = cv2.VideoCapture(os.fspath(path))
-    fps = float(cap.get(cv2.CAP_PROP_FPS) or 0) or default
-    cap.release()
-    return fps

@@ -22,7 +22,7 @@ import grain
 import numpy as np
 
 from camflow_jax.data import depth as depth_lib
-from camflow_jax.geometry import host as geometry_np
+from camflow_jax.geometry import host
 from camflow_jax.io.cpus import usable_cpus
 
 _ALWAYS = ("img1", "img2", "flow_f", "flow_b", "label_mask_f", "label_mask_b", "category_id")
@@ -47,7 +47,7 @@ def _resize_pair(s: dict, h: int, w: int) -> dict:
         if k in s:  # the image's geometry (evaluation and inference resize depth the same way)
             out[k] = depth_lib.resize_depth(s[k], h, w)
     if "K" in s:
-        out["K"] = geometry_np.resize_intrinsics(s["K"], (h0, w0), (h, w))
+        out["K"] = host.resize_intrinsics(s["K"], (h0, w0), (h, w))
     return out
 
 
@@ -60,7 +60,7 @@ def _crop_pair(s: dict, top: int, left: int, h: int, w: int) -> dict:
         else:
             out[k] = v
     if "K" in s:
-        out["K"] = geometry_np.crop_intrinsics(s["K"], top, left)
+        out["K"] = host.crop_intrinsics(s["K"], top, left)
     return out
 
 

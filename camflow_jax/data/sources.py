@@ -21,9 +21,9 @@ import numpy as np
 
 from camflow_jax.data.benchmarks import GHOF_INTRINSICS, bandwise_homography_flow
 from camflow_jax.data.depth import check_depth_aspect, resize_depth
-from camflow_jax.data.images import read_rgb
 from camflow_jax.geometry import classical
-from camflow_jax.geometry import host as geometry_np
+from camflow_jax.geometry import host
+from camflow_jax.io.images import read_rgb
 
 _IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".bmp")
 _VIDEO_EXTS = (".mp4", ".avi", ".mov", ".mkv", ".m4v", ".webm")
@@ -32,8 +32,8 @@ _VIDEO_EXTS = (".mp4", ".avi", ".mov", ".mkv", ".m4v", ".webm")
 def homography_pair_labels(H: np.ndarray, h: int, w: int) -> dict:
     """Forward label from H (image 1 -> 2) and backward label from its inverse."""
     H = np.asarray(H, np.float64)
-    return {"flow_f": geometry_np.homography_flow(H, h, w),
-            "flow_b": geometry_np.homography_flow(np.linalg.inv(H), h, w),
+    return {"flow_f": host.homography_flow(H, h, w),
+            "flow_b": host.homography_flow(np.linalg.inv(H), h, w),
             "label_mask_f": np.ones((h, w), np.float32), "label_mask_b": np.ones((h, w), np.float32)}
 
 

@@ -14,13 +14,13 @@ import os
 import cv2
 import numpy as np
 
-from camflow_jax.data.images import read_rgb
 from camflow_jax.estimators import plausibility
-from camflow_jax.estimators import registry as estimators
+from camflow_jax.estimators import registry
 from camflow_jax.geometry import checks
-from camflow_jax.geometry import host as geometry_np
+from camflow_jax.geometry import host
 from camflow_jax.io import atomic, viz
-from camflow_jax.io import flo as flowio
+from camflow_jax.io import flo
+from camflow_jax.io.images import read_rgb
 
 __all__ = ["OUTPUT_FILES", "read_image", "check_result", "estimate_pair", "write_outputs"]
 
@@ -41,7 +41,7 @@ def check_result(result: dict, height: int, width: int) -> None:
     """ValueError (naming the cause) unless the flows are finite and the homography is not
     degenerate: such a result is never written."""
     hint = ("the model's weights or bases may be damaged, or the depth / intrinsics are wrong"
-            if estimators.is_camflow(result.get("method") or "") else "")
+            if registry.is_camflow(result.get("method") or "") else "")
     for key, name in (("flow_f", "the forward flow"), ("flow_b", "the backward flow")):
         checks.check_flow(result[key], name, hint)
     if result["homography"] is None:
@@ -60,7 +60,7 @@ def estimate_pair(img1, img2, *, method="camflow", depth1=None, depth2=None, int
     img1, img2 = np.asarray(img1), np.asarray(img2)
     if img1.shape != img2.shape:
         raise ValueError(f"the images differ in size: {img1.shape} vs {img2.shape}")
-    est = estimators.get(method) if isinstance(method, str) else method
+    est = registry.get(method) if isinstance(method, str) else method
     m = est(img1, img2, depth1=depth1, depth2=depth2, intrinsics=intrinsics)
     out = dict(m.extras)
     out.update(flow_f=m.flow_f, flow_b=m.flow_b, homography=m.homography, method=est.name,
@@ -71,7 +71,7 @@ def estimate_pair(img1, img2, *, method="camflow", depth1=None, depth2=None, int
 
 
 def _warp(image: np.ndarray, flow: np.ndarray) -> np.ndarray:
-    return np.clip(np.rint(geometry_np.warp(image, flow)), 0, 255).astype(np.uint8)
+    return np.clip(np.rint(host.warp(image, flow)), 0, 255).astype(np.uint8)
 
 
 def _gray(img: np.ndarray) -> np.ndarray:
@@ -96,14 +96,14 @@ def write_outputs(out_dir: str, img1: np.ndarray, img2: np.ndarray, result: dict
     flow_b = np.asarray(result["flow_b"], np.float32)
     for name, f in (("flow_f", flow_f), ("flow_b", flow_b)):
         np.save(os.path.join(out_dir, f"{name}.npy"), f)
-        flowio.write_flo(os.path.join(out_dir, f"{name}.flo"), f)
+        flo.write_flo(os.path.join(out_dir, f"{name}.flo"), f)
     warped2 = _warp(img2, flow_f)
     warped1 = _warp(img1, flow_b)
     _save_png(os.path.join(out_dir, "img2_warped.png"), warped2)
     _save_png(os.path.join(out_dir, "img1_warped.png"), warped1)
     _save_png(os.path.join(out_dir, "overlay.png"), _overlay(img1, warped2))
     _save_png(os.path.join(out_dir, "overlay_input.png"), _overlay(img1, img2))
-    valid = geometry_np.warp_validity(flow_f) > 0
+    valid = host.warp_validity(flow_f) > 0
     err = np.abs(img1.astype(np.float32) - warped2.astype(np.float32)).mean(axis=-1)
     scaled = np.clip(err / ERROR_RANGE * 255.0, 0, 255).astype(np.uint8)
     heat = cv2.cvtColor(cv2.applyColorMap(scaled, cv2.COLORMAP_JET), cv2.COLOR_BGR2RGB)

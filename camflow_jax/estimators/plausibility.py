@@ -29,7 +29,7 @@ import cv2
 import numpy as np
 
 from camflow_jax.geometry import classical
-from camflow_jax.geometry import host as geometry_np
+from camflow_jax.geometry import host
 
 __all__ = ["texture", "featureless", "alignment_errors", "worse_than_identity", "gradient_correlation",
            "aligned_correlation", "no_motion_fits", "MIN_TEXTURE", "TEXTURE_SIZE", "WORSE_RATIO",
@@ -48,7 +48,7 @@ TEXTURE_SIZE = 256
 WORSE_RATIO = 1.05
 WORSE_MARGIN = 0.5
 #: No motion fits the pair when :func:`aligned_correlation` is below this (docs/estimation.md,
-#: "Plausibility checks"; docs/plausibility/span_fit.py): the largest multiple of 0.05 at most
+#: "Plausibility checks"; tools/bench/studies/plausibility/span_fit.py): the largest multiple of 0.05 at most
 #: 2/3 of the lowest correct answer of the refined shipped model on the development pairs
 #: (0.657); its answers on unrelated, turned and mirrored development pairs are mostly below 0.3.
 MIN_CORRELATION = 0.4
@@ -67,7 +67,7 @@ def texture(img) -> float:
     ``img`` (``[H, W]`` or ``[H, W, C]``), measured with its longer side shrunk to
     :data:`TEXTURE_SIZE` (when larger) and after a Gaussian blur of 1 pixel. Non-finite pixels
     count as 0 gradient."""
-    g = geometry_np.gray(img)
+    g = host.gray(img)
     g = np.where(np.isfinite(g), g, 0.0).astype(np.float32)
     scale = TEXTURE_SIZE / max(g.shape)
     if scale < 1.0:  # one scale for every resolution: a gradient per pixel halves when the size doubles
@@ -100,12 +100,12 @@ def alignment_errors(img1, img2, flow_f) -> tuple[float, float]:
     (:func:`camflow_jax.geometry.host.warp_validity`, the library's one validity rule). NaN when
     no pixel stays inside. The warp is OpenCV's (``warp(..., exact=False)``): a mean error needs
     no more precision."""
-    g1, g2 = geometry_np.gray(img1), geometry_np.gray(img2)
+    g1, g2 = host.gray(img1), host.gray(img2)
     flow = np.asarray(flow_f, np.float32)
-    valid = geometry_np.warp_validity(flow) > 0
+    valid = host.warp_validity(flow) > 0
     if not valid.any():
         return float("nan"), float("nan")
-    warped = geometry_np.warp(g2, flow, exact=False)
+    warped = host.warp(g2, flow, exact=False)
     return float(np.abs(g1 - warped)[valid].mean()), float(np.abs(g1 - g2)[valid].mean())
 
 
@@ -147,16 +147,16 @@ def aligned_correlation(img1, img2, flow_f, *, size: int = FIT_SIZE, sigma: floa
     when the images do not match under the motion. NaN when fewer than
     :data:`MIN_FIT_PIXELS` pixels remain."""
     g1, g2 = (np.where(np.isfinite(g), g, 0.0).astype(np.float32)
-              for g in (geometry_np.gray(img1), geometry_np.gray(img2)))
+              for g in (host.gray(img1), host.gray(img2)))
     flow = np.asarray(flow_f, np.float32)
     h, w = g1.shape
     scale = size / max(h, w)
     if scale < 1.0:
         h, w = max(1, round(h * scale)), max(1, round(w * scale))
         g1, g2 = (cv2.resize(g, (w, h), interpolation=cv2.INTER_AREA) for g in (g1, g2))
-        flow = geometry_np.resize_flow(flow, h, w)
-    valid = (geometry_np.warp_validity(flow) > 0).astype(np.uint8)
-    warped = geometry_np.warp(g2, flow, exact=False)
+        flow = host.resize_flow(flow, h, w)
+    valid = (host.warp_validity(flow) > 0).astype(np.uint8)
+    warped = host.warp(g2, flow, exact=False)
     reach = int(np.ceil(3 * sigma))  # the blur's kernel radius
     if sigma > 0:
         k = 2 * reach + 1

@@ -1,6 +1,6 @@
 """The estimator registry: every camera-motion estimator of the package, by name, behind one call.
 
-    from camflow_jax.estimators import registry as estimators
+    from camflow_jax.estimators import registry
     est = estimators.get("sift_magsac")                 # or "ecc", "camflow", "camflow:CKPT", ...
     m = est(img1, img2)                                 # -> Motion
     m.flow_f, m.flow_b, m.homography, m.weights, m.note
@@ -39,8 +39,8 @@ from typing import Any, Callable
 import numpy as np
 
 from camflow_jax.estimators import plausibility as plausibility_lib
-from camflow_jax.geometry import classical as baselines
-from camflow_jax.geometry import host as geometry_np
+from camflow_jax.geometry import classical
+from camflow_jax.geometry import host
 
 __all__ = ["Motion", "Estimator", "register", "get", "resolve", "describe", "takes_option", "without_refinement",
            "is_camflow", "check_pair", "NAMES", "CLASSICAL", "ALIASES", "ORACLES"]
@@ -146,7 +146,7 @@ class Estimator:
             # flow at another size (a predictor's network-size output) the caller's to resize
             return m
         # both checks read grey images: made once here (a grey image passes through as it is)
-        g1, g2 = geometry_np.gray(a), geometry_np.gray(b)
+        g1, g2 = host.gray(a), host.gray(b)
         reason = (plausibility_lib.worse_than_identity(g1, g2, m.flow_f)
                   or plausibility_lib.no_motion_fits(g1, g2, m.flow_f))
         if reason:
@@ -209,8 +209,8 @@ class _HomographyEstimator(Estimator):
     def _motion(self, H, h: int, w: int, failure: str, note: str = "") -> Motion:
         if H is None:
             return _identity_motion(h, w, f"identity fallback: {failure}", fallback=True)
-        flow_b = None if self.forward_only else geometry_np.homography_flow(np.linalg.inv(H), h, w)
-        return Motion(geometry_np.homography_flow(H, h, w), flow_b, np.asarray(H, np.float64), note=note)
+        flow_b = None if self.forward_only else host.homography_flow(np.linalg.inv(H), h, w)
+        return Motion(host.homography_flow(H, h, w), flow_b, np.asarray(H, np.float64), note=note)
 
 
 class _Feature(_HomographyEstimator):
@@ -222,10 +222,10 @@ class _Feature(_HomographyEstimator):
         self.options = {"ratio": ratio, "threshold": threshold, "min_matches": min_matches,
                         "max_features": max_features, "stretch": bool(stretch)}
         # consecutive video pairs share a frame: its features are detected once (exact reuse)
-        self.cache = baselines.FeatureCache(8)
+        self.cache = classical.FeatureCache(8)
 
     def _estimate(self, a, b, depth1, depth2, intrinsics):
-        H = baselines.feature_homography(a, b, self.detector, self.robust, cache=self.cache,
+        H = classical.feature_homography(a, b, self.detector, self.robust, cache=self.cache,
                                          **self.options)
         return self._motion(H, *a.shape[:2], "too few feature matches")
 
@@ -249,7 +249,7 @@ class _KLT(_HomographyEstimator):
                         "threshold": threshold, "min_tracks": min_tracks, "stretch": bool(stretch)}
 
     def _estimate(self, a, b, depth1, depth2, intrinsics):
-        H = baselines.klt_homography(a, b, self.robust, **self.options)
+        H = classical.klt_homography(a, b, self.robust, **self.options)
         return self._motion(H, *a.shape[:2], "too few corner tracks")
 
 
@@ -268,15 +268,15 @@ class _ECC(_HomographyEstimator):
                         "eps": eps}
 
     def _estimate(self, a, b, depth1, depth2, intrinsics):
-        H, note = baselines.ecc_homography(a, b, **self.options)
+        H, note = classical.ecc_homography(a, b, **self.options)
         return self._motion(H, *a.shape[:2], note, note)
 
 
 def _fitted_homography(flow: np.ndarray) -> np.ndarray | None:
     """Least-squares homography of a dense flow (:func:`camflow_jax.geometry.device.fit_homography`),
     or None when none can be fitted."""
-    from camflow_jax.geometry import device as geometry
-    H, valid = geometry.fit_homography(flow, return_valid=True)
+    from camflow_jax.geometry import device
+    H, valid = device.fit_homography(flow, return_valid=True)
     if not bool(valid):
         return None
     H = np.asarray(H, np.float64)
@@ -289,12 +289,12 @@ class _DIS(Estimator):
         self.preset, self.forward_only = preset, forward_only
 
     def _estimate(self, a, b, depth1, depth2, intrinsics):
-        flow_f = baselines.dis_flow(a, b, self.preset)
+        flow_f = classical.dis_flow(a, b, self.preset)
         if self.forward_only:
             return Motion(flow_f)
         H = _fitted_homography(flow_f)
         note = "" if H is not None else "no homography can be fitted to the flow"
-        return Motion(flow_f, baselines.dis_flow(b, a, self.preset), H, note=note)
+        return Motion(flow_f, classical.dis_flow(b, a, self.preset), H, note=note)
 
 
 # ----------------------------------------------------------------------------- CamFlow

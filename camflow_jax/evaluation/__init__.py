@@ -11,5 +11,5 @@ Modules (imported on use; importing the package loads nothing):
 * :mod:`.reports`: tables (text, markdown, CSV) and JSON files.
 
 The datasets are in :mod:`camflow_jax.data.datasets`; the real-image studies and the ablation are
-experiments (:mod:`camflow_jax.experiments`).
+experiments (:mod:`tools.bench`).
 """

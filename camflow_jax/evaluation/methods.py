@@ -25,13 +25,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from camflow_jax.estimators import registry as estimators
-from camflow_jax.geometry import host as geometry_np
+from camflow_jax.estimators import registry
+from camflow_jax.geometry import host
 
 __all__ = ["ORACLES", "Method", "parse_checkpoints", "build_methods", "from_estimator", "oracle"]
 
 #: Evaluation-only oracles, implemented here (the registry only names them, to refuse them).
-ORACLES = tuple(estimators.ORACLES)
+ORACLES = tuple(registry.ORACLES)
 
 
 @dataclass
@@ -102,7 +102,7 @@ def from_estimator(name: str, est, note: str = "") -> Method:
             if motion.flow_b is not None:
                 flow_b = motion.flow_b
             elif motion.homography is not None:
-                flow_b = geometry_np.homography_flow(np.linalg.inv(motion.homography), h, w)
+                flow_b = host.homography_flow(np.linalg.inv(motion.homography), h, w)
             else:
                 swapped = {"depth1": s.get("depth2"), "depth2": s.get("depth1"), "intrinsics": s.get("K")}
                 flow_b = call(s["img2"], s["img1"], **swapped).flow_f
@@ -135,8 +135,8 @@ def oracle(name: str, dataset: str) -> Method:
                 raise ValueError("method 'gyro' has no backward flow")
         elif "homography" in s:  # synthetic pseudo-label
             H = np.asarray(s["homography"], np.float64)
-            flow_f = geometry_np.homography_flow(H, h, w)
-            flow_b = geometry_np.homography_flow(np.linalg.inv(H), h, w) if need_b else None
+            flow_f = host.homography_flow(H, h, w)
+            flow_b = host.homography_flow(np.linalg.inv(H), h, w) if need_b else None
         elif "homo_field" in s:
             flow_f, flow_b = s["homo_field"], None
         else:
@@ -171,12 +171,12 @@ def _camflow_rows(name: str, ckpts: list[tuple[str, str]], channel_order: str,
     rows = []
     for lab, path in wanted:
         suffix = "" if (lab is None or (not label and len(ckpts) == 1)) else f":{lab}"
-        first = estimators.get(kinds[0] if path is None else f"{kinds[0]}:{path}", channel_order=channel_order,
+        first = registry.get(kinds[0] if path is None else f"{kinds[0]}:{path}", channel_order=channel_order,
                                forward_only=forward_only)
         model = first.predictor
         for kind in kinds:
-            size = {"refine_size": refine_size} if refine_size is not None and estimators.is_refined(kind) else {}
-            est = first if kind == kinds[0] and not size else estimators.get(kind, predictor=model,
+            size = {"refine_size": refine_size} if refine_size is not None and registry.is_refined(kind) else {}
+            est = first if kind == kinds[0] and not size else registry.get(kind, predictor=model,
                                                                              forward_only=forward_only, **size)
             rows.append(from_estimator(kind + suffix, est,
                                        f"{kind + suffix}: {getattr(model, 'description', path)}"))
@@ -191,10 +191,10 @@ def _used_labels(names: Sequence[str], ckpts: list[tuple[str, str]]) -> set[str]
         if name in ORACLES:
             continue
         try:
-            canonical, _ = estimators.resolve(name)
+            canonical, _ = registry.resolve(name)
         except ValueError:
             continue
-        if estimators.is_camflow(canonical):
+        if registry.is_camflow(canonical):
             label = canonical.partition(":")[2]
             used |= {label} if label else {lab for lab, _ in ckpts}
     return used
@@ -220,15 +220,15 @@ def build_methods(names: Sequence[str], dataset: str, checkpoints=None,
             out.append(oracle(name, dataset))
             continue
         try:
-            canonical, note = estimators.resolve(name)
+            canonical, note = registry.resolve(name)
         except ValueError as e:
             raise ValueError(f"{e}; or an evaluation-only oracle: {', '.join(ORACLES)}") from None
-        if estimators.is_camflow(canonical):
+        if registry.is_camflow(canonical):
             out.extend(_camflow_rows(canonical, ckpts, channel_order, refine_size, forward_only))
         else:
-            out.append(from_estimator(canonical, estimators.get(canonical, forward_only=forward_only), note))
+            out.append(from_estimator(canonical, registry.get(canonical, forward_only=forward_only), note))
     names_out = [m.name for m in out]
-    estimators.require_refined_method(refine_size, names_out)
+    registry.require_refined_method(refine_size, names_out)
     if len(set(names_out)) != len(names_out):
         raise ValueError(f"methods listed twice: {names_out}")
     return out

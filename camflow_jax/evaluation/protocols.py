@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from camflow_jax.evaluation import metrics
-from camflow_jax.geometry import host as geometry_np
+from camflow_jax.geometry import host
 
 __all__ = ["METRIC_NAMES", "PUBLISHED_IDENTITY", "metric_title", "score_sample",
            "alignment_scores", "check_published_identity"]
@@ -70,7 +70,7 @@ def metric_title(dataset: str, metric: str) -> str:
 
 def alignment_scores(img1, img2, flow_f, mask, form: str = "masked") -> dict:
     """PSNR / SSIM of ``warp(img2, flow_f)`` (rounded to 8 bit) against ``img1`` in ``mask``."""
-    warped = np.clip(np.rint(geometry_np.warp(img2, flow_f)), 0, 255)
+    warped = np.clip(np.rint(host.warp(img2, flow_f)), 0, 255)
     return {"psnr": metrics.psnr(img1, warped, mask, form=form),
             "ssim": metrics.ssim(img1, warped, mask, form=form)}
 
@@ -93,8 +93,8 @@ def score_sample(dataset: str, sample: dict, flow_f: np.ndarray, flow_b=None,
         return out
     if dataset == "ghof_cam":
         mask = sample["mask"]
-        iqa_mask = ((mask > 0.5) * geometry_np.warp_validity(flow_f)
-                    * geometry_np.warp_validity(sample["homo_field"]))
+        iqa_mask = ((mask > 0.5) * host.warp_validity(flow_f)
+                    * host.warp_validity(sample["homo_field"]))
         out = {"epe": metrics.epe_all_pixels(flow_f, sample["gt_flow"], mask),
                "epe_valid": metrics.epe_valid(flow_f, sample["gt_flow"], mask),
                "pme": metrics.ghof_pme(flow_f, sample["homo_field"])}
@@ -105,7 +105,7 @@ def score_sample(dataset: str, sample: dict, flow_f: np.ndarray, flow_b=None,
         out = {"epe": metrics.epe_all_pixels(flow_f, sample["flow_f"], valid),
                "epe_valid": metrics.epe_valid(flow_f, sample["flow_f"], valid),
                "pme": metrics.point_error(flow_f, sample["points1"], sample["points2"])}
-        iqa_mask = (valid > 0.5) * geometry_np.warp_validity(flow_f)
+        iqa_mask = (valid > 0.5) * host.warp_validity(flow_f)
         out.update(alignment_scores(sample["img1"], sample["img2"], flow_f, iqa_mask, iqa_form))
         return out
     raise ValueError(f"unknown dataset {dataset!r}")

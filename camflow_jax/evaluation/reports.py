@@ -4,7 +4,7 @@
   markdown); the trainer prints its held-out tables with it too.
 * :func:`benchmark_summary` / :func:`write_benchmark`: what ``python -m camflow_jax.evaluate``
   prints and the files it writes (:data:`BENCHMARK_FILES`).
-* :func:`real_markdown`: the tables of the real-image experiments (:mod:`.real`).
+* :func:`real_markdown`: the tables of the real-image experiments (:mod:`tools.bench.real`).
 * :func:`write_json`: every JSON file goes through :func:`camflow_jax.io.atomic.strict_json`
   (NaN -> ``null``, +-inf -> ``"inf"``/``"-inf"``).
 """

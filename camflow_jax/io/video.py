@@ -15,7 +15,7 @@ frame count (the container's own count is often a guess) and their presentation 
   warns when fewer frames decode than the container holds, and names an MP4/MOV whose index
   lists more frames than the file holds, or that ends inside a box, as truncated
   (:meth:`FrameSource.damage`). In frame folders, an image that
-  does not decode (or is truncated, see :func:`camflow_jax.data.images.read_rgb`) is an error
+  does not decode (or is truncated, see :func:`camflow_jax.io.images.read_rgb`) is an error
   naming its frame index.
 * **frame size changes**: every decoded frame is checked against the first; a change is an
   error naming the frame, for every codec (frames are never rescaled silently).
@@ -63,7 +63,7 @@ from typing import Iterator
 import cv2
 import numpy as np
 
-from camflow_jax.data.images import read_rgb
+from camflow_jax.io.images import read_rgb
 from camflow_jax.io.orientation import orientation as _orientation
 from camflow_jax.io.orientation import orientation_note as _orientation_note
 from camflow_jax.io.orientation import upright as _upright

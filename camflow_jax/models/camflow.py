@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from camflow_jax.geometry import device as geometry
+from camflow_jax.geometry import device
 from camflow_jax.models.config import DEPTH_GROUP, GROUP_NAMES, ModelConfig
 from camflow_jax.models.features import ShallowFeatures
 from camflow_jax.models.mask import MaskNet
@@ -144,9 +144,9 @@ class CamFlow(nn.Module):
         feats32 = feats.astype(jnp.float32)
         if confidence:
             if forward_only:  # [F1] and [warp(F2, m_ab)]
-                refs, warped = feats32[:b], geometry.warp(feats32[b:], flow)
+                refs, warped = feats32[:b], device.warp(feats32[b:], flow)
             else:  # [F1; F2] and [warp(F2, m_ab); warp(F1, m_ba)]
-                refs, warped = feats32, geometry.warp(jnp.roll(feats32, b, axis=0), flow)
+                refs, warped = feats32, device.warp(jnp.roll(feats32, b, axis=0), flow)
             logvar = MaskNet(dtype=dtype, precision=prec, name="mask_net")(jnp.concatenate([refs, warped], axis=-1))
 
         sl = self.group_slice(DEPTH_GROUP)
@@ -298,7 +298,7 @@ def preprocess(images: Any, height: int, width: int, channel_order: str = "rgb")
     std = np.array(IMAGE_STD_BGR, np.float32)
     if channel_order == "rgb":
         mean, std = mean[::-1], std[::-1]
-    gray = geometry.channel_mean((x - mean) / std)
+    gray = device.channel_mean((x - mean) / std)
     if gray.shape[-3:-1] != (height, width):
-        gray = geometry.resize_image(gray, int(height), int(width))
+        gray = device.resize_image(gray, int(height), int(width))
     return gray

@@ -2,7 +2,7 @@
 
 The network (:class:`camflow_jax.models.CamFlow` and its transformer), the training configs
 (``configs/default.py`` copies :data:`NETWORK_FIELDS` into ``config.model``), the trainer,
-``model.json`` files (:mod:`camflow_jax.models.checkpoint`) and :mod:`camflow_jax.experiments.benchmarking` all read the
+``model.json`` files (:mod:`camflow_jax.models.checkpoint`) and :mod:`tools.bench.benchmarking` all read the
 fields from here. A ``model.json``'s ``model_config`` is :meth:`ModelConfig.to_dict` plus the
 input size (``height``, ``width``) and a ``bases`` section; :meth:`ModelConfig.from_dict`
 reads one back (keys that are not architecture fields are left to the caller).

@@ -24,7 +24,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from camflow_jax.geometry import device as geometry
+from camflow_jax.geometry import device
 from camflow_jax.models.config import ModelConfig
 from camflow_jax.models.features import FeaturePyramid
 from camflow_jax.models.layers import Dtype, Mlp, dense, gelu, layer_norm
@@ -149,8 +149,8 @@ class MotionEstimationTransformer(nn.Module):
             h, w = x1.shape[1:3]
             if level > 0:
                 flow = combine_directional(coeffs, bases)
-                flow = geometry.resize_flow(flow, h, w)
-                x2 = geometry.warp(x2.astype(jnp.float32), flow).astype(x1.dtype)
+                flow = device.resize_flow(flow, h, w)
+                x2 = device.warp(x2.astype(jnp.float32), flow).astype(x1.dtype)
             x = jnp.concatenate([x1, x2], axis=-1)
             x = SwinEncoder(cfg.depths[i], cfg.layer_depth[i], cfg.num_heads[i], cfg.window_size,
                             cfg.mlp_ratio, dtype, prec, name=f"encoder_level_{level}")(x, train)

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from camflow_jax.geometry import device as geometry
+from camflow_jax.geometry import device
 from camflow_jax.refine.config import NOISE_BLOCK, NOISE_SIZE, RefineConfig
 
 __all__ = ['gray', 'local_normalize', 'noise_ratio', 'image_gradients', 'pyramid_sizes', 'downsample2',
@@ -23,7 +23,7 @@ __all__ = ['gray', 'local_normalize', 'noise_ratio', 'image_gradients', 'pyramid
 def gray(image: jax.Array) -> jax.Array:
     """``[H, W]`` float32 grey (mean over channels) of ``[H, W]``, ``[H, W, 1]`` or ``[H, W, 3]``."""
     x = jnp.asarray(image, jnp.float32)
-    return geometry.channel_mean(x)[..., 0] if x.ndim == 3 else x
+    return device.channel_mean(x)[..., 0] if x.ndim == 3 else x
 
 
 def local_normalize(g: jax.Array, sigma: float = 4.0, epsilon: float = 2.0, presmooth: float = 1.0) -> jax.Array:
@@ -32,13 +32,13 @@ def local_normalize(g: jax.Array, sigma: float = 4.0, epsilon: float = 2.0, pres
     A gain a and bias b (``a I + b``, a > 0) leave it unchanged up to the ``epsilon`` floor
     (relative to a); so do gain and bias fields that vary slowly across the ``sigma`` window.
     """
-    return _normalize(geometry.gaussian_blur(jnp.asarray(g, jnp.float32), presmooth), sigma, epsilon)
+    return _normalize(device.gaussian_blur(jnp.asarray(g, jnp.float32), presmooth), sigma, epsilon)
 
 
 def _normalize(g, sigma, epsilon):
     """:func:`local_normalize` of an image already pre-blurred."""
-    d = g - geometry.gaussian_blur(g, sigma)
-    return d / jnp.sqrt(geometry.gaussian_blur(d * d, sigma) + epsilon ** 2)
+    d = g - device.gaussian_blur(g, sigma)
+    return d / jnp.sqrt(device.gaussian_blur(d * d, sigma) + epsilon ** 2)
 
 
 def noise_ratio(g: jax.Array, block: int = NOISE_BLOCK) -> jax.Array:
@@ -116,7 +116,7 @@ def resample_bases(bases: jax.Array, h: int, w: int) -> jax.Array:
         n, H, W, _ = bases.shape
     if (h, w) == (H, W):
         return bases
-    out = geometry.resize_image(bases, h, w)
+    out = device.resize_image(bases, h, w)
     return out * jnp.array([w / W, h / H], out.dtype)
 
 
@@ -146,10 +146,10 @@ def image_stack(g: jax.Array, cfg: RefineConfig = RefineConfig(), noisy=None) ->
     ``[H, W]`` at its own resolution (the pre-blur and the normalisation window in its pixels)."""
     g = jnp.asarray(g, jnp.float32)
     if noisy is None or _one_preblur(cfg):
-        pre = geometry.gaussian_blur(g, cfg.presmooth)
+        pre = device.gaussian_blur(g, cfg.presmooth)
     else:
-        pre = jax.lax.cond(noisy, lambda x: geometry.gaussian_blur(x, cfg.noise_presmooth),
-                           lambda x: geometry.gaussian_blur(x, cfg.presmooth), g)
+        pre = jax.lax.cond(noisy, lambda x: device.gaussian_blur(x, cfg.noise_presmooth),
+                           lambda x: device.gaussian_blur(x, cfg.presmooth), g)
     phi = _normalize(pre, cfg.local_sigma, cfg.epsilon)
     return jnp.concatenate([phi[..., None], image_gradients(phi)], axis=-1)
 

@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from camflow_jax import bases as bases_lib
-from camflow_jax.geometry import device as geometry
+from camflow_jax.geometry import device
 from camflow_jax.refine.config import OUT_OF_FRAME_WIDTHS, RefineConfig, active_stages, default_groups
 from camflow_jax.refine.pyramid import (
     BasisPyramid,
@@ -62,7 +62,7 @@ from camflow_jax.refine.pyramid import (
 
 __all__ = ["residual", "jacobian", "project_flow", "refine_motion", "refine_with_pyramids", "refine_pair"]
 
-HIGHEST = geometry.HIGHEST
+HIGHEST = device.HIGHEST
 
 
 def _dot(a, b):
@@ -113,9 +113,9 @@ def _residual_at(phi1_pts, phi2_stack, x, y, every_pixel: bool = False):
     used; :func:`_sample_edge` keeps the iterations' Jacobian from recomputing the interpolation,
     but costs ~2.5x as much at every pixel."""
     h, w = phi2_stack.shape[:2]
-    s = (geometry.sample_bilinear(phi2_stack, x, y, mode="edge") if every_pixel
+    s = (device.sample_bilinear(phi2_stack, x, y, mode="edge") if every_pixel
          else _sample_edge(phi2_stack, x, y))
-    return s[:, 0] - phi1_pts, s[:, 1:], geometry.in_frame(x, y, h, w)
+    return s[:, 0] - phi1_pts, s[:, 1:], device.in_frame(x, y, h, w)
 
 
 def _sample_edge(image, x, y):

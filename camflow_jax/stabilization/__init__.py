@@ -7,7 +7,7 @@ motion file was measured on), ``metrics``
 (cropping, distortion, stability), ``clips`` (synthetic shaky clips with ground truth),
 ``plots`` (figures and the KLT point tracker), ``runner`` (the file-level driver of the CLI).
 Video and frame-folder streams are :mod:`camflow_jax.io.video`; the estimator comparison on
-generated clips is :mod:`camflow_jax.experiments.stabilization`. The CLI is ``python -m
+generated clips is :mod:`tools.bench.stabilization`. The CLI is ``python -m
 camflow_jax.stabilize``.
 
 Nothing is imported eagerly: ``from camflow_jax.stabilization import pipeline``.

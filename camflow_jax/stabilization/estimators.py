@@ -57,7 +57,7 @@ import numpy as np
 from camflow_jax.data import depth as depth_lib
 from camflow_jax.estimators import plausibility, registry
 from camflow_jax.geometry import background, classical
-from camflow_jax.geometry import host as geometry_np
+from camflow_jax.geometry import host
 from camflow_jax.io.cpus import usable_cpus
 
 __all__ = ["DEFAULT", "Estimator", "RegistryEstimator", "CamFlowEstimator", "make_estimator",
@@ -382,7 +382,7 @@ class CamFlowEstimator(Estimator):
             depth_lib.check_depth_aspect(d.shape, (h, w), f)
             maps.append(depth_lib.resize_depth(d, h, w))  # the predictor checks and fills it
         if self.intrinsics is not None:
-            K = geometry_np.resize_intrinsics(self.intrinsics, self.frame_size, (h, w))
+            K = host.resize_intrinsics(self.intrinsics, self.frame_size, (h, w))
         else:
             fov = 60.0 if self.fov_deg is None else self.fov_deg
             fx = 0.5 * w / np.tan(np.deg2rad(fov) / 2)
@@ -440,7 +440,7 @@ class CamFlowEstimator(Estimator):
                              "expected [H, W, 2] or [1, H, W, 2]")
         if not np.all(np.isfinite(flow)):
             return None
-        flow = geometry_np.resize_flow(flow, a.shape[0], a.shape[1])
+        flow = host.resize_flow(flow, a.shape[0], a.shape[1])
         self.last_homography = None
         if coeffs is not None and np.all(np.isfinite(coeffs)):
             self.coefficients[-1] = np.asarray(coeffs, np.float64).reshape(-1)
@@ -454,12 +454,12 @@ class CamFlowEstimator(Estimator):
         if H is None:  # too few inliers: counted as a failure (identity), never a stale motion
             self.coefficients[-1] = None
             return None
-        fitted = geometry_np.homography_flow(H, *flow.shape[:2])
+        fitted = host.homography_flow(H, *flow.shape[:2])
         if self.two_motion_check:
             H_bg, two = background.background_homography(*background.seeded_tracks(a, b, fitted))
             if two:
                 self.two_motion_pairs += 1
-                H, fitted = H_bg, geometry_np.homography_flow(H_bg, *flow.shape[:2])
+                H, fitted = H_bg, host.homography_flow(H_bg, *flow.shape[:2])
         self.last_homography = H
         return fitted
 

@@ -35,7 +35,7 @@ fixed:
   **Noise floor**: each signal's ratio gets ``floor_px`` (:data:`NOISE_FLOOR_PX`, 0.3 px RMS)
   of energy added to numerator and denominator, so motion below the measuring estimator's
   noise cannot decide the score. SIFT's own noise on the high band of the path, measured on
-  known-path clips (``tools/stab_metrics_noise.py``), is <= 0.024 px per signal lossless and
+  known-path clips (``python -m tools.bench stab_metrics_noise``), is <= 0.024 px per signal lossless and
   <= 0.066 px through mp4v at 96x160; the floor is 4.5x the worst, so a path that is pure
   estimator noise scores >= 0.95. Rotation's floor is 0.3 px / r (3.2 mrad at 96x160,
   0.27 mrad at 1920x1080).
@@ -54,7 +54,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from camflow_jax.geometry import classical as baselines
+from camflow_jax.geometry import classical
 from camflow_jax.io.video import FrameSource
 
 __all__ = ["frame_homography", "cropping_distortion", "compose_path", "path_signals",
@@ -71,7 +71,7 @@ CLASSIC_FLOOR_PX, CLASSIC_FLOOR_RAD = 0.1, 1e-4
 
 
 def frame_homography(img_a, img_b, max_side: int = 640,
-                     cache: baselines.FeatureCache | None = None) -> np.ndarray | None:
+                     cache: classical.FeatureCache | None = None) -> np.ndarray | None:
     """Homography a -> b (full-resolution pixels) from SIFT, ratio 0.7, > 10 matches, RANSAC.
 
     Returns None when matching fails. ``cache``: reuses the features of frames seen before
@@ -84,7 +84,7 @@ def frame_homography(img_a, img_b, max_side: int = 640,
         size = (max(1, round(w * s)), max(1, round(h * s)))
         a = cv2.resize(a, size, interpolation=cv2.INTER_AREA)
         b = cv2.resize(b, size, interpolation=cv2.INTER_AREA)
-    H = baselines.feature_homography(a, b, "sift", "ransac", ratio=0.7, min_matches=11,
+    H = classical.feature_homography(a, b, "sift", "ransac", ratio=0.7, min_matches=11,
                                      cache=cache)
     if H is None:
         return None
@@ -302,7 +302,7 @@ class MetricsAccumulator:
         self.failed = {"input_pairs": 0, "output_pairs": 0, "input_output": 0}
         # each frame takes part in up to three matches (with its predecessor, its successor
         # and its input / output twin): its features are detected once
-        self._features = baselines.FeatureCache(4)
+        self._features = classical.FeatureCache(4)
 
     def _pair(self, a, b, key, store):
         H = frame_homography(a, b, self.max_side, self._features)

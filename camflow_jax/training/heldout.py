@@ -14,7 +14,7 @@ import numpy as np
 
 from camflow_jax.data import datasets, pipeline
 from camflow_jax.data.synthetic.scenes import CATEGORIES
-from camflow_jax.estimators import registry as estimators
+from camflow_jax.estimators import registry
 from camflow_jax.evaluation import metrics
 from camflow_jax.evaluation.reports import format_table
 from camflow_jax.training import workdir as workdir_lib
@@ -38,7 +38,7 @@ def evaluate_heldout(predict, eval_source, prepare_kwargs, batch_size, baseline_
     records = {"camflow": []}
     need_baselines = "baselines" not in cache
     base_records = {n: [] for n in baseline_names}
-    methods = {n: estimators.get(n, forward_only=True) for n in baseline_names} if need_baselines else {}
+    methods = {n: registry.get(n, forward_only=True) for n in baseline_names} if need_baselines else {}
     for b in pipeline.eval_batches(eval_source, batch_size, prepare_kwargs):
         flows = np.asarray(predict(b))
         gt, valid = _eval_targets(b)

@@ -25,7 +25,7 @@ from jax.sharding import PartitionSpec as P
 from camflow_jax import configs, models
 from camflow_jax.compilation import cache as compile_cache
 from camflow_jax.data import datasets, pipeline
-from camflow_jax.estimators import registry as estimators
+from camflow_jax.estimators import registry
 from camflow_jax.models import basis_set
 from camflow_jax.training import feed as feed_lib
 from camflow_jax.training import state as train_state
@@ -72,7 +72,7 @@ def validate_config(config) -> None:
     if config.get("stop_after_seconds", 0) < 0:
         raise ValueError("stop_after_seconds must be >= 0 (0 = no limit)")
     for name in config.eval_baselines:
-        estimators.resolve(name)  # an unknown name is a one-line error before anything is built
+        registry.resolve(name)  # an unknown name is a one-line error before anything is built
     n_dev = jax.device_count()
     if config.batch_size % n_dev:
         raise ValueError(f"batch_size {config.batch_size} is not divisible by the {n_dev} devices")

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 import jax
 import jax.numpy as jnp
 
-from camflow_jax.geometry import device as geometry
+from camflow_jax.geometry import device
 
 SQRT2 = math.sqrt(2.0)
 DEFAULT_ALPHA = 10.0
@@ -121,10 +121,10 @@ def feature_loss(outputs: Mapping[str, jax.Array], mask_out_of_frame: bool = Tru
     """
     f1, f2 = outputs["feat1"], outputs["feat2"]
     flow_f, flow_b = outputs["flow_f"], outputs["flow_b"]
-    w2 = geometry.warp(f2, flow_f)
-    w1 = geometry.warp(f1, flow_b)
-    m_f = geometry.warp_validity(flow_f) if mask_out_of_frame else None
-    m_b = geometry.warp_validity(flow_b) if mask_out_of_frame else None
+    w2 = device.warp(f2, flow_f)
+    w1 = device.warp(f1, flow_b)
+    m_f = device.warp_validity(flow_f) if mask_out_of_frame else None
+    m_b = device.warp_validity(flow_b) if mask_out_of_frame else None
     return (laplace_nll(f1, w2, outputs["logvar_f"], m_f, reduction)
             + laplace_nll(f2, w1, outputs["logvar_b"], m_b, reduction))
 

@@ -1,0 +1,106 @@
+"""Our stabilizer (each estimator) side by side with ffmpeg's vid.stab, in one run.
+
+    python -m tools.bench stab_vs_vidstab --estimators klt_ransac,camflow \\
+        --frames 120 --size 288x384 --seed 0 --out results.json
+
+Clips: OpenCV's vtest.avi (``apt-get install opencv-doc``; ``--video`` for another still-camera
+video) shaken by a seeded known motion, and the synthetic moving-object clip with and without
+its object (``--synthetic-size``, ``--synthetic-frames``; ``--no-synthetic`` skips them);
+``--hard`` adds the hard set (:func:`tools.bench.stabilization.hard_clips`).
+``--checkpoint DIR``: the model the camflow estimators run (default: the shipped one). The
+work is :func:`tools.bench.stabilization.compare_with_vidstab`; this script parses
+arguments and prints the table (with the load average: timings on a shared machine are
+indicative).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from camflow_jax.cli import harness
+from camflow_jax.compilation import cache as compile_cache
+from camflow_jax.estimators import registry
+from camflow_jax.io import atomic
+from camflow_jax.stabilization import estimators as stab_estimators
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        h, w = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"size must be HxW, got {text!r}") from None
+    if h < 16 or w < 16:
+        raise argparse.ArgumentTypeError(f"size must be at least 16x16, got {text!r}")
+    return h, w
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--estimators", default=f"{stab_estimators.DEFAULT},camflow",
+                   help="comma-separated registry names (camflow_jax.estimators.registry; default: "
+                        "the stabilizer's default and camflow)")
+    p.add_argument("--checkpoint", default=None,
+                   help="CamFlow checkpoint for the camflow / camflow_net estimators (default: the shipped model)")
+    p.add_argument("--video", help="a still-camera video to shake (default: OpenCV's vtest.avi)")
+    p.add_argument("--frames", type=harness.int_at_least(8), default=120)
+    p.add_argument("--size", type=_size, default=(288, 384), help="HxW the video is scaled to")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--synthetic-size", type=_size, default=(192, 320))
+    p.add_argument("--synthetic-frames", type=harness.int_at_least(8), default=90)
+    p.add_argument("--no-synthetic", action="store_true", help="only the shaken video")
+    p.add_argument("--no-vidstab", action="store_true", help="only our stabilizer")
+    p.add_argument("--hard", action="store_true",
+                   help="add the hard set: the video at 144x192, dark and noisy, blurred (little texture), "
+                        "and the synthetic clip with a foreground object of 45%% of the frame")
+    p.add_argument("--floor", action="store_true",
+                   help="add a row 'perfect' per clip: the score of the exact inverse shake (the measure's floor)")
+    p.add_argument("--ecc-score", action="store_true",
+                   help="also score every output with ECC-refined homographies (precise on dark, noisy or "
+                        "blurred clips; docs/stabilization.md)")
+    p.add_argument("--out", help="JSON file for all rows")
+    args = p.parse_args(argv)
+    compile_cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
+
+    def body() -> int:
+        from tools.bench import stabilization as benchmark
+        from camflow_jax.stabilization import clips
+        from camflow_jax.stabilization import estimators as est_lib
+
+        names = [registry.resolve(n)[0] for n in args.estimators.split(",") if n]
+        video = args.video or benchmark.find_vtest()
+        if video is None:
+            raise FileNotFoundError("vtest.avi not found (apt-get install opencv-doc) and no --video given")
+        if not os.path.isfile(video):
+            raise FileNotFoundError(f"video not found: {video}")
+        fps = 10.0 if os.path.basename(video) == "vtest.avi" else 30.0
+        named = {"vtest_shaken": clips.shake_video(
+            benchmark.decode_video(video, args.frames, args.size), args.seed, fps=fps)}
+        if not args.no_synthetic:
+            h, w = args.synthetic_size
+            for obj in (True, False):
+                named["moving_object" if obj else "no_object"] = clips.moving_object_clip(
+                    args.synthetic_frames, h, w, seed=args.seed, with_object=obj)
+        if args.hard:
+            named.update(benchmark.hard_clips(video, args.frames, args.size, args.seed, fps,
+                                              args.synthetic_size, args.synthetic_frames))
+        factories = {n: est_lib.make_estimator(n, checkpoint=args.checkpoint).fresh for n in names}
+        load0 = benchmark.load_average()
+        rows = benchmark.compare_with_vidstab(named, factories, vidstab=not args.no_vidstab, floor=args.floor,
+                                              ecc=args.ecc_score,
+                                              log=lambda m: print(m, file=sys.stderr, flush=True))
+        print(benchmark.comparison_table(rows))
+        print(f"load average before: {load0}, after: {benchmark.load_average()}")
+        if args.out:
+            atomic.write_text_atomic(args.out, json.dumps(
+                {"rows": rows, "video": video, "load_before": load0,
+                 "load_after": benchmark.load_average()}, indent=1, default=float))
+        return 0
+
+    return harness.run_cli(body)
+
+
+if __name__ == "__main__":
+    harness.exit_process(main())

@@ -1,0 +1,1 @@
+"""Studies behind docs/plausibility*.md (see :mod:`tools.bench.studies`)."""

@@ -1,0 +1,1 @@
+"""Studies behind docs/refinement*.md (see :mod:`tools.bench.studies`)."""

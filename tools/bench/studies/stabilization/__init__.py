@@ -1,0 +1,1 @@
+"""Studies behind docs/stabilization*.md (see :mod:`tools.bench.studies`)."""
