@@ -45,8 +45,12 @@ images (PNG, TIFF, EXR) read with OpenCV; aligned with their image.
 from __future__ import annotations
 
 if __name__ == "__main__":
-    # Re-execute once with huge pages for malloc (camflow_jax/cli/runtime.py, docs/performance.md),
-    # before the imports below: the restart then costs only an interpreter start.
+    # SIGINT / SIGTERM handled from the first moment, before the heavy imports (a signal during
+    # JAX's import: one line and exit 130/143; camflow_jax/io/interrupt.py). Then re-execute
+    # once with huge pages for malloc (camflow_jax/cli/runtime.py, docs/performance.md), before
+    # the imports below: the restart then costs only an interpreter start.
+    from camflow_jax.io import interrupt
+    interrupt.install()
     from camflow_jax.cli import runtime
     runtime.use_huge_pages()
 

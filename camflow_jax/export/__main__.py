@@ -13,6 +13,12 @@ arguments, a missing checkpoint or package, or an output that cannot be written:
 
 from __future__ import annotations
 
+if __name__ == "__main__":
+    # SIGINT / SIGTERM handled from the first moment, before the heavy imports (a signal during
+    # JAX's import: one line and exit 130/143; camflow_jax/io/interrupt.py).
+    from camflow_jax.io import interrupt
+    interrupt.install()
+
 import argparse
 import sys
 from collections.abc import Sequence
