@@ -13,9 +13,10 @@ if __name__ == "__main__":
     # once with huge pages for malloc (camflow_jax/cli/runtime.py, docs/performance.md), before
     # the imports below: the restart then costs only an interpreter start.
     from camflow_jax.io import interrupt
-    interrupt.install()
+    interrupt.block()  # pending, not lost, until install() (also across the re-execution)
     from camflow_jax.cli import runtime
     runtime.use_huge_pages()
+    interrupt.install()
 
 import logging as std_logging
 import signal

@@ -91,8 +91,8 @@ def _interrupt(tmp_path, name, delay, sig):
     return p.returncode, err, time.monotonic() - t0
 
 
-def _check(tmp_path, name, sig, rc, err, took, within=15.0):
-    assert rc == interrupt.EXIT_CODES[sig], (name, rc, err[-3000:])
+def _check(tmp_path, name, sig, rc, err, took, within=15.0, what=None):
+    assert rc == interrupt.EXIT_CODES[sig], (name, what, rc, err[-3000:])
     assert "Traceback" not in err and "Exception ignored" not in err, err[-3000:]
     lines = [ln for ln in err.splitlines() if ln.startswith("error: ")]
     assert len(lines) == 1 and f"interrupted by {sig.name}" in lines[0], err[-3000:]
@@ -130,13 +130,13 @@ def test_a_signal_at_any_moment_ends_the_run(tmp_path, name, sig):
         # training's first steps: it saves a checkpoint before it stops (training/signals.py)
         if name == "train" and rc == interrupt.EXIT_CODES[sig] and "checkpoint of step" in err:
             continue
-        _check(tmp_path, name, sig, rc, err, took)
+        _check(tmp_path, name, sig, rc, err, took, what=delay)
 
 
 def test_every_entry_point_installs_the_handling_before_any_other_import():
-    """The first statements of every entry module: ``interrupt.install()`` (in the
-    ``__main__`` block) before any import other than ``__future__`` and the light
-    :mod:`camflow_jax.io.interrupt` itself."""
+    """The first statements of every entry module (in the ``__main__`` block): the signals
+    blocked, then (the huge-pages re-execution and) ``interrupt.install()``, before any import
+    other than ``__future__`` and the light :mod:`camflow_jax.io.interrupt` itself."""
     for rel in ENTRY_MODULES:
         tree = ast.parse((REPO / rel).read_text())
         body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
@@ -144,16 +144,19 @@ def test_every_entry_point_installs_the_handling_before_any_other_import():
         first = body[0]
         assert isinstance(first, ast.If) and "__main__" in ast.unparse(first.test), rel
         src = [ast.unparse(n) for n in first.body]
-        assert src[:2] == ["from camflow_jax.io import interrupt", "interrupt.install()"], (rel, src)
+        assert src[:2] == ["from camflow_jax.io import interrupt", "interrupt.block()"], (rel, src)
+        # then at most the huge-pages re-execution (whose module imports only os, re, signal, sys)
+        rest = [line for line in src[2:src.index("interrupt.install()")]]
+        assert rest in ([], ["from camflow_jax.cli import runtime", "runtime.use_huge_pages()"]), (rel, src)
 
 
 _REEXEC_SCRIPT = """
 import os, signal, sys
 from camflow_jax.io import interrupt
+interrupt.block()
 from camflow_jax.cli import runtime
 if os.environ.get(runtime.GUARD_ENV):
     open("reexecuted", "w").close()  # before install(): the signal is still blocked here
-interrupt.install()
 if not os.environ.get(runtime.GUARD_ENV):
     runtime.hugepage_decision = lambda *a, **k: (True, "test")
     real = os.execve
@@ -162,6 +165,7 @@ if not os.environ.get(runtime.GUARD_ENV):
         real(*a)
     os.execve = execve
     runtime.use_huge_pages()
+interrupt.install()
 import time; time.sleep(2)  # the imports and work that follow
 print("ran to the end")
 """

@@ -121,9 +121,8 @@ def interrupt_line(signum: int, exiting_with: int | None = None) -> str:
 def _late_signals(status: int) -> None:
     """After the work: SIGINT / SIGTERM print :func:`interrupt_line` (naming the outputs, which
     are complete) and end the process with 130 / 143 at once."""
-    if interrupt.installed():  # the watcher thread acts; no temporary is left, so at once
-        interrupt.reset()
-        interrupt.set_describer(lambda signum: interrupt_line(signum, status))
+    if interrupt.installed():  # the watcher thread acts, at once
+        interrupt.finish(lambda signum: interrupt_line(signum, status))
         return
     if threading.current_thread() is not threading.main_thread():
         return

@@ -17,6 +17,7 @@ if __name__ == "__main__":
     # SIGINT / SIGTERM handled from the first moment, before the heavy imports (a signal during
     # JAX's import: one line and exit 130/143; camflow_jax/io/interrupt.py).
     from camflow_jax.io import interrupt
+    interrupt.block()
     interrupt.install()
 
 import argparse

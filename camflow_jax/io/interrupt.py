@@ -7,8 +7,8 @@ as "Exception ignored" and dropped, and inside an import or a C extension's call
 modules half-initialized (jaxlib's init then died with SIGSEGV or SIGABRT). So here the signal is
 only *recorded*:
 
-* :func:`install` (the entry points' ``__main__`` blocks, first thing, before the heavy
-  imports) sets the handlers; ``signal.set_wakeup_fd`` hands each signal to a watcher thread,
+* :func:`block` then :func:`install` (the entry points' ``__main__`` blocks, first thing,
+  before the heavy imports; a signal in between stays pending) set the handlers; ``signal.set_wakeup_fd`` hands each signal to a watcher thread,
   which acts even while the main thread is inside a long C call (an XLA compilation);
 * nothing to clean up (no temporary registered by :func:`track`: imports, model loading, a
   computation before any output is started): the process prints the one line and exits at once
@@ -36,7 +36,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 __all__ = ["SIGNALS", "EXIT_CODES", "Interrupted", "install", "installed", "handling", "requested",
-           "check", "track", "untrack", "set_describer", "reset", "exit_code", "default_line"]
+           "check", "track", "untrack", "set_describer", "finish", "reset", "exit_code", "default_line"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: Exit status after SIGINT / SIGTERM (128 + the signal number, as a shell reports a signal).
@@ -70,6 +70,7 @@ class _State:
         self.describe: Callable[[int], str] = default_line
         self.installed = False  # install() ran: this process belongs to a command line
         self.exiting = False
+        self.finished = False  # finish(): the work is over, the process is ending
 
 
 _STATE = _State()
@@ -112,6 +113,17 @@ def _busy() -> bool:
 def set_describer(describe: Callable[[int], str] | None) -> None:
     """The one line printed when the process ends on a signal (default :func:`default_line`)."""
     _STATE.describe = describe or default_line
+
+
+def finish(describe: Callable[[int], str]) -> None:
+    """The work is over (process mode): a signal from now on (or one recorded but not acted on)
+    prints ``describe(signum)`` and ends the process at once."""
+    _STATE.describe = describe
+    _STATE.finished = True
+    signum = _STATE.signum
+    if signum is not None:
+        _remove_temporaries()
+        _exit_now(signum, _line(signum))
 
 
 def reset() -> None:
@@ -162,6 +174,10 @@ def _on_signal(signum: int, can_raise: bool) -> None:
                           "(partial outputs removed; nothing was moved into place after the first signal)")
         return
     _STATE.signum = signum
+    if _STATE.finished:  # the work is over: what is still busy is a cache's write
+        _remove_temporaries()
+        _exit_now(signum, _line(signum))
+        return
     if _busy():
         return  # the work stops at its next check; the writers move nothing into place
     if can_raise:
@@ -196,13 +212,24 @@ def _record(signum, frame) -> None:
 _WATCHER: _Watcher | None = None
 
 
+def block() -> None:
+    """Blocks SIGINT / SIGTERM in the main thread: from here until :func:`install` a signal stays
+    pending (also across an ``execve``: :func:`camflow_jax.cli.runtime.use_huge_pages`), and is
+    delivered, not lost, when the handling is installed. The entry points' first statement."""
+    if threading.current_thread() is threading.main_thread():
+        signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+
+
 def install() -> None:
     """The command line's signal handling for the whole process (see the module docstring):
     called first thing by every entry point's ``__main__`` block, before the heavy imports. Any
     SIGINT / SIGTERM blocked until now (e.g. across :func:`camflow_jax.cli.runtime.use_huge_pages`'
     re-execution) is delivered here. Only from the main thread; a second call does nothing."""
     global _WATCHER
-    if _STATE.installed or threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if _STATE.installed:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
         return
     # The watcher starts with the signals blocked (threads inherit the mask): the kernel then
     # delivers them to the main thread, whose mask is what runtime.use_huge_pages blocks
