@@ -82,3 +82,88 @@ def test_a_named_pipe_or_piped_stdin_as_video_is_refused_at_once(tmp_path):
                     stdin=f)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "o.avi").exists()
+
+
+# ----------------------------------------------------------------------------- training settings
+TRAIN = ["--config=configs/smoke.py", "--config.batch_size=4", "--config.data.num_eval=0",
+         "--config.data.num_train=8", "--config.model.depths=(1,)", "--config.model.layer_depth=(1,)",
+         "--config.model.num_heads=(2,)", "--config.model.width=64"]
+
+
+def test_keep_checkpoints_0_is_refused_naming_the_key(tmp_path):
+    """Bad (issue 63): keep_checkpoints=0 trained, printed "done" and kept no checkpoint: the
+    weights were lost without a word. Now refused before training, one line naming the key."""
+    proc = subprocess.run([sys.executable, "-m", "camflow_jax.train", f"--workdir={tmp_path / 'wd'}", *TRAIN,
+                           "--config.keep_checkpoints=0"], cwd=REPO, env=_env(tmp_path), capture_output=True,
+                          text=True, timeout=300)
+    _one_error_line(proc, "config key keep_checkpoints must be >= 1", "got 0")
+    assert not (tmp_path / "wd" / "checkpoints").exists() or not os.listdir(tmp_path / "wd" / "checkpoints")
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("keep_checkpoints", -1, "keep_checkpoints must be >= 1"),
+    ("log_every", 0, "log_every must be >= 1"),
+    ("checkpoint_every", -5, "checkpoint_every must be >= 0"),
+    ("data.prefetch", 0, "data.prefetch must be >= 1"),
+    ("data.motion_scale", 0.0, "data.motion_scale must be > 0"),
+    ("data.frame_gap", 0, "data.frame_gap must be >= 1"),
+    ("optim.b1", 1.0, "optim.b1 must be in [0, 1)"),
+    ("optim.b2", -0.1, "optim.b2 must be in [0, 1)"),
+    ("optim.decay_rate", 0.0, "optim.decay_rate must be in (0, 1]"),
+    ("optim.grad_clip", float("nan"), "optim.grad_clip must be a finite number"),
+    ("bases.num_homography", 7, "bases.num_homography must be 12 (second order), 8 (first order) or 0"),
+    ("bases.depth_sigmas", ("abc",), "bases.depth_sigmas must be a tuple of finite numbers > 0"),
+    ("bases.depth_sigmas", (1.0, -2.0), "bases.depth_sigmas must be a tuple of finite numbers > 0"),
+])
+def test_every_training_setting_is_checked_naming_the_key(key, value, words):
+    from camflow_jax.configs import default
+    from camflow_jax.training import loop
+
+    config = default.get_config()
+    loop.validate_settings(config)  # the defaults pass
+    node = config
+    *groups, last = key.split(".")
+    for g in groups:
+        node = node[g]
+    node[last] = value
+    with pytest.raises(ValueError, match=r"^config key " + words.replace("(", r"\(").replace(")", r"\)")
+                       .replace("[", r"\[")):
+        loop.validate_settings(config)
+
+
+def test_bases_depth_sigmas_abc_on_the_command_line_names_the_key(tmp_path):
+    """POOR (issue 63): --config.bases.depth_sigmas=abc named no key."""
+    proc = subprocess.run([sys.executable, "-m", "camflow_jax.train", f"--workdir={tmp_path / 'wd'}", *TRAIN,
+                           "--config.bases.depth_sigmas=abc"], cwd=REPO, env=_env(tmp_path), capture_output=True,
+                          text=True, timeout=300)
+    _one_error_line(proc, "bases.depth_sigmas")
+
+
+def test_num_workers_above_the_usable_cores_is_clamped_with_a_warning():
+    """POOR (issue 63): data.num_workers=64 on 2 cores started 64 processes (8x slower), no word."""
+    from camflow_jax.data import pipeline
+
+    assert [pipeline.resolve_num_workers(n, cpus=2) for n in (0, 1, 2, 3, 64)] == [0, 1, 2, 2, 2]
+    assert pipeline.resolve_num_workers(-1, cpus=16) == 14  # auto unchanged
+    assert pipeline.clamped_workers_note(2, cpus=2) is None and pipeline.clamped_workers_note(-1, cpus=2) is None
+    assert pipeline.clamped_workers_note(64, cpus=2) == ("data.num_workers=64 is more than the 2 usable core(s) of "
+                                                         "this process: using 2 worker process(es)")
+
+
+def test_a_frames_folder_with_one_odd_sized_frame_is_named_before_training(tmp_path):
+    """POOR (issue 63): one odd-sized frame ended training at step 12 in grain's words
+    ("same structure"), no file named. Now: a ValueError naming the frame when the folder is
+    opened (headers only), and at the read for a size no header said."""
+    from camflow_jax.data import sources
+
+    folder = tmp_path / "clip"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for t in range(6):
+        h, w = (48, 64) if t != 4 else (50, 64)
+        cv2.imwrite(str(folder / f"f{t:03d}.png"), rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+    with pytest.raises(ValueError, match=r"frame .*f004\.png is 64x50, the other frames of its folder are 64x48 "
+                                         r"\(f000\.png\)"):
+        sources.FramePairs(tmp_path)
+    cv2.imwrite(str(folder / "f004.png"), rng.integers(0, 256, (48, 64, 3), dtype=np.uint8))
+    assert len(sources.FramePairs(tmp_path)) == 5
