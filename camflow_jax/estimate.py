@@ -71,6 +71,10 @@ from camflow_jax.io import atomic
 
 __all__ = ["main", "build_parser"]
 
+#: The smallest image side estimate accepts (a gradient, a warp and a homography need a few pixels).
+MIN_IMAGE_SIDE = 8
+
+
 def _num(v) -> float:
     return float("nan") if v is None else float(v)
 
@@ -128,6 +132,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args) -> int:
     img1, img2 = read_image(args.img1), read_image(args.img2)
+    for path, img in ((args.img1, img1), (args.img2, img2)):
+        if min(img.shape[:2]) < MIN_IMAGE_SIDE:  # 1x1: the summary crashed; 1xN: numpy's words
+            raise ValueError(f"{path} is {img.shape[1]}x{img.shape[0]} px: camera motion needs images of at "
+                             f"least {MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE} px")
     h, w = img1.shape[:2]
     if (args.depth1 is None) != (args.depth2 is None):
         raise ValueError("give both --depth1 and --depth2, or neither")
@@ -155,7 +163,7 @@ def _run(args) -> int:
     refined = " (refined)" if summary["refined"] else ""
     print(f"{summary['method']}{refined}: {img1.shape[1]}x{img1.shape[0]} pair, mean |flow| "
           f"{summary['mean_flow_magnitude_px']:.2f} px, mean |img1 - warped img2| "
-          f"{_num(summary['mean_abs_error_aligned']):.2f} (input {summary['mean_abs_error_input']:.2f})")
+          f"{_num(summary['mean_abs_error_aligned']):.2f} (input {_num(summary['mean_abs_error_input']):.2f})")
     if summary.get("note"):
         print(f"{'warning' if summary.get('fallback') else 'note'}: {summary['note']}", file=sys.stderr)
     print("homography (image 1 -> image 2):\n" + np.array2string(H, precision=5, suppress_small=True))

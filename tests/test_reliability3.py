@@ -167,3 +167,28 @@ def test_a_frames_folder_with_one_odd_sized_frame_is_named_before_training(tmp_p
         sources.FramePairs(tmp_path)
     cv2.imwrite(str(folder / "f004.png"), rng.integers(0, 256, (48, 64, 3), dtype=np.uint8))
     assert len(sources.FramePairs(tmp_path)) == 5
+
+
+# ----------------------------------------------------------------------------- tiny images
+@pytest.mark.parametrize("shape", [(1, 1), (1, 40), (40, 1)])
+def test_tiny_images_are_refused_naming_the_file(tmp_path, shape):
+    """POOR (issue 63): two identical 1x1 images wrote a result, then the summary print crashed
+    (TypeError, rc 1); 1xN images ended in numpy's "Shape of array too small to calculate a
+    numerical gradient". Now one line naming the file, exit 2, nothing written."""
+    img = np.full(shape + (3,), 100, np.uint8)
+    cv2.imwrite(str(tmp_path / "a.png"), img)
+    cv2.imwrite(str(tmp_path / "b.png"), img)
+    proc = _cli(tmp_path, "camflow_jax.estimate", "a.png", "b.png", "--method", "identity", "-o", "out")
+    _one_error_line(proc, f"a.png is {shape[1]}x{shape[0]} px", "at least 8x8 px")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_one_pixel_high_video_names_the_video_not_dis(tmp_path):
+    """POOR (issue 63): a 120x1 video blamed DIS, which the user had not chosen."""
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for t in range(5):
+        cv2.imwrite(str(folder / f"{t:03d}.png"), np.full((1, 120, 3), 20 * t, np.uint8))
+    proc = _cli(tmp_path, "camflow_jax.stabilize", folder, "-o", "o.avi", "-q")
+    line = _one_error_line(proc, f"{folder} is 120x1 px: too small to stabilize", "at least 32x32 px")
+    assert "DIS" not in line and not (tmp_path / "o.avi").exists()
