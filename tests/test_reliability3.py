@@ -192,3 +192,25 @@ def test_a_one_pixel_high_video_names_the_video_not_dis(tmp_path):
     proc = _cli(tmp_path, "camflow_jax.stabilize", folder, "-o", "o.avi", "-q")
     line = _one_error_line(proc, f"{folder} is 120x1 px: too small to stabilize", "at least 32x32 px")
     assert "DIS" not in line and not (tmp_path / "o.avi").exists()
+
+
+# ----------------------------------------------------------------------------- export
+def test_export_refuses_absurd_batch_and_opset_and_the_models_own_folder(tmp_path):
+    """POOR (issue 63): --batch 99999999999 and --opset 99 passed the argument checks and ended
+    in 38-82-line tracebacks after 15 s (with --no-check an opset-99 file was written);
+    -o into the shipped model's own folder wrote there. Now refused in the argument checks,
+    naming the flag, exit 2, nothing written."""
+    from camflow_jax.models import checkpoint
+
+    shipped = checkpoint.pretrained_path()
+    before = sorted(os.listdir(shipped))
+    for args, words in ((["--batch", "99999999999"], ["--batch must be at most 1024", "got 99999999999"]),
+                        (["--opset", "99", "--no-check"], ["--opset must be at most", "got 99"])):
+        t0 = time.monotonic()
+        proc = _cli(tmp_path, "camflow_jax.export", "-o", "ex", *args)
+        _one_error_line(proc, *words)
+        assert not (tmp_path / "ex").exists() and time.monotonic() - t0 < 60
+    for out in (shipped, shipped / "export", shipped.parent):
+        proc = _cli(tmp_path, "camflow_jax.export", "-o", out, "-y")
+        _one_error_line(proc, f"-o {out} is inside the shipped models' folder")
+    assert sorted(os.listdir(shipped)) == before
