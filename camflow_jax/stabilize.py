@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"smoothing lambda (default: {strength:g})")
     p.add_argument("--crop", default="auto", metavar="auto|none|RATIO",
                    help="auto: smallest centred zoom hiding borders (<= --max-zoom); none: no "
-                        "zoom; RATIO in (0, 1]: keep that fraction of width and height")
+                        "zoom; RATIO in [0.01, 1]: keep that fraction of width and height")
     p.add_argument("--max-zoom", type=_zoom, default=1.5, help="cap for --crop=auto (1.5)")
     p.add_argument("--border", default="black", choices=("black", "replicate", "reflect"),
                    help="fill for pixels with no source (default: black)")

@@ -214,3 +214,46 @@ def test_export_refuses_absurd_batch_and_opset_and_the_models_own_folder(tmp_pat
         proc = _cli(tmp_path, "camflow_jax.export", "-o", out, "-y")
         _one_error_line(proc, f"-o {out} is inside the shipped models' folder")
     assert sorted(os.listdir(shipped)) == before
+
+
+# ----------------------------------------------------------------------------- stabilize
+def test_a_crop_ratio_beyond_the_largest_zoom_is_refused(tmp_path):
+    """POOR (issue 63): --crop 0.0001 zoomed 10000x, every frame one flat colour, rc 0."""
+    _clip(tmp_path / "in.avi")
+    proc = _cli(tmp_path, "camflow_jax.stabilize", "in.avi", "-o", "o.avi", "--estimator=identity", "-q",
+                "--crop", "0.0001")
+    _one_error_line(proc, "crop ratio 0.0001 is a 10000x zoom", "at least 0.01")
+    assert not (tmp_path / "o.avi").exists()
+
+
+def _frames_folder(folder, frames):
+    folder.mkdir()
+    for t, f in enumerate(frames):
+        cv2.imwrite(str(folder / f"{t:04d}.png"), f)
+
+
+def test_motion_file_fingerprint_catches_frames_3_to_7_replaced_and_reads_a_bom(tmp_path):
+    """POOR (issue 63): the fingerprint checked frames 0, middle and last only: a clip with
+    frames 3-7 replaced got the wrong motion with a note that the pictures match. And a motion
+    CSV saved with a UTF-8 BOM (as spreadsheets do) "has 21 rows" where it has 20."""
+    from camflow_jax.stabilization import fingerprint
+
+    assert fingerprint.sample_indices(20) == list(range(20))
+    big = fingerprint.sample_indices(10000)
+    assert len(big) <= fingerprint.MAX_SAMPLES + 3 and {0, 5000, 9999} <= set(big)
+    rng = np.random.default_rng(1)
+    base = cv2.GaussianBlur(rng.integers(0, 256, (72, 96, 3), dtype=np.uint8), (5, 5), 0)
+    frames = [np.ascontiguousarray(np.roll(base, (t % 3, t % 5), axis=(0, 1))[:64, :80]) for t in range(20)]
+    other = cv2.GaussianBlur(rng.integers(0, 256, (64, 80, 3), dtype=np.uint8), (5, 5), 0)
+    _frames_folder(tmp_path / "a", frames)
+    _frames_folder(tmp_path / "b", frames[:3] + [np.roll(other, t, axis=1) for t in range(3, 8)] + frames[8:])
+    proc = _cli(tmp_path, "camflow_jax.stabilize", "a", "-o", "oa", "--estimator=identity", "-q",
+                "--export-motion", "m.csv")
+    assert proc.returncode == 0, proc.stderr
+    proc = _cli(tmp_path, "camflow_jax.stabilize", "b", "-o", "ob", "--estimator=identity", "-q", "--path", "m.csv")
+    _one_error_line(proc, "m.csv was exported from another video", "frames 3, 4, 5, 6, 7 show other pictures")
+    assert not (tmp_path / "ob").exists()
+    # the same file with a BOM still applies to its own video
+    (tmp_path / "bom.csv").write_bytes(b"\xef\xbb\xbf" + (tmp_path / "m.csv").read_bytes())
+    proc = _cli(tmp_path, "camflow_jax.stabilize", "a", "-o", "oc", "--estimator=identity", "-q", "--path", "bom.csv")
+    assert proc.returncode == 0 and "rows" not in proc.stderr, proc.stderr

@@ -106,6 +106,11 @@ class StabilizerConfig:
         return dataclasses.asdict(self)
 
 
+#: The smallest crop ratio: a zoom of 100x, the largest ``--max-zoom`` (a ratio of 0.0001
+#: zoomed 10000x and rendered every frame as one flat colour, with no word).
+MIN_CROP = 0.01
+
+
 def zoom_from_crop(crop) -> float | None:
     """Zoom for a fixed crop setting; None for 'auto'. Raises ValueError on bad values."""
     if isinstance(crop, str):
@@ -119,6 +124,9 @@ def zoom_from_crop(crop) -> float | None:
             raise ValueError(f"crop must be 'auto', 'none' or a ratio in (0, 1], got {crop!r}")
     if not (isinstance(crop, (int, float)) and 0 < crop <= 1):
         raise ValueError(f"crop ratio must be in (0, 1], got {crop!r}")
+    if crop < MIN_CROP:  # 0.0001: a 10000x zoom, every frame one flat colour
+        raise ValueError(f"crop ratio {crop:g} is a {1 / crop:g}x zoom: the ratio must be at least {MIN_CROP:g} "
+                         f"(a zoom of at most {1 / MIN_CROP:g}x, the largest max_zoom)")
     return 1.0 / float(crop)
 
 
