@@ -257,3 +257,36 @@ def test_motion_file_fingerprint_catches_frames_3_to_7_replaced_and_reads_a_bom(
     (tmp_path / "bom.csv").write_bytes(b"\xef\xbb\xbf" + (tmp_path / "m.csv").read_bytes())
     proc = _cli(tmp_path, "camflow_jax.stabilize", "a", "-o", "oc", "--estimator=identity", "-q", "--path", "bom.csv")
     assert proc.returncode == 0 and "rows" not in proc.stderr, proc.stderr
+
+
+# ----------------------------------------------------------------------------- wording
+def test_the_no_depth_warning_is_not_printed_raw_by_the_cli_harness(capsys):
+    """Every CLI body runs in harness.run_cli, which drops the library's no-depth warning (the
+    CLIs print their own note); other warnings still show."""
+    import warnings
+
+    from camflow_jax.cli import harness
+    from camflow_jax.predictor import Predictor  # noqa: F401 (the warning's source, for the category)
+
+    def body():
+        warnings.warn(harness.NO_DEPTH_WARNING + ": using a constant depth", UserWarning)
+        warnings.warn("another warning", UserWarning)
+
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        assert harness.run_cli(body) == 0
+    assert [str(w.message) for w in shown] == ["another warning"]
+
+
+@pytest.mark.slow
+def test_a_camflow_run_without_depth_prints_our_note_only(tmp_path):
+    """POOR (issue 63): a raw UserWarning with a source path and a code line was printed beside
+    the CLI's own note in every camflow run without depth, even under -q."""
+    _clip(tmp_path / "in.avi", n=4, h=64, w=96)
+    proc = _cli(tmp_path, "camflow_jax.stabilize", "in.avi", "-o", "o.avi", "--estimator=camflow_net", "-q")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "UserWarning" not in proc.stderr and ".py:" not in proc.stderr, proc.stderr
+    assert "depth" not in proc.stderr  # -q: not even our note
+    proc = _cli(tmp_path, "camflow_jax.stabilize", "in.avi", "-o", "o.avi", "--estimator=camflow_net", "-y")
+    assert proc.returncode == 0 and "UserWarning" not in proc.stderr, proc.stderr
+    assert proc.stderr.count("no --depth") == 1

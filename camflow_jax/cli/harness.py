@@ -27,12 +27,16 @@ import signal
 import sys
 import threading
 import traceback
+import warnings
 from collections.abc import Callable, Iterator
 from typing import NoReturn
 
 from camflow_jax.estimators import registry as estimators
 from camflow_jax.io import atomic, interrupt
 from camflow_jax.io.errors import EXPECTED_ERRORS, describe_error
+
+#: The start of the Predictor's warning for a depth model run without depth (see :func:`run_cli`).
+NO_DEPTH_WARNING = "model has depth-translational bases but no depth was given"
 
 #: Exit code of every CLI for bad input, bad arguments or a refused output.
 EXIT_BAD_INPUT = 2
@@ -77,7 +81,11 @@ def run_cli(body: Callable[[], int | None], verbose: bool = False) -> int:
     atomic.reset_outcome()
     interrupt.set_describer(interrupt_line)
     try:
-        with interrupt.handling():
+        with interrupt.handling(), warnings.catch_warnings():
+            # The library's warning for a depth model run without depth: the CLIs say it in their
+            # own note (not under -q); Python printed it raw beside the note, with a source path
+            # and a code line, in every camflow run without depth, even under -q.
+            warnings.filterwarnings("ignore", message=NO_DEPTH_WARNING, category=UserWarning)
             status = int(body() or 0)
             signum = interrupt.requested()
         if signum is not None:  # recorded after the work's last stop point (e.g. while printing)

@@ -192,7 +192,8 @@ class Check:
         if what:
             self.warnings.append(f"{what}; applied anyway ({IGNORE_FLAG})")
         if self._inexact:
-            listed = ", ".join(map(str, self._inexact))
+            shown = sorted(self._inexact)
+            listed = ", ".join(map(str, shown[:8])) + (f" and {len(shown) - 8} more" if len(shown) > 8 else "")
             self.notes.append(f"{self.path}: the decoded bytes of frame {listed} differ from the "
                               "exported run's (another decoder, or a re-encode), the pictures match "
                               f"(thumbnails within {TOLERANCE:g} grey levels)")
