@@ -218,8 +218,9 @@ class Check:
         found = [self._times] if self._times else []
         if self._other:
             ts = sorted(self._other)
+            listed = ", ".join(map(str, ts[:8])) + (f" and {len(ts) - 8} more" if len(ts) > 8 else "")
             which = f"frame {ts[0]} shows another picture" if len(ts) == 1 else \
-                f"frames {', '.join(map(str, ts))} show other pictures"
+                f"frames {listed} show other pictures"
             found.append(f"{which} ({THUMB_SIDE}x{THUMB_SIDE} grey thumbnails differ "
                          f"by up to {max(self._other.values())} levels, more than {TOLERANCE:g})")
         if not found:
