@@ -45,10 +45,15 @@ images (PNG, TIFF, EXR) read with OpenCV; aligned with their image.
 from __future__ import annotations
 
 if __name__ == "__main__":
-    # Re-execute once with huge pages for malloc (camflow_jax/cli/runtime.py, docs/performance.md),
-    # before the imports below: the restart then costs only an interpreter start.
+    # SIGINT / SIGTERM handled from the first moment, before the heavy imports (a signal during
+    # JAX's import: one line and exit 130/143; camflow_jax/io/interrupt.py). Then re-execute
+    # once with huge pages for malloc (camflow_jax/cli/runtime.py, docs/performance.md), before
+    # the imports below: the restart then costs only an interpreter start.
+    from camflow_jax.io import interrupt
+    interrupt.block()  # pending, not lost, until install() (also across the re-execution)
     from camflow_jax.cli import runtime
     runtime.use_huge_pages()
+    interrupt.install()
 
 import argparse
 import sys
@@ -65,6 +70,10 @@ from camflow_jax.geometry import checks
 from camflow_jax.io import atomic
 
 __all__ = ["main", "build_parser"]
+
+#: The smallest image side estimate accepts (a gradient, a warp and a homography need a few pixels).
+MIN_IMAGE_SIDE = 8
+
 
 def _num(v) -> float:
     return float("nan") if v is None else float(v)
@@ -123,6 +132,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args) -> int:
     img1, img2 = read_image(args.img1), read_image(args.img2)
+    for path, img in ((args.img1, img1), (args.img2, img2)):
+        if min(img.shape[:2]) < MIN_IMAGE_SIDE:  # 1x1: the summary crashed; 1xN: numpy's words
+            raise ValueError(f"{path} is {img.shape[1]}x{img.shape[0]} px: camera motion needs images of at "
+                             f"least {MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE} px")
     h, w = img1.shape[:2]
     if (args.depth1 is None) != (args.depth2 is None):
         raise ValueError("give both --depth1 and --depth2, or neither")
@@ -150,7 +163,7 @@ def _run(args) -> int:
     refined = " (refined)" if summary["refined"] else ""
     print(f"{summary['method']}{refined}: {img1.shape[1]}x{img1.shape[0]} pair, mean |flow| "
           f"{summary['mean_flow_magnitude_px']:.2f} px, mean |img1 - warped img2| "
-          f"{_num(summary['mean_abs_error_aligned']):.2f} (input {summary['mean_abs_error_input']:.2f})")
+          f"{_num(summary['mean_abs_error_aligned']):.2f} (input {_num(summary['mean_abs_error_input']):.2f})")
     if summary.get("note"):
         print(f"{'warning' if summary.get('fallback') else 'note'}: {summary['note']}", file=sys.stderr)
     print("homography (image 1 -> image 2):\n" + np.array2string(H, precision=5, suppress_small=True))

@@ -32,10 +32,15 @@ old ``sift`` / ``orb`` still work, with a note: they are ``sift_ransac`` / ``orb
 from __future__ import annotations
 
 if __name__ == "__main__":
-    # Re-execute once with huge pages for malloc (camflow_jax/cli/runtime.py, docs/performance.md),
-    # before the imports below: the restart then costs only an interpreter start.
+    # SIGINT / SIGTERM handled from the first moment, before the heavy imports (a signal during
+    # JAX's import: one line and exit 130/143; camflow_jax/io/interrupt.py). Then re-execute
+    # once with huge pages for malloc (camflow_jax/cli/runtime.py, docs/performance.md), before
+    # the imports below: the restart then costs only an interpreter start.
+    from camflow_jax.io import interrupt
+    interrupt.block()  # pending, not lost, until install() (also across the re-execution)
     from camflow_jax.cli import runtime
     runtime.use_huge_pages()
+    interrupt.install()
 
 import argparse
 import contextlib
@@ -116,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"smoothing lambda (default: {strength:g})")
     p.add_argument("--crop", default="auto", metavar="auto|none|RATIO",
                    help="auto: smallest centred zoom hiding borders (<= --max-zoom); none: no "
-                        "zoom; RATIO in (0, 1]: keep that fraction of width and height")
+                        "zoom; RATIO in [0.01, 1]: keep that fraction of width and height")
     p.add_argument("--max-zoom", type=_zoom, default=1.5, help="cap for --crop=auto (1.5)")
     p.add_argument("--border", default="black", choices=("black", "replicate", "reflect"),
                    help="fill for pixels with no source (default: black)")

@@ -8,10 +8,15 @@ discovers them (Cloud TPU, SLURM).
 """
 
 if __name__ == "__main__":
-    # Re-execute once with huge pages for malloc (camflow_jax/cli/runtime.py, docs/performance.md),
-    # before the imports below: the restart then costs only an interpreter start.
+    # SIGINT / SIGTERM handled from the first moment, before the heavy imports (a signal during
+    # JAX's import: one line and exit 130/143; camflow_jax/io/interrupt.py). Then re-execute
+    # once with huge pages for malloc (camflow_jax/cli/runtime.py, docs/performance.md), before
+    # the imports below: the restart then costs only an interpreter start.
+    from camflow_jax.io import interrupt
+    interrupt.block()  # pending, not lost, until install() (also across the re-execution)
     from camflow_jax.cli import runtime
     runtime.use_huge_pages()
+    interrupt.install()
 
 import logging as std_logging
 import signal

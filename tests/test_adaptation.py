@@ -4,7 +4,6 @@ Oracles: the known homographies of planar clips (:func:`camflow_jax.stabilizatio
 exact pair motion), numpy closed forms (an exact inverse flow agrees with itself), file bytes
 (an interrupted run leaves the previous checkpoint's files as they were)."""
 
-import hashlib
 import os
 import subprocess
 import sys

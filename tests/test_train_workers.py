@@ -140,7 +140,8 @@ def test_auto_worker_count_follows_the_machine_and_other_negatives_are_refused(m
     from camflow_jax.data import pipeline
 
     assert [pipeline.resolve_num_workers(-1, cpus=c) for c in (1, 2, 3, 16, 64)] == [0, 0, 1, 14, 16]
-    assert [pipeline.resolve_num_workers(n) for n in (0, 3, np.int64(5))] == [0, 3, 5]
+    assert [pipeline.resolve_num_workers(n, cpus=8) for n in (0, 3, np.int64(5))] == [0, 3, 5]
+    assert pipeline.resolve_num_workers(64, cpus=2) == 2  # clamped to the usable cores (issue 63)
     assert 1 <= pipeline.usable_cpus() <= (os.cpu_count() or 1)
     monkeypatch.setattr(pipeline, "usable_cpus", lambda: 8)
     assert pipeline.resolve_num_workers(-1) == 6

@@ -6,7 +6,8 @@
 * failures: :func:`run_cli` turns every expected failure
   (:data:`camflow_jax.io.errors.EXPECTED_ERRORS`) into one line
   (:func:`camflow_jax.io.errors.describe_error`), exit 2, and SIGINT/SIGTERM into a clean stop
-  (temporaries removed), exit 130/143; a traceback only with ``--verbose``
+  (temporaries removed, nothing moved into place after the signal; :mod:`camflow_jax.io.interrupt`,
+  installed first thing by every entry point's ``__main__`` block), exit 130/143; a traceback only with ``--verbose``
   (:func:`add_verbose_flag`); :func:`exit_process` ends the process with that status;
 * shared flags and argparse types: ``--verbose``, ``--refine-size``, finite numbers, whole
   numbers with a lower bound, ``fx,fy,cx,cy``, non-empty paths.
@@ -26,58 +27,26 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Iterator
+import warnings
+from collections.abc import Callable
 from typing import NoReturn
 
 from camflow_jax.estimators import registry
-from camflow_jax.io import atomic
+from camflow_jax.io import atomic, interrupt
 from camflow_jax.io.errors import EXPECTED_ERRORS, describe_error
+
+#: The start of the Predictor's warning for a depth model run without depth (see :func:`run_cli`).
+NO_DEPTH_WARNING = "model has depth-translational bases but no depth was given"
 
 #: Exit code of every CLI for bad input, bad arguments or a refused output.
 EXIT_BAD_INPUT = 2
 
 
 #: Exit status after SIGINT / SIGTERM (128 + the signal number, as a shell reports a signal).
-EXIT_INTERRUPTED = {signal.SIGINT: 130, signal.SIGTERM: 143}
+EXIT_INTERRUPTED = interrupt.EXIT_CODES
 
-
-class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM, raised in the main thread like Ctrl-C so that every ``finally`` block
-    and context manager on the way out runs (temporary files and folders are removed)."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = int(signum)
-
-
-@contextlib.contextmanager
-def signals_as_interrupts() -> Iterator[list[int]]:
-    """Within the block, SIGINT and SIGTERM raise :class:`Interrupted` in the main thread (the
-    default SIGTERM action would kill the process without any cleanup). Once one arrived,
-    further ones are ignored so the cleanup itself is not cut short. Previous handlers are
-    restored on exit. Outside the main thread: a no-op.
-
-    Yields the list of the signals that arrived: Python swallows an exception raised where it
-    cannot propagate (a garbage-collector callback, a ``__del__``: "Exception ignored in"), so
-    a signal handled there stops nothing, and the caller learns of it from the list."""
-    arrived: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield arrived
-        return
-    sigs = (signal.SIGINT, signal.SIGTERM)
-
-    def handler(signum, frame):
-        for s in sigs:
-            signal.signal(s, signal.SIG_IGN)
-        arrived.append(int(signum))
-        raise Interrupted(signum)
-
-    previous = {s: signal.signal(s, handler) for s in sigs}
-    try:
-        yield arrived
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
+#: SIGINT or SIGTERM as an exception (raised at the work's stop points: :mod:`camflow_jax.io.interrupt`).
+Interrupted = interrupt.Interrupted
 
 
 def add_verbose_flag(parser) -> None:
@@ -101,19 +70,27 @@ def run_cli(body: Callable[[], int | None], verbose: bool = False) -> int:
     * an expected failure (:data:`EXPECTED_ERRORS`) prints ``error: <one line>``
       (:func:`describe_error`) and returns :data:`EXIT_BAD_INPUT`; the traceback goes first
       only with ``verbose``;
-    * SIGINT / SIGTERM (and Ctrl-C) stop the work like an exception, so partial outputs and
-      temporaries are removed by the writers' own cleanup and previous outputs stay; returns
-      130 / 143; also when the work went on because Python swallowed the exception (raised in a
-      garbage-collector callback): the line then says the outputs were written in full;
+    * SIGINT / SIGTERM (and Ctrl-C) are recorded (:mod:`camflow_jax.io.interrupt`): with
+      nothing to clean up the process ends at once (after :func:`interrupt.install`; in a
+      ``main()`` called from Python :class:`Interrupted` is raised); otherwise the work stops at
+      its next frame, sample or step, the writers move nothing more into place, partial outputs
+      and temporaries are removed as the exception unwinds and previous outputs stay; returns
+      130 / 143 with one line saying which outputs (if any) were written in full;
     * anything else is a bug: it propagates with its traceback.
     """
     atomic.reset_outcome()
+    interrupt.set_describer(interrupt_line)
     try:
-        with signals_as_interrupts() as arrived:
+        with interrupt.handling(), warnings.catch_warnings():
+            # The library's warning for a depth model run without depth: the CLIs say it in their
+            # own note (not under -q); Python printed it raw beside the note, with a source path
+            # and a code line, in every camflow run without depth, even under -q.
+            warnings.filterwarnings("ignore", message=NO_DEPTH_WARNING, category=UserWarning)
             status = int(body() or 0)
-        if arrived:  # handled where Python swallows exceptions: the work went on to its end
-            print(interrupt_line(arrived[0]), file=sys.stderr)
-            return EXIT_INTERRUPTED.get(arrived[0], 128 + arrived[0])
+            signum = interrupt.requested()
+        if signum is not None:  # recorded after the work's last stop point (e.g. while printing)
+            print(interrupt_line(signum), file=sys.stderr)
+            return EXIT_INTERRUPTED.get(signum, 128 + signum)
         return status
     except KeyboardInterrupt as e:  # Interrupted included
         signum = getattr(e, "signum", signal.SIGINT)
@@ -152,6 +129,9 @@ def interrupt_line(signum: int, exiting_with: int | None = None) -> str:
 def _late_signals(status: int) -> None:
     """After the work: SIGINT / SIGTERM print :func:`interrupt_line` (naming the outputs, which
     are complete) and end the process with 130 / 143 at once."""
+    if interrupt.installed():  # the watcher thread acts, at once
+        interrupt.finish(lambda signum: interrupt_line(signum, status))
+        return
     if threading.current_thread() is not threading.main_thread():
         return
 

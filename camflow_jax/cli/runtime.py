@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 from collections.abc import Mapping
 
@@ -143,7 +144,12 @@ def use_huge_pages(environ: Mapping[str, str] | None = None) -> None:
             stream.flush()
         except (AttributeError, OSError, ValueError):
             pass
+    # SIGINT / SIGTERM stay pending across the exec (a blocked signal is kept by execve, a
+    # handled one would kill the new process before it installs its handlers):
+    # camflow_jax.io.interrupt.install() unblocks them in the new process.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM))
     try:
         os.execve(sys.executable, argv, new_env)
     except OSError:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         return  # carry on unchanged: the setting is an optimization, not a requirement

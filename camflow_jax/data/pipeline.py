@@ -116,15 +116,27 @@ def resolve_num_workers(num_workers, cpus: int | None = None) -> int:
     """The number of grain worker processes ``data.num_workers`` asks for: itself when >= 0
     (0: read in the training process), and for :data:`AUTO_WORKERS` (-1) one per usable core
     (``cpus``, default :func:`usable_cpus`) less :data:`RESERVED_CORES`, at most
-    :data:`MAX_AUTO_WORKERS` and at least 0 (so 0 on a 2-core machine, 14 on 16 cores). Any other
-    value is a ValueError."""
+    :data:`MAX_AUTO_WORKERS` and at least 0 (so 0 on a 2-core machine, 14 on 16 cores); a count
+    above the usable cores is clamped to them. Any other value is a ValueError."""
     if isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) or num_workers < AUTO_WORKERS:
         raise ValueError(f"data.num_workers must be an integer >= 0, or {AUTO_WORKERS} to choose from the "
                          f"machine's cores, got {num_workers!r}")
-    if num_workers != AUTO_WORKERS:
-        return int(num_workers)
     cpus = usable_cpus() if cpus is None else int(cpus)
+    if num_workers != AUTO_WORKERS:
+        # More worker processes than usable cores only compete for them (64 on 2 cores: 8x
+        # slower): clamped, and the trainer says so (clamped_workers_note).
+        return min(int(num_workers), max(cpus, 1))
     return max(0, min(cpus - RESERVED_CORES, MAX_AUTO_WORKERS))
+
+
+def clamped_workers_note(num_workers, cpus: int | None = None) -> str | None:
+    """The warning when ``data.num_workers`` asks for more processes than there are usable
+    cores (:func:`resolve_num_workers` clamps it), else None."""
+    got = resolve_num_workers(num_workers, cpus)
+    if num_workers == AUTO_WORKERS or got == num_workers:
+        return None
+    return (f"data.num_workers={num_workers} is more than the {got} usable core(s) of this process: "
+            f"using {got} worker process(es)")
 
 
 def lower_thread_priority(nice: int) -> bool:

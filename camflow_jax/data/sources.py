@@ -137,6 +137,38 @@ class CahomoTrain:
                 **homography_pair_labels(self.homographies[i], h, w)}
 
 
+def _header_size(path: Path) -> tuple[int, int] | None:
+    """(width, height) of an image as it is read (EXIF orientation applied), from its header
+    only; None where the header cannot be read (the read itself then names the file)."""
+    try:
+        from PIL import Image
+    except ImportError:
+        return None
+    try:
+        with Image.open(path) as im:
+            w, h = im.size
+            turned = im.getexif().get(0x0112, 1) in (5, 6, 7, 8)  # EXIF orientation: a quarter turn
+    except Exception:  # noqa: BLE001 (PIL raises many kinds for what it cannot parse)
+        return None
+    return (h, w) if turned else (w, h)
+
+
+def _check_frame_sizes(frames: list[Path]) -> None:
+    """Every frame of a folder the size of its first one (headers only; ValueError naming the
+    first that differs): one odd-sized frame used to end the training at its batch, many steps
+    in, in grain's words ("same structure"), naming no file."""
+    first = None
+    for p in frames:
+        size = _header_size(p)
+        if size is None:
+            continue
+        if first is None:
+            first = (p, size)
+        elif size != first[1]:
+            raise ValueError(f"frame {p} is {size[0]}x{size[1]}, the other frames of its folder are "
+                             f"{first[1][0]}x{first[1][1]} ({first[0].name}): every frame of a folder must have one size")
+
+
 class FramePairs:
     """Adaptation to one's own footage: pairs (t, t + gap) from folders of frames or videos,
     labelled on the fly by SIFT + MAGSAC++ homographies (pairs where that fails get an
@@ -154,6 +186,7 @@ class FramePairs:
         for folder in candidates:
             frames = sorted(p for p in folder.iterdir() if p.suffix.lower() in _IMAGE_EXTS)
             if len(frames) > gap:
+                _check_frame_sizes(frames)
                 self.clips.append(("frames", folder, frames))
         for video in sorted(p for p in self.root.rglob("*") if p.suffix.lower() in _VIDEO_EXTS):
             cap = cv2.VideoCapture(str(video))
@@ -185,6 +218,11 @@ class FramePairs:
         clip, t = self.index[i]
         img1, img2 = self._frame(clip, t), self._frame(clip, t + self.gap)
         h, w = img1.shape[:2]
+        if img2.shape[:2] != (h, w):  # a frame whose header did not say it (the check above)
+            kind, path, frames = self.clips[clip]
+            names = (frames[t], frames[t + self.gap]) if kind == "frames" else (f"{path} frame {t}", f"frame {t + self.gap}")
+            raise ValueError(f"{names[0]} is {w}x{h} but {names[1]} is {img2.shape[1]}x{img2.shape[0]}: "
+                             "every frame of a folder must have one size")
         H = classical.feature_homography(img1, img2, "sift", "magsac")
         labels = homography_pair_labels(np.eye(3) if H is None else H, h, w)
         if H is None:

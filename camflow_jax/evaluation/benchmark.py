@@ -22,6 +22,7 @@ import numpy as np
 from camflow_jax.data import datasets
 from camflow_jax.evaluation import methods as methods_lib
 from camflow_jax.evaluation import metrics, protocols, reports
+from camflow_jax.io import interrupt
 from camflow_jax.io.atomic import check_writable
 
 __all__ = ["evaluate"]
@@ -92,6 +93,7 @@ def evaluate(dataset: str, methods: Sequence[str] | str, *, data=None, checkpoin
 
         bar = tqdm(total=n, desc=f"evaluate {dataset}", unit="pair", file=sys.stderr)
     for lo in range(0, n, batch):
+        interrupt.check()  # SIGINT / SIGTERM from the command line: stop at the next sample
         chunk = list(range(lo, min(n, lo + batch)))
         samples = [source[i] for i in chunk]
         for i, s in zip(chunk, samples):

@@ -17,9 +17,24 @@
 Test-time refinement, the confidence maps and the homography fit stay in camflow_jax.
 """
 
-from camflow_jax.export.bundle import FILES, FORMATS, write_bundle
-from camflow_jax.export.network import ExportSpec, export_spec, parse_size
-from camflow_jax.export.onnx import INSTALL_HINT, MissingDependency
+import importlib
+
+#: The package's names and the modules that define them, imported on first use (PEP 562): so
+#: ``python -m camflow_jax.export`` installs its signal handling before JAX is imported.
+_LAZY = {"FILES": "bundle", "FORMATS": "bundle", "write_bundle": "bundle", "ExportSpec": "network",
+         "export_spec": "network", "parse_size": "network", "INSTALL_HINT": "onnx", "MissingDependency": "onnx"}
 
 __all__ = ["FILES", "FORMATS", "write_bundle", "ExportSpec", "export_spec", "parse_size", "INSTALL_HINT",
            "MissingDependency"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

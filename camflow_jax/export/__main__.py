@@ -13,6 +13,13 @@ arguments, a missing checkpoint or package, or an output that cannot be written:
 
 from __future__ import annotations
 
+if __name__ == "__main__":
+    # SIGINT / SIGTERM handled from the first moment, before the heavy imports (a signal during
+    # JAX's import: one line and exit 130/143; camflow_jax/io/interrupt.py).
+    from camflow_jax.io import interrupt
+    interrupt.block()
+    interrupt.install()
+
 import argparse
 import sys
 from collections.abc import Sequence
@@ -63,6 +70,38 @@ def _whole(text: str, flag: str, lo: int) -> int:
     return v
 
 
+#: The largest --batch: the export runs (and checks) the network at that batch on the example
+#: pair; 99999999999 passed the argument checks and ended in a 38-line traceback after 15 s.
+MAX_BATCH = 1024
+
+
+def _max_opset() -> int:
+    """The newest ONNX opset the installed ``onnx`` package knows (a file written at a newer one
+    is refused by ONNX Runtime); the default where it is not installed (its absence is reported
+    by the dependency check)."""
+    try:
+        import onnx
+        return int(onnx.defs.onnx_opset_version())
+    except Exception:  # noqa: BLE001 (not installed, or an unusual build)
+        return onnx_lib.DEFAULT_OPSET
+
+
+def _check_out_not_a_model(out: str, checkpoint: str | None) -> None:
+    """``-o`` inside the shipped models' folder (the package's weights) or inside the model
+    exported (``--checkpoint``) is refused: the export wrote into the shipped model's folder."""
+    from pathlib import Path
+
+    from camflow_jax.models import checkpoint as ckpt
+    target = Path(out).resolve()
+    folders = [("the shipped models' folder", Path(ckpt.__file__).resolve().parent / "weights")]
+    if checkpoint:
+        folders.append(("the exported model's folder (--checkpoint)", Path(checkpoint).resolve()))
+    for what, folder in folders:
+        if target == folder or folder in target.parents:
+            raise ValueError(f"-o {out} is inside {what} {folder}: the export would be written among the "
+                             "model's own files; choose another output folder")
+
+
 def _formats(text: str) -> tuple[str, ...]:
     names = tuple(f.strip().lower() for f in text.split(",") if f.strip())
     if not names or any(f not in export_lib.FORMATS for f in names) or len(set(names)) != len(names):
@@ -79,9 +118,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args) -> int:
     size = export_lib.parse_size(args.size) if args.size is not None else None
     batch = _whole(args.batch, "--batch", 1)
+    if batch > MAX_BATCH:
+        raise ValueError(f"--batch must be at most {MAX_BATCH} (the export runs the network at that batch), got {batch}")
     opset = _whole(args.opset, "--opset", onnx_lib.MIN_OPSET)
     platforms = stablehlo.parse_platforms(args.platforms)
     formats = _formats(args.formats)
+    if "onnx" in formats and opset > _max_opset():
+        raise ValueError(f"--opset must be at most {_max_opset()} (the newest opset the installed onnx "
+                         f"package knows), got {opset}")
+    _check_out_not_a_model(args.out, args.checkpoint)
     atomic.check_output_dir(args.out, export_lib.FILES, args.overwrite, inputs=[args.checkpoint])
     if "onnx" in formats:
         try:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
+from camflow_jax.io import interrupt
 from camflow_jax.io.errors import describe_error
 
 
@@ -202,6 +203,9 @@ def new_temp(folder: str, prefix: str, suffix: str, kind: str, names: list) -> s
     a name taken by another process is skipped (FileExistsError), never removed."""
     if kind not in ("file", "dir"):
         raise ValueError(f"kind must be 'file' or 'dir', got {kind!r}")
+    # While it exists, a SIGINT / SIGTERM is recorded (the work stops at its next check and
+    # this is removed as it unwinds) instead of ending the process at once (io.interrupt).
+    interrupt.track(names)
     for _ in range(100):
         name = os.path.join(folder, f"{prefix}{secrets.token_hex(6)}{suffix}")
         names[:] = [name]
@@ -213,16 +217,24 @@ def new_temp(folder: str, prefix: str, suffix: str, kind: str, names: list) -> s
             return name
         except FileExistsError:
             names.clear()  # another's: never ours to remove
+        except BaseException:
+            if not names or not os.path.lexists(names[0]):
+                interrupt.untrack(names)
+            raise
+    interrupt.untrack(names)
     raise FileExistsError(errno.EEXIST, "no free temporary name", os.path.join(folder, prefix))
 
 
 def _remove(names: list) -> None:
     """Removes the files or folders named in ``names`` (those that exist)."""
-    for name in names:
-        if os.path.isdir(name) and not os.path.islink(name):
-            shutil.rmtree(name, ignore_errors=True)
-        elif os.path.lexists(name):
-            os.remove(name)
+    try:
+        for name in names:
+            if os.path.isdir(name) and not os.path.islink(name):
+                shutil.rmtree(name, ignore_errors=True)
+            elif os.path.lexists(name):
+                os.remove(name)
+    finally:
+        interrupt.untrack(names)
 
 
 @contextlib.contextmanager
@@ -379,6 +391,8 @@ class AtomicOutputs:
         moved: list[str] = []
         try:
             for kind, (tmp,), path, owned in self._entries:
+                # After SIGINT / SIGTERM nothing more is moved into place (io.interrupt).
+                interrupt.check()
                 try:
                     if kind == "file":
                         if not os.path.exists(tmp):

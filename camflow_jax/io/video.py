@@ -57,6 +57,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import stat
 from fractions import Fraction
 from typing import Iterator
 
@@ -151,6 +152,26 @@ class AudioInfo:
     duration: float | None
 
 
+def check_rereadable(path: str) -> None:
+    """Refuses (ValueError, one line) an input that is not a regular file: a named pipe,
+    ``/dev/stdin`` fed by a pipe, a terminal or a socket. A video is opened several times (its
+    frames counted, then read for the estimation and again for the rendering): the second open
+    of a pipe blocked for ever in FFmpeg's C code (deaf to SIGINT / SIGTERM), and ``/dev/stdin``
+    failed as "unknown format or corrupt file". Checked with stat(2), which never opens (nor
+    blocks on) the pipe."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # the open that follows names the problem
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return
+    kind = ("a pipe (FIFO)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a terminal or device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+    raise ValueError(f"input {path} is {kind}: a video is read more than once (counted, then read for "
+                     "the estimation and the rendering), which a stream cannot be; write it to a file "
+                     f"first (e.g. cat ... > clip.mp4) and pass that file")
+
+
 class FrameSource:
     """Re-iterable RGB frame reader for a video file or an image folder.
 
@@ -179,6 +200,8 @@ class FrameSource:
         if not os.path.exists(self.path):
             raise FileNotFoundError(f"input not found: {self.path}")
         self.is_folder = os.path.isdir(self.path)
+        if not self.is_folder:
+            check_rereadable(self.path)
         self._files: list[str] = []
         if self.is_folder:
             # Hidden files are not frames: macOS's ._NAME (AppleDouble) and .DS_Store, editors'

@@ -11,7 +11,8 @@ frames); the fingerprint adds what tells two such videos apart:
   (sorted, relative to the first, in whole microseconds, little-endian int64) and their span;
   None for inputs without timestamps (frame folders). Read from the container (no decoding),
   before ``--fps`` replaces them; compared when the input holds at least that many.
-* ``frames``: for the first, middle and last frame (:func:`sample_indices`), ``sha256`` of the
+* ``frames``: for every frame of a clip up to 120 frames, else 120 evenly spaced ones, first,
+  middle and last included (:func:`sample_indices`), ``sha256`` of the
   decoded RGB bytes (as the stabilizer reads them: upright, ``[H, W, 3]`` uint8, row-major) and
   ``thumbnail``: a 16x16 grey image (Rec. 601 luma, area means, rounded to uint8; hex).
   Frames are *the same* when their thumbnails differ by at most :data:`TOLERANCE` grey levels
@@ -26,7 +27,7 @@ frames); the fingerprint adds what tells two such videos apart:
 
 The frames are hashed as the render pass decodes them, so exporting costs no extra decoding;
 checking (:class:`Check`, the one rule) compares the timing and frame 0 before any work, and
-the middle and last frames as the render pass reaches them; a difference is refused before any
+the other sampled frames as the render pass reaches them; a difference is refused before any
 work when it is known then and the input holds the file's number of frames, else after the
 render pass (where the frame-count rule speaks first), before any output is moved into place.
 """
@@ -56,10 +57,21 @@ _LUMA = np.array([0.299, 0.587, 0.114], np.float32)
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
+#: At most this many frames are fingerprinted, evenly spaced (every frame of a clip up to this
+#: long): with first, middle and last only, a clip with frames 3-7 replaced got the wrong
+#: motion with a note that the pictures match (issue 63). ~600 bytes of the file each.
+MAX_SAMPLES = 120
+
+
 def sample_indices(num_frames: int) -> list[int]:
-    """The frames fingerprinted: first, middle and last."""
+    """The frames fingerprinted: every frame up to :data:`MAX_SAMPLES`, else that many evenly
+    spaced, first, middle and last included. A file written with fewer (first, middle and last)
+    is checked on the frames it lists."""
     n = int(num_frames)
-    return sorted({0, n // 2, n - 1})
+    if n <= 0:
+        return []
+    picks = np.rint(np.linspace(0, n - 1, min(n, MAX_SAMPLES))).astype(int)
+    return sorted({0, n // 2, n - 1, *(int(i) for i in picks)})
 
 
 def thumbnail(frame: np.ndarray) -> np.ndarray:
@@ -180,7 +192,8 @@ class Check:
         if what:
             self.warnings.append(f"{what}; applied anyway ({IGNORE_FLAG})")
         if self._inexact:
-            listed = ", ".join(map(str, self._inexact))
+            shown = sorted(self._inexact)
+            listed = ", ".join(map(str, shown[:8])) + (f" and {len(shown) - 8} more" if len(shown) > 8 else "")
             self.notes.append(f"{self.path}: the decoded bytes of frame {listed} differ from the "
                               "exported run's (another decoder, or a re-encode), the pictures match "
                               f"(thumbnails within {TOLERANCE:g} grey levels)")
@@ -205,8 +218,9 @@ class Check:
         found = [self._times] if self._times else []
         if self._other:
             ts = sorted(self._other)
+            listed = ", ".join(map(str, ts[:8])) + (f" and {len(ts) - 8} more" if len(ts) > 8 else "")
             which = f"frame {ts[0]} shows another picture" if len(ts) == 1 else \
-                f"frames {', '.join(map(str, ts))} show other pictures"
+                f"frames {listed} show other pictures"
             found.append(f"{which} ({THUMB_SIDE}x{THUMB_SIDE} grey thumbnails differ "
                          f"by up to {max(self._other.values())} levels, more than {TOLERANCE:g})")
         if not found:

@@ -394,7 +394,7 @@ def read(path: str) -> MotionRecord:
         if kind == ".npz":
             rec = _read_npz(path)
         elif kind == ".json":
-            with open(path) as f:
+            with open(path, encoding="utf-8-sig") as f:  # a byte-order mark as in CSV
                 rec = _from_doc(json.load(f))
         else:
             rec = _read_csv(path)
@@ -513,7 +513,9 @@ def _from_doc(doc) -> MotionRecord:
 
 
 def _read_csv(path) -> MotionRecord:
-    with open(path, newline="") as f:
+    # utf-8-sig: a byte-order mark (spreadsheets save one) is not part of the first line (with
+    # it the header comment was read as a data row: "has 21 rows" where the file has 20)
+    with open(path, newline="", encoding="utf-8-sig") as f:
         text = f.read()
     meta, body = {}, []
     for line in text.splitlines():

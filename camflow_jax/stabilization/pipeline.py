@@ -43,6 +43,7 @@ import cv2
 import numpy as np
 
 from camflow_jax.geometry.host import resize_flow
+from camflow_jax.io import interrupt
 from camflow_jax.stabilization import motion_file
 from camflow_jax.stabilization import profiles as profiles_lib
 from camflow_jax.stabilization import render as render_lib
@@ -105,6 +106,11 @@ class StabilizerConfig:
         return dataclasses.asdict(self)
 
 
+#: The smallest crop ratio: a zoom of 100x, the largest ``--max-zoom`` (a ratio of 0.0001
+#: zoomed 10000x and rendered every frame as one flat colour, with no word).
+MIN_CROP = 0.01
+
+
 def zoom_from_crop(crop) -> float | None:
     """Zoom for a fixed crop setting; None for 'auto'. Raises ValueError on bad values."""
     if isinstance(crop, str):
@@ -118,6 +124,9 @@ def zoom_from_crop(crop) -> float | None:
             raise ValueError(f"crop must be 'auto', 'none' or a ratio in (0, 1], got {crop!r}")
     if not (isinstance(crop, (int, float)) and 0 < crop <= 1):
         raise ValueError(f"crop ratio must be in (0, 1], got {crop!r}")
+    if crop < MIN_CROP:  # 0.0001: a 10000x zoom, every frame one flat colour
+        raise ValueError(f"crop ratio {crop:g} is a {1 / crop:g}x zoom: the ratio must be at least {MIN_CROP:g} "
+                         f"(a zoom of at most {1 / MIN_CROP:g}x, the largest max_zoom)")
     return 1.0 / float(crop)
 
 
@@ -292,6 +301,7 @@ def estimate_motion(frames: Iterable[np.ndarray], estimator: Callable, config: S
     source = ahead(sized(it), max(2, batch)) if workers > 1 else sized(it)
     try:
         for size, small in source:
+            interrupt.check()  # SIGINT / SIGTERM from the command line: stop at the next frame
             if h is None:
                 h, w = working_size(*size, config)
             if prev is not None:
@@ -429,6 +439,7 @@ def update_fields(flows, params: profiles_lib.SmoothingParams, threshold: float,
     ys, xs = profiles_lib.subgrid(h, w)
     m = h * w * 2
     for a in range(0, t_len, time_chunk):
+        interrupt.check()
         b = min(t_len, a + time_chunk)
         s0, s1 = max(0, a - margin), min(t_len, b + margin)
         seg = flows[s0:s1 - 1]  # flows between the segment's frames (a view for memmaps)
@@ -519,6 +530,7 @@ def render(frames: Iterable[np.ndarray], plan: Plan,
     n = plan.updates.shape[0]
     t = -1
     for t, frame in enumerate(it):
+        interrupt.check()  # SIGINT / SIGTERM from the command line: stop at the next frame
         if t >= n:
             raise ValueError(f"the input has more frames than the {n} of the motion "
                              f"{plan.motion_origin}")

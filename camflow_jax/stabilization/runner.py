@@ -40,6 +40,10 @@ from camflow_jax.stabilization import metrics as metrics_lib
 __all__ = ["report_paths", "check_distinct", "check_outputs", "stabilize_video"]
 
 
+
+#: The smallest frame side stabilize accepts: every estimator's smallest (DIS's 32 px).
+MIN_FRAME_SIDE = 32
+
 def report_paths(output: str, report: str | None = None) -> dict:
     """Paths of the JSON report and the two plots for an output path (or a ``report`` prefix)."""
     base = report if report else os.path.splitext(os.path.normpath(str(output)))[0]
@@ -128,6 +132,11 @@ def stabilize_video(input_path: str, output_path: str, estimator,
         check_distinct(output_path, paths, export_motion, with_plots)
         check_outputs(input_path, output_path, wanted, overwrite)
     source = FrameSource(input_path, default_fps=fps or 30.0)
+    if min(source.height, source.width) < MIN_FRAME_SIDE:
+        # e.g. 120x1: the estimator's own error (DIS's, for a method the user did not choose) named
+        # the wrong thing
+        raise ValueError(f"{input_path} is {source.width}x{source.height} px: too small to stabilize "
+                         f"(frames of at least {MIN_FRAME_SIDE}x{MIN_FRAME_SIDE} px are needed)")
     # The container's timestamps, which the fingerprint records and checks, before --fps.
     stamps = types.SimpleNamespace(pts=source.pts, time_base=source.time_base)
     if fps:

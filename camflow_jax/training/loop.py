@@ -11,6 +11,7 @@ shows progress and evaluates on the held-out pairs.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -51,8 +52,81 @@ def model_config_from(config) -> dict:
     return {**arch.to_dict(), "height": int(config.model.height), "width": int(config.model.width), "bases": spec}
 
 
+#: The range of every numeric training setting the types alone do not bound: key -> (lowest,
+#: highest or None, what the bound means). Checked by :func:`validate_config`, one line naming
+#: the key. keep_checkpoints=0 kept no checkpoint at all (issue 63: the trained weights lost
+#: without a word); Orbax's own words refused -1.
+SETTING_RANGES = {
+    "keep_checkpoints": (1, None, "how many of the newest checkpoints are kept; 0 would keep none "
+                                  "and lose the trained weights"),
+    "checkpoint_every": (0, None, "steps between checkpoints; 0 = only at the end"),
+    "eval_every": (0, None, "steps between held-out evaluations; 0 = only at the end"),
+    "log_every": (1, None, "steps between progress lines"),
+    "num_steps": (0, None, "optimizer steps"),
+    "num_epochs": (0, None, "epochs; 0 = num_steps decides"),
+    "batch_size": (1, None, "the global batch"),
+    "data.num_train": (1, None, "training pairs"),
+    "data.num_eval": (0, None, "held-out pairs"),
+    "data.render_height": (0, None, "px; 0 = the network size + a margin"),
+    "data.render_width": (0, None, "px; 0 = the network size + a margin"),
+    "data.resize_height": (0, None, "px; 0 = no resize"),
+    "data.resize_width": (0, None, "px; 0 = no resize"),
+    "data.frame_gap": (1, None, "frames between the two of a pair"),
+    "data.prefetch": (1, None, "batches prepared ahead"),
+    "data.read_threads": (0, None, "reading threads per process"),
+    "data.motion_scale": ("(0", None, "the synthetic camera motion's magnitude"),
+    "bases.num_stochastic": (0, None, "stochastic bases"),
+    "optim.b1": ("[0", "1)", "Adam's first-moment decay"),
+    "optim.b2": ("[0", "1)", "Adam's second-moment decay"),
+    "optim.decay_rate": ("(0", "1]", "the learning rate's factor per epoch"),
+    "optim.steps_per_epoch": (0, None, "0 = the training-set size // batch_size"),
+    "optim.grad_clip": (0, None, "the global-norm clip; 0 = off"),
+}
+
+
+def _setting(config, key):
+    node = config
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def _within(v, lo, hi) -> tuple[bool, str]:
+    """(v within the bounds, the bounds in words); a string bound is open '(' / ')' or closed."""
+    lo_open, lo_v = (lo[0] == "(", float(lo[1:])) if isinstance(lo, str) else (False, lo)
+    ok = v > lo_v if lo_open else v >= lo_v
+    if hi is None:
+        return ok, f"{'>' if lo_open else '>='} {lo_v:g}"
+    hi_open, hi_v = hi[-1] == ")", float(hi[:-1])
+    ok = ok and (v < hi_v if hi_open else v <= hi_v)
+    return ok, f"in {'(' if lo_open else '['}{lo_v:g}, {hi_v:g}{')' if hi_open else ']'}"
+
+
+def validate_settings(config) -> None:
+    """Every numeric setting of :data:`SETTING_RANGES` within its range (ValueError naming the
+    key, what it means and the value), and the choices the ranges cannot say."""
+    for key, (lo, hi, what) in SETTING_RANGES.items():
+        try:
+            v = _setting(config, key)
+        except (KeyError, AttributeError):
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not np.isfinite(v):
+            raise ValueError(f"config key {key} must be a finite number ({what}), got {v!r}")
+        ok, bound = _within(v, lo, hi)
+        if not ok:
+            raise ValueError(f"config key {key} must be {bound} ({what}), got {v!r}")
+    nh = config.bases.num_homography
+    if nh not in (0, 8, 12):
+        raise ValueError(f"config key bases.num_homography must be 12 (second order), 8 (first order) or 0, got {nh!r}")
+    sig = config.bases.depth_sigmas
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x) and x > 0 for x in sig):
+        raise ValueError(f"config key bases.depth_sigmas must be a tuple of finite numbers > 0 (blurs in px; "
+                         f"() = the default for the width), got {sig!r}")
+
+
 def validate_config(config) -> None:
     configs.check(config)  # every key known (configs/default.py), of the default's type
+    validate_settings(config)
     h, w = config.model.height, config.model.width
     if h % 64 or w % 64 or h <= 0 or w <= 0:
         raise ValueError(f"model.height/width must be positive multiples of 64, got {h}x{w}")
@@ -193,6 +267,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir, stop: Gracefu
              f"{jax.devices()[0].platform} device(s), {jax.process_count()} process(es); "
              f"steps {start + 1}..{config.num_steps}, {steps_per_epoch} steps/epoch")
         workers, auto = pipeline.resolve_num_workers(config.data.num_workers), config.data.num_workers < 0
+        clamped = pipeline.clamped_workers_note(config.data.num_workers)
+        if clamped and is_main and feed.mode != "device":
+            print(f"warning: {clamped}", file=sys.stderr, flush=True)
         if feed.mode == "device":
             workdir_lib.log(f"data: rendered on the device(s) (data.render=device), step s = render_batch(seed "
                  f"{train_source.scenes.seed}, s)")
