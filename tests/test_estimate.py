@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from camflow_jax import estimate
-from camflow_jax.estimators import plausibility
 from camflow_jax.estimators import registry as estimators
+from camflow_jax.geometry import plausibility
 from camflow_jax.io import flo as flowio
 from camflow_jax.models import checkpoint
 from camflow_jax.predictor import Predictor

@@ -1,4 +1,4 @@
-"""Plausibility checks on every estimator's answer (camflow_jax.estimators.plausibility, applied by
+"""Plausibility checks on every estimator's answer (camflow_jax.geometry.plausibility, applied by
 camflow_jax.estimators.registry.Estimator.__call__): featureless input, identical images, an answer worse
 than no motion, an answer under which the pair stays unexplained (no motion fits), and inputs too
 wide for the network."""
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from camflow_jax.data.synthetic.scenes import SyntheticScenes
-from camflow_jax.estimators import plausibility
 from camflow_jax.estimators import registry as estimators
+from camflow_jax.geometry import plausibility
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,8 @@ import cv2
 import numpy as np
 
 from camflow_jax.data.images import read_rgb
-from camflow_jax.estimators import plausibility
 from camflow_jax.estimators import registry as estimators
-from camflow_jax.geometry import checks
+from camflow_jax.geometry import checks, plausibility
 from camflow_jax.geometry import host as geometry_np
 from camflow_jax.io import atomic, viz
 from camflow_jax.io import flo as flowio

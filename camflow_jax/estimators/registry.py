@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from camflow_jax.estimators import plausibility as plausibility_lib
+from camflow_jax.geometry import plausibility as plausibility_lib
 from camflow_jax.geometry import classical as baselines
 from camflow_jax.geometry import host as geometry_np
 
@@ -101,10 +101,10 @@ class Estimator:
     """
 
     name = "estimator"
-    checked = True  # the plausibility checks apply (camflow_jax.estimators.plausibility)
+    checked = True  # the plausibility checks apply (camflow_jax.geometry.plausibility)
 
     def __call__(self, img1, img2, *, depth1=None, depth2=None, intrinsics=None) -> Motion:
-        """The motion of the pair, checked by :mod:`camflow_jax.estimators.plausibility`: identical images
+        """The motion of the pair, checked by :mod:`camflow_jax.geometry.plausibility`: identical images
         give zero motion; a featureless image, an answer that aligns the pair worse than no
         motion, or one that leaves the pair unexplained (no motion the estimator found fits it),
         gives the identity with ``fallback`` set and a note saying why (the dropped answer is
