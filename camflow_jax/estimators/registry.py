@@ -144,7 +144,8 @@ class Estimator:
         :func:`camflow_jax.geometry.plausibility.report`, taken from the answer where it carries
         one (the Predictor's, ``extras["plausibility"]``), else measured here on the pair with image 2
         exposure-matched (:func:`camflow_jax.geometry.photometric.compensate`). The report's
-        notes (an exposure matched, one image much blurrier) join the answer's note."""
+        notes (an exposure matched, one image much blurrier) and its forward-backward reason (the
+        directions contradict each other: a note here, not a fallback) join the answer's note."""
         h, w = a.shape[:2]
         if m.fallback or np.shape(m.flow_f) != (h, w, 2) or not np.all(np.isfinite(m.flow_f)):
             # a non-finite flow is the caller's to refuse (a damaged model, not a bad pair); a
@@ -155,13 +156,13 @@ class Estimator:
             # the forward flow alone (an estimator's flow_b may be its own second estimate: no consistency test)
             matched, exposure = photometric.compensate(a, b)
             rep = plausibility_lib.report(a, matched, {"flow_f": m.flow_f}, exposure)
-        if rep["reasons"]:
+        refuse = [r for r in rep["reasons"] if r != rep.get("inconsistent")]
+        if refuse:
             return dataclasses.replace(
-                _identity_motion(h, w, f"identity fallback: the {self.name} estimate was dropped: {rep['reasons'][0]}",
+                _identity_motion(h, w, f"identity fallback: the {self.name} estimate was dropped: {refuse[0]}",
                                  fallback=True), extras={"dropped": m})
-        if rep["notes"]:
-            return dataclasses.replace(m, note="; ".join(n for n in (m.note, *rep["notes"]) if n))
-        return m
+        notes = [*rep["notes"], *([f"the {self.name} estimate's {rep['inconsistent']}"] if rep.get("inconsistent") else [])]
+        return dataclasses.replace(m, note="; ".join(n for n in (m.note, *notes) if n)) if notes else m
 
     def raw(self, img1, img2, *, depth1=None, depth2=None, intrinsics=None) -> Motion:
         """The estimator's own answer, without the plausibility checks (what the evaluation

@@ -245,14 +245,16 @@ def report(img1, img2, out: dict, exposure: dict | None = None) -> dict:
     ``exposure`` is its record, None: measured here):
 
     ``{"plausible": bool, "reasons": [str], "notes": [str], "exposure_matched": bool,
-    "exposure_shift": float, "fb_error": float or None, "aligned_error": float, "input_error":
-    float, "correlation": float}``. ``reasons`` (each makes the answer implausible, in this
+    "exposure_shift": float, "fb_error": float or None, "inconsistent": str or None,
+    "aligned_error": float, "input_error": float, "correlation": float}``. ``reasons`` (each makes the answer implausible, in this
     order): a featureless image (:func:`featureless`), worse than no motion
     (:func:`worse_than_identity`), no motion fits (:func:`no_motion_fits`), the two directions
     contradict each other (:func:`inconsistent`; only with ``flow_b``). ``notes`` say what the
     answer may not explain without making it implausible: an exposure difference matched, one
     image much blurrier (:func:`texture_note`). ``fb_error``: :func:`forward_backward_error`
-    (None without ``flow_b``)."""
+    (None without ``flow_b``); ``inconsistent``: the forward-backward reason where it is one (the
+    estimators' checks note it rather than fall back: a pair with strong parallax, Aloe's stereo
+    pair, has directions that disagree although its forward answer is right)."""
     if exposure is None:
         img2, exposure = photometric.compensate(img1, img2)
     flow_f = np.asarray(out["flow_f"], np.float32)
@@ -260,15 +262,13 @@ def report(img1, img2, out: dict, exposure: dict | None = None) -> dict:
     aligned, inp = alignment_errors(g1, g2, flow_f)
     corr = aligned_correlation(g1, g2, flow_f)
     fb = None if out.get("flow_b") is None else forward_backward_error(flow_f, out["flow_b"])
-    reasons = [r for r in (
-        featureless(img1, img2),
-        _worse(aligned, inp),
-        no_motion_fits(g1, g2, flow_f, correlation=corr),
-        None if fb is None else inconsistent(fb, flow_f.shape)) if r]
+    contradiction = None if fb is None else inconsistent(fb, flow_f.shape)
+    reasons = [r for r in (featureless(img1, img2), _worse(aligned, inp), no_motion_fits(g1, g2, flow_f, correlation=corr),
+                           contradiction) if r]
     notes = [n for n in (
         (f"image 2's exposure differs from image 1's (shift {exposure['exposure_shift']:.2f} > "
          f"{photometric.MAX_SHIFT}): matched to image 1 first") if exposure["exposure_matched"] else None,
         texture_note(img1, img2)) if n]
     return {"plausible": not reasons, "reasons": reasons, "notes": notes,
             "exposure_matched": bool(exposure["exposure_matched"]), "exposure_shift": float(exposure["exposure_shift"]),
-            "fb_error": fb, "aligned_error": aligned, "input_error": inp, "correlation": corr}
+            "fb_error": fb, "inconsistent": contradiction, "aligned_error": aligned, "input_error": inp, "correlation": corr}
