@@ -95,8 +95,12 @@ _textures = classical.ContentCache(8)
 
 def featureless(img1, img2) -> str | None:
     """The reason the pair cannot be aligned for lack of texture (naming the image), or None."""
-    for name, img in (("image 1", img1), ("image 2", img2)):
-        t = _textures.get(img, texture)
+    return _featureless(_textures.get(img1, texture), _textures.get(img2, texture))
+
+
+def _featureless(t1: float, t2: float) -> str | None:
+    """:func:`featureless`'s reason from the two images' :func:`texture`."""
+    for name, t in (("image 1", t1), ("image 2", t2)):
         if t < MIN_TEXTURE:
             return (f"{name} is featureless (texture {t:.2f} < {MIN_TEXTURE} grey levels per pixel: "
                     "nothing to align)")
@@ -228,7 +232,11 @@ def texture_note(img1, img2) -> str | None:
     """A note when one image of the pair is much blurrier than the other (:func:`texture` ratio
     below :data:`BLUR_RATIO`): an estimate on such a pair can invent a little motion. None
     otherwise (also for a featureless image, :func:`featureless`'s case)."""
-    t1, t2 = _textures.get(img1, texture), _textures.get(img2, texture)
+    return _texture_note(_textures.get(img1, texture), _textures.get(img2, texture))
+
+
+def _texture_note(t1: float, t2: float) -> str | None:
+    """:func:`texture_note` from the two images' :func:`texture`."""
     if min(t1, t2) < MIN_TEXTURE:
         return None
     if min(t1, t2) < BLUR_RATIO * max(t1, t2):
@@ -263,12 +271,13 @@ def report(img1, img2, out: dict, exposure: dict | None = None) -> dict:
     corr = aligned_correlation(g1, g2, flow_f)
     fb = None if out.get("flow_b") is None else forward_backward_error(flow_f, out["flow_b"])
     contradiction = None if fb is None else inconsistent(fb, flow_f.shape)
-    reasons = [r for r in (featureless(img1, img2), _worse(aligned, inp), no_motion_fits(g1, g2, flow_f, correlation=corr),
+    t1, t2 = _textures.get(img1, texture), _textures.get(img2, texture)
+    reasons = [r for r in (_featureless(t1, t2), _worse(aligned, inp), no_motion_fits(g1, g2, flow_f, correlation=corr),
                            contradiction) if r]
     notes = [n for n in (
         (f"image 2's exposure differs from image 1's (shift {exposure['exposure_shift']:.2f} > "
          f"{photometric.MAX_SHIFT}): matched to image 1 first") if exposure["exposure_matched"] else None,
-        texture_note(img1, img2)) if n]
+        _texture_note(t1, t2)) if n]
     return {"plausible": not reasons, "reasons": reasons, "notes": notes,
             "exposure_matched": bool(exposure["exposure_matched"]), "exposure_shift": float(exposure["exposure_shift"]),
             "fb_error": fb, "inconsistent": contradiction, "aligned_error": aligned, "input_error": inp, "correlation": corr}
