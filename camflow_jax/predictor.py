@@ -4,6 +4,7 @@
     out = pred(img1, img2)                       # uint8 RGB [H0, W0, 3] each
     out["flow_f"]                                # [H0, W0, 2]: warp(img2, flow_f) ~ img1
     out["homography"]                            # [3, 3], image-1 pixels -> image-2 pixels
+    out["plausibility"]["plausible"]             # False: do not trust it ("reasons" say why)
 
 Pipeline for one pair (docs/design.md, "Inference"):
 
@@ -53,6 +54,7 @@ from camflow_jax.compilation.exported import ExportedJit
 from camflow_jax.compilation.memo import BoundedMemo
 from camflow_jax.geometry import device as geometry
 from camflow_jax.geometry import host
+from camflow_jax.geometry import photometric, plausibility
 from camflow_jax.geometry.checks import check_depth, intrinsics_problem
 from camflow_jax.io.cpus import usable_cpus
 from camflow_jax.models import basis_set, checkpoint
@@ -152,17 +154,14 @@ def _check_image(img, name: str) -> np.ndarray:
 
 def _check_depth(depth, hw, name: str) -> np.ndarray:
     """Depth aligned with its image, some of it valid; invalid pixels get the median."""
-
     d = check_depth(depth, name, hw, min_valid_fraction=1e-12)
     ok = np.isfinite(d) & (d > 0)
     return d if ok.all() else np.where(ok, d, np.median(d[ok])).astype(np.float32)
 
 
 def _check_intrinsics(K, hw=None) -> np.ndarray:
-    """Finite (fx, fy, cx, cy), fx, fy > 0 and, given the image size ``hw``, not absurd for it
-    (:func:`camflow_jax.geometry.checks.intrinsics_problem` with its loose bounds: datasets may pass
-    intrinsics of another resolution; the CLIs check their users' intrinsics strictly)."""
-
+    """Finite (fx, fy, cx, cy), fx, fy > 0 and, given the image size ``hw``, not absurd for it (:func:`intrinsics_problem`
+    with its loose bounds: datasets may pass intrinsics of another resolution; the CLIs check theirs strictly)."""
     why = intrinsics_problem(K, *(hw if hw is not None else (None, None)), loose=True)
     if why:
         raise ValueError(f"intrinsics (fx, fy, cx, cy) {K!r}: {why}")
@@ -493,6 +492,7 @@ class Predictor:
           (``start_costs``, per direction), ``noisy`` (the pair got the stronger pre-blur of
           :func:`camflow_jax.refine.pair_pyramids`), ``working_size_hw``, ``detail_size_hw``
           (where the detail level ran, :meth:`camflow_jax.refine.pairs.PairRefiner.detail_size`, or None) and a note.
+          Always ``plausibility``: :func:`plausibility.report`, the CLIs' checks (image 2 exposure-matched first).
         """
         cfg = self.refine_config if refine is None else self._refine_setting(
             refine, self.refine_config or refine_lib.RefineConfig())
@@ -598,10 +598,8 @@ class Predictor:
         args, batch = jax.device_put((args, batch))
         out = self._forward(self.variables, bases, *args, confidence=bool(confidence), forward_only=forward_only,
                             full_bases=bases is not self.static_bases)
-        ref = None
-        if batched:
-            ref = self.refiner.refine_batch(batch, out["coeffs_f"], out.get("coeffs_b"), input_hw=pairs[0][0].shape[:2],
-                                            cfg=cfg)
+        ref = None if not batched else self.refiner.refine_batch(
+            batch, out["coeffs_f"], out.get("coeffs_b"), input_hw=pairs[0][0].shape[:2], cfg=cfg)
         return pairs, inputs, out, ref, hosts
 
     def _finish_batch(self, chunk, started, pairs_in, results, cfg) -> None:
@@ -609,7 +607,6 @@ class Predictor:
         upright) into ``results`` at the pair's index in ``chunk`` (the padding is dropped)."""
         pairs, inputs, out, ref, hosts = started
         out, ref = jax.device_get((out, ref))
-
         device = jax.config.jax_default_device  # the caller's (a thread-local setting) holds in threads
 
         def one(j):
@@ -648,7 +645,8 @@ class Predictor:
 
     def _landscape_pair(self, img1, img2, depth1, depth2, intrinsics, names=("img1", "img2", "depth1", "depth2")):
         """A pair checked (ValueError naming the argument) and turned landscape: (img1, img2,
-        depth1, depth2, K, portrait, input width); depth and K None where not given."""
+        depth1, depth2, K, portrait, input width, exposure); depth and K None where not given; img2
+        exposure-matched to img1 where they differ (:func:`photometric.compensate`, its record)."""
         a = _check_image(img1, names[0])
         b = _check_image(img2, names[1])
         if a.shape != b.shape:
@@ -674,14 +672,16 @@ class Predictor:
             if K is not None:
                 K = _rotate_intrinsics(K, W0)
         self.check_aspect(*a.shape[:2])
-        return a, b, d1, d2, K, portrait, W0
+        b, exposure = photometric.compensate(a, b)
+        return a, b, d1, d2, K, portrait, W0, exposure
 
     @staticmethod
     def _upright(out, pair, cfg) -> dict:
         """A landscape pair's results (numpy) in the input's orientation (``pair``: its
         :meth:`_landscape_pair`), homographies normalized, with ``coeffs``, ``rotated``,
-        ``refined``."""
+        ``refined``, ``plausibility`` (:func:`plausibility.report`, on the landscape pair)."""
         portrait, W0 = pair[5], pair[6]
+        out["plausibility"] = plausibility.report(pair[0], pair[1], out, pair[7])
         flows = [k for k in ("flow_f", "flow_b", "net_flow_f", "net_flow_b") if k in out]
         maps = [k for k in ("logvar_f", "logvar_b", "weights_f", "weights_b") if k in out]
         homs = [k for k in ("homography", "net_homography") if k in out]

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from camflow_jax import estimate
-from camflow_jax.estimators import plausibility
 from camflow_jax.estimators import registry
+from camflow_jax.geometry import plausibility
 from camflow_jax.io import flo
 from camflow_jax.models import checkpoint
 from camflow_jax.predictor import Predictor
@@ -337,7 +337,7 @@ def test_estimate_cli_with_checkpoint(camflow_plus, tmp_path, monkeypatch):
     monkeypatch.setattr(Predictor, "from_checkpoint", classmethod(lambda cls, p, **kw: pred))
     # The random-weight model's answer does not explain the pair, so the "no motion fits" check
     # would replace it by the identity (no confidence map); this test is about the CLI's plumbing.
-    monkeypatch.setattr(plausibility, "no_motion_fits", lambda *a: None)
+    monkeypatch.setattr(plausibility, "no_motion_fits", lambda *a, **k: None)
     rng = np.random.default_rng(4)
     img = rng.integers(0, 256, (90, 160, 3), dtype=np.uint8)
     cv2.imwrite(str(tmp_path / "a.png"), img)

@@ -1,4 +1,4 @@
-"""Plausibility checks on every estimator's answer (camflow_jax.estimators.plausibility, applied by
+"""Plausibility checks on every estimator's answer (camflow_jax.geometry.plausibility, applied by
 camflow_jax.estimators.registry.Estimator.__call__): featureless input, identical images, an answer worse
 than no motion, an answer under which the pair stays unexplained (no motion fits), and inputs too
 wide for the network."""
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from camflow_jax.data.synthetic.scenes import SyntheticScenes
-from camflow_jax.estimators import plausibility
 from camflow_jax.estimators import registry
+from camflow_jax.geometry import photometric, plausibility
 
 
 @pytest.fixture(scope="module")
@@ -215,10 +215,11 @@ def test_a_pair_no_motion_of_the_span_fits_falls_back_with_the_measure_named(shi
         dropped = m.extras["dropped"]
         assert m.fallback and np.all(m.flow_f == 0) and np.all(m.flow_b == 0), m.note
         assert "no motion it found fits" in m.note and f"< {plausibility.MIN_CORRELATION}" in m.note
+        seen = photometric.compensate(s[0]["img1"], img2)[0]  # as the estimate saw it (an unrelated image: matched)
         assert _note_value(m.note) == pytest.approx(
-            plausibility.aligned_correlation(s[0]["img1"], img2, dropped.flow_f), abs=0.005)
+            plausibility.aligned_correlation(s[0]["img1"], seen, dropped.flow_f), abs=0.005)
         assert np.abs(dropped.flow_f).mean() > 1.0  # the model did invent motion
-        assert plausibility.worse_than_identity(s[0]["img1"], img2, dropped.flow_f) is None  # not caught before
+        assert plausibility.worse_than_identity(s[0]["img1"], seen, dropped.flow_f) is None  # not caught before
     ok = est(s[0]["img1"], s[0]["img2"])
     assert not ok.fallback and ok.note == ""
     assert plausibility.aligned_correlation(s[0]["img1"], s[0]["img2"], ok.flow_f) > 1.5 * plausibility.MIN_CORRELATION
@@ -243,3 +244,72 @@ def test_estimate_cli_warns_when_no_motion_fits(tmp_path, shipped, monkeypatch, 
     assert "no motion it found fits" in summary["note"]
     warnings = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning:")]
     assert len(warnings) == 1 and "gradient correlation after alignment" in warnings[0]
+
+
+def _change(img, k):
+    """Image 2's exposure changed: a gain k, or gamma 1.8 ("g1.8")."""
+    if k == "g1.8":
+        return np.clip(np.rint(255.0 * (img / 255.0) ** 1.8), 0, 255).astype(np.uint8)
+    return np.clip(np.rint(img * float(k)), 0, 255).astype(np.uint8)
+
+
+REPORT_KEYS = {"plausible", "reasons", "notes", "exposure_matched", "exposure_shift", "fb_error", "inconsistent",
+               "aligned_error", "input_error", "correlation"}
+
+
+@pytest.mark.parametrize("k", [0.6, 0.4, "g1.8"])
+def test_a_darkened_static_pair_gives_no_motion_or_is_implausible(shipped, k):
+    """A static pair (one scene, independent sensor noise) with image 2 darkened or gamma-changed:
+    the Predictor matches image 2's exposure and answers less than 1 px of motion, or says the
+    answer is implausible (issue 63: 20-130 px invented before)."""
+    rng = np.random.default_rng(5)
+    base = _scenes()[1]["img1"].astype(np.float32)
+    img1, img2 = (np.clip(base + rng.normal(0, 2, base.shape), 0, 255).astype(np.uint8) for _ in range(2))
+    out = shipped(img1, _change(img2, k))
+    rep = out["plausibility"]
+    assert rep["exposure_matched"] and rep["exposure_shift"] > photometric.MAX_SHIFT
+    assert np.linalg.norm(out["flow_f"], axis=-1).mean() < 1.0 or not rep["plausible"], rep
+
+
+def test_the_report_is_on_every_single_and_batch_call_and_says_why(shipped):
+    """plausibility on single and predict_batch calls (forward-only: no forward-backward error);
+    a pair whose backward flow contradicts the forward one is reported implausible with the
+    reason."""
+    s = _scenes()
+    single = shipped(s[0]["img1"], s[0]["img2"])
+    batch = shipped.predict_batch([s[0]["img1"], s[2]["img1"]], [s[0]["img2"], _change(s[2]["img2"], 0.5)])
+    for out in (single, *batch):
+        assert set(out["plausibility"]) == REPORT_KEYS and out["plausibility"]["fb_error"] is not None
+        assert out["plausibility"]["plausible"] == (not out["plausibility"]["reasons"])
+    assert not batch[0]["plausibility"]["exposure_matched"] and batch[1]["plausibility"]["exposure_matched"]
+    assert batch[0]["plausibility"]["fb_error"] == pytest.approx(single["plausibility"]["fb_error"], abs=1e-3)
+    fwd = shipped(s[0]["img1"], s[0]["img2"], forward_only=True)["plausibility"]
+    assert set(fwd) == REPORT_KEYS and fwd["fb_error"] is None
+    bad = dict(single, flow_b=single["flow_f"])  # the backward flow pointing the same way: a contradiction
+    rep = plausibility.report(s[0]["img1"], s[0]["img2"], bad)
+    assert not rep["plausible"] and rep["inconsistent"] in rep["reasons"] and "contradict" in rep["inconsistent"]
+
+
+def test_an_unchanged_pair_is_bit_identical_to_the_path_without_compensation(shipped, monkeypatch):
+    """Below the threshold image 2 is passed on as it is: the flows equal, bit for bit, those of a
+    predictor whose compensation never matches."""
+    s = _scenes()
+    out = shipped(s[0]["img1"], s[0]["img2"])
+    assert not out["plausibility"]["exposure_matched"]
+    monkeypatch.setattr(photometric, "compensate",
+                        lambda a, b: (b, {"exposure_shift": 0.0, "exposure_matched": False}))
+    ref = shipped(s[0]["img1"], s[0]["img2"])
+    for key in ("flow_f", "flow_b", "homography", "net_flow_f"):
+        np.testing.assert_array_equal(out[key], ref[key])
+
+
+def test_a_valid_darkened_pair_is_not_refused_and_says_it_was_matched(shipped):
+    """A synthetic pair with true motion, image 2 darkened to 50 %: the camflow estimator keeps
+    its answer (once refused as "the images do not match") and notes the exposure matching; its
+    error stays near the unchanged pair's."""
+    s = _scenes()[0]
+    est = registry.get("camflow", predictor=shipped)
+    ok, dark = est(s["img1"], s["img2"]), est(s["img1"], _change(s["img2"], 0.5))
+    assert not dark.fallback and "exposure differs" in dark.note, dark.note
+    epe = [np.linalg.norm(m.flow_f - s["flow_f"], axis=-1)[s["valid_f"] > 0].mean() for m in (ok, dark)]
+    assert epe[1] < epe[0] + 0.5, epe

@@ -3,7 +3,6 @@
 * :mod:`.registry`: the single registry of estimator names (``get``, ``resolve``,
   ``describe``, ``Motion``, ...): the command lines, the benchmark and the stabilizer look
   names up there;
-* :mod:`.plausibility`: whether an estimate explains the pair at all;
 * :mod:`.outputs`: checking and writing one pair's results (what ``estimate`` writes).
 
 Nothing is imported eagerly: ``from camflow_jax.estimators import registry``.

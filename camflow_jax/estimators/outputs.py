@@ -14,9 +14,8 @@ import os
 import cv2
 import numpy as np
 
-from camflow_jax.estimators import plausibility
 from camflow_jax.estimators import registry
-from camflow_jax.geometry import checks
+from camflow_jax.geometry import checks, plausibility
 from camflow_jax.geometry import host
 from camflow_jax.io import atomic, viz
 from camflow_jax.io import flo

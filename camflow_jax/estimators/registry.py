@@ -38,9 +38,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from camflow_jax.estimators import plausibility as plausibility_lib
 from camflow_jax.geometry import classical
 from camflow_jax.geometry import host
+from camflow_jax.geometry import photometric
+from camflow_jax.geometry import plausibility as plausibility_lib
 
 __all__ = ["Motion", "Estimator", "register", "get", "resolve", "describe", "takes_option", "without_refinement",
            "is_camflow", "check_pair", "NAMES", "CLASSICAL", "ALIASES", "ORACLES"]
@@ -101,10 +102,10 @@ class Estimator:
     """
 
     name = "estimator"
-    checked = True  # the plausibility checks apply (camflow_jax.estimators.plausibility)
+    checked = True  # the plausibility checks apply (camflow_jax.geometry.plausibility)
 
     def __call__(self, img1, img2, *, depth1=None, depth2=None, intrinsics=None) -> Motion:
-        """The motion of the pair, checked by :mod:`camflow_jax.estimators.plausibility`: identical images
+        """The motion of the pair, checked by :mod:`camflow_jax.geometry.plausibility`: identical images
         give zero motion; a featureless image, an answer that aligns the pair worse than no
         motion, or one that leaves the pair unexplained (no motion the estimator found fits it),
         gives the identity with ``fallback`` set and a note saying why (the dropped answer is
@@ -139,21 +140,29 @@ class Estimator:
 
     def _vet(self, a, b, m: Motion) -> Motion:
         """The estimate ``m`` of the pair, or the identity with a note where it aligns the pair
-        worse than no motion or leaves it unexplained (the call's doc)."""
+        worse than no motion or leaves it unexplained (the call's doc): the reasons of
+        :func:`camflow_jax.geometry.plausibility.report`, taken from the answer where it carries
+        one (the Predictor's, ``extras["plausibility"]``), else measured here on the pair with image 2
+        exposure-matched (:func:`camflow_jax.geometry.photometric.compensate`). The report's
+        notes (an exposure matched, one image much blurrier) and its forward-backward reason (the
+        directions contradict each other: a note here, not a fallback) join the answer's note."""
         h, w = a.shape[:2]
         if m.fallback or np.shape(m.flow_f) != (h, w, 2) or not np.all(np.isfinite(m.flow_f)):
             # a non-finite flow is the caller's to refuse (a damaged model, not a bad pair); a
             # flow at another size (a predictor's network-size output) the caller's to resize
             return m
-        # both checks read grey images: made once here (a grey image passes through as it is)
-        g1, g2 = host.gray(a), host.gray(b)
-        reason = (plausibility_lib.worse_than_identity(g1, g2, m.flow_f)
-                  or plausibility_lib.no_motion_fits(g1, g2, m.flow_f))
-        if reason:
+        rep = m.extras.get("plausibility") if isinstance(m.extras, dict) else None
+        if not isinstance(rep, dict) or "reasons" not in rep:
+            # the forward flow alone (an estimator's flow_b may be its own second estimate: no consistency test)
+            matched, exposure = photometric.compensate(a, b)
+            rep = plausibility_lib.report(a, matched, {"flow_f": m.flow_f}, exposure)
+        refuse = [r for r in rep["reasons"] if r != rep.get("inconsistent")]
+        if refuse:
             return dataclasses.replace(
-                _identity_motion(h, w, f"identity fallback: the {self.name} estimate was dropped: {reason}",
+                _identity_motion(h, w, f"identity fallback: the {self.name} estimate was dropped: {refuse[0]}",
                                  fallback=True), extras={"dropped": m})
-        return m
+        notes = [*rep["notes"], *([f"the {self.name} estimate's {rep['inconsistent']}"] if rep.get("inconsistent") else [])]
+        return dataclasses.replace(m, note="; ".join(n for n in (m.note, *notes) if n)) if notes else m
 
     def raw(self, img1, img2, *, depth1=None, depth2=None, intrinsics=None) -> Motion:
         """The estimator's own answer, without the plausibility checks (what the evaluation

@@ -55,8 +55,8 @@ import time
 import numpy as np
 
 from camflow_jax.data import depth as depth_lib
-from camflow_jax.estimators import plausibility, registry
-from camflow_jax.geometry import background, classical
+from camflow_jax.estimators import registry
+from camflow_jax.geometry import background, classical, plausibility
 from camflow_jax.geometry import host
 from camflow_jax.io.cpus import usable_cpus
 
@@ -430,7 +430,7 @@ class CamFlowEstimator(Estimator):
         pair's coefficients."""
         self.coefficients.append(None)  # set below once the pair's estimate is known good
         coeffs = (m.extras or {}).get("coeffs_f")
-        if m.fallback:  # featureless, worse than no motion, no motion fits (estimators.plausibility)
+        if m.fallback:  # featureless, worse than no motion, no motion fits (geometry.plausibility)
             return None
         flow = np.asarray(m.flow_f, np.float32)
         if flow.ndim == 4 and flow.shape[0] == 1:

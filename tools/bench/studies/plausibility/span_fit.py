@@ -29,8 +29,8 @@ import numpy as np
 
 warnings.filterwarnings("ignore")
 from camflow_jax.data.synthetic.scenes import SyntheticScenes  # noqa: E402
-from camflow_jax.estimators import plausibility as P  # noqa: E402
 from camflow_jax.estimators import registry as R  # noqa: E402
+from camflow_jax.geometry import plausibility as P  # noqa: E402
 from camflow_jax.predictor import Predictor  # noqa: E402
 
 DEV_SEED, BENCH_SEED, SIZE = 2718, 1000, (320, 576)

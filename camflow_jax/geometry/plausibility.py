@@ -20,7 +20,11 @@ believed (docs/estimation.md, "Plausibility checks"):
   best fit is still a little better than no motion.
 
 :class:`camflow_jax.estimators.registry.Estimator` applies them on every call; ``Estimator.raw`` skips
-them (the evaluation tables measure the estimators themselves). Plain numpy and cv2.
+them (the evaluation tables measure the estimators themselves). :func:`report` gathers them for one
+answer, with a forward-backward consistency test and notes (an exposure matched, one image much
+blurrier): the :class:`camflow_jax.predictor.Predictor` returns it as ``out["plausibility"]``. Image 2
+is exposure-matched to image 1 first where they differ (:mod:`camflow_jax.geometry.photometric`).
+Plain numpy and cv2.
 """
 
 from __future__ import annotations
@@ -28,12 +32,13 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from camflow_jax.geometry import classical
+from camflow_jax.geometry import classical, photometric
 from camflow_jax.geometry import host
 
 __all__ = ["texture", "featureless", "alignment_errors", "worse_than_identity", "gradient_correlation",
-           "aligned_correlation", "no_motion_fits", "MIN_TEXTURE", "TEXTURE_SIZE", "WORSE_RATIO",
-           "WORSE_MARGIN", "MIN_CORRELATION", "FIT_SIZE", "FIT_SIGMA", "MIN_FIT_PIXELS"]
+           "aligned_correlation", "no_motion_fits", "forward_backward_error", "inconsistent", "texture_note",
+           "report", "MIN_TEXTURE", "TEXTURE_SIZE", "WORSE_RATIO", "WORSE_MARGIN", "MIN_CORRELATION", "FIT_SIZE",
+           "FIT_SIGMA", "MIN_FIT_PIXELS", "FB_SIZE", "MAX_FB_ERROR", "BLUR_RATIO"]
 
 #: An image is featureless when the 99th percentile of its grey-level gradient magnitude
 #: (grey levels 0..255 per pixel at :data:`TEXTURE_SIZE`, after a 1-pixel Gaussian blur) is
@@ -60,6 +65,16 @@ FIT_SIGMA = 2.0
 #: Fewer pixels than this (at :data:`FIT_SIZE`) inside both images after alignment: too little
 #: overlap to judge, :func:`no_motion_fits` does not decide.
 MIN_FIT_PIXELS = 100
+#: The longer side (pixels) at which :func:`forward_backward_error` is measured.
+FB_SIZE = 256
+#: The two directions contradict each other when :func:`forward_backward_error` exceeds this
+#: fraction of the image's longer side (docs/estimation.md, "Plausibility checks"): correct refined
+#: answers on development pairs stay below 0.0052 but one in 100, contradictions 0.0165 and more.
+MAX_FB_ERROR = 0.01
+#: One image is much blurrier than the other when the ratio of their :func:`texture` is below
+#: this (a note: docs/estimation.md, "Plausibility checks"): unchanged development pairs give 0.87
+#: and more, image 2 blurred by 4 px at 576-768 px wide 0.56-0.67.
+BLUR_RATIO = 0.75
 
 
 def texture(img) -> float:
@@ -85,8 +100,12 @@ _textures = classical.ContentCache(8)
 
 def featureless(img1, img2) -> str | None:
     """The reason the pair cannot be aligned for lack of texture (naming the image), or None."""
-    for name, img in (("image 1", img1), ("image 2", img2)):
-        t = _textures.get(img, texture)
+    return _featureless(_textures.get(img1, texture), _textures.get(img2, texture))
+
+
+def _featureless(t1: float, t2: float) -> str | None:
+    """:func:`featureless`'s reason from the two images' :func:`texture`."""
+    for name, t in (("image 1", t1), ("image 2", t2)):
         if t < MIN_TEXTURE:
             return (f"{name} is featureless (texture {t:.2f} < {MIN_TEXTURE} grey levels per pixel: "
                     "nothing to align)")
@@ -112,7 +131,11 @@ def alignment_errors(img1, img2, flow_f) -> tuple[float, float]:
 def worse_than_identity(img1, img2, flow_f) -> str | None:
     """The reason to distrust ``flow_f`` because it aligns the pair worse than no motion (both
     errors in the text), or None. A flow that moves every pixel out of the frame is worse."""
-    aligned, inp = alignment_errors(img1, img2, flow_f)
+    return _worse(*alignment_errors(img1, img2, flow_f))
+
+
+def _worse(aligned: float, inp: float) -> str | None:
+    """:func:`worse_than_identity`'s reason from the two errors of :func:`alignment_errors`."""
     if not np.isfinite(aligned):
         return "it moves every pixel out of the frame"
     if aligned > WORSE_RATIO * inp + WORSE_MARGIN:
@@ -169,12 +192,97 @@ def aligned_correlation(img1, img2, flow_f, *, size: int = FIT_SIZE, sigma: floa
     return gradient_correlation(g1, warped, valid)
 
 
-def no_motion_fits(img1, img2, flow_f) -> str | None:
+def no_motion_fits(img1, img2, flow_f, *, correlation: float | None = None) -> str | None:
     """The reason to distrust ``flow_f`` because the pair stays unexplained after it
     (:func:`aligned_correlation` below :data:`MIN_CORRELATION`; the value and threshold in the
-    text), or None (also when too little overlap remains to judge)."""
-    r = aligned_correlation(img1, img2, flow_f)
+    text), or None (also when too little overlap remains to judge). ``correlation``: that
+    measure already taken."""
+    r = aligned_correlation(img1, img2, flow_f) if correlation is None else correlation
     if np.isfinite(r) and r < MIN_CORRELATION:
         return (f"no motion it found fits the pair (gradient correlation after alignment {r:.2f} < "
                 f"{MIN_CORRELATION}: the images do not match under it)")
     return None
+
+
+def forward_backward_error(flow_f, flow_b, *, size: int = FB_SIZE) -> float:
+    """How far the two directions of an answer contradict each other, in input pixels: the median
+    over the pixels x of image 1 whose target stays inside image 2
+    (:func:`camflow_jax.geometry.host.warp_validity`) of |F_f(x) + F_b(x + F_f(x))|, measured
+    with the longer side shrunk to ``size`` (both flows area-averaged and rescaled) and scaled
+    back. 0 for a homography and its inverse; NaN when no pixel stays inside."""
+    f, b = np.asarray(flow_f, np.float32), np.asarray(flow_b, np.float32)
+    H, W = f.shape[:2]
+    scale = min(1.0, size / max(H, W))
+    if scale < 1.0:
+        h, w = max(1, round(H * scale)), max(1, round(W * scale))
+        f, b = host.resize_flow(f, h, w), host.resize_flow(b, h, w)
+    valid = host.warp_validity(f) > 0
+    if not valid.any():
+        return float("nan")
+    err = np.linalg.norm(f + host.warp(b, f, exact=False), axis=-1)
+    return float(np.median(err[valid]) * max(H, W) / max(f.shape[:2]))
+
+
+def inconsistent(fb_error: float, shape) -> str | None:
+    """The reason to distrust an answer whose :func:`forward_backward_error` ``fb_error`` exceeds
+    :data:`MAX_FB_ERROR` of the longer side of ``shape`` (``[H, W, ...]``), or None."""
+    limit = MAX_FB_ERROR * max(shape[:2])
+    if np.isfinite(fb_error) and fb_error > limit:
+        return (f"its two directions contradict each other (forward-backward error {fb_error:.2f} px > "
+                f"{limit:.2f} px, {MAX_FB_ERROR:g} of the longer side)")
+    return None
+
+
+def texture_note(img1, img2) -> str | None:
+    """A note when one image of the pair is much blurrier than the other (:func:`texture` ratio
+    below :data:`BLUR_RATIO`): an estimate on such a pair can invent a little motion. None
+    otherwise (also for a featureless image, :func:`featureless`'s case)."""
+    return _texture_note(_textures.get(img1, texture), _textures.get(img2, texture))
+
+
+def _texture_note(t1: float, t2: float) -> str | None:
+    """:func:`texture_note` from the two images' :func:`texture`."""
+    if min(t1, t2) < MIN_TEXTURE:
+        return None
+    if min(t1, t2) < BLUR_RATIO * max(t1, t2):
+        blurry = "image 2" if t2 < t1 else "image 1"
+        return (f"{blurry} is much blurrier than the other (texture {min(t1, t2):.1f} against {max(t1, t2):.1f} "
+                f"grey levels per pixel): the motion may be off by a pixel or so")
+    return None
+
+
+def report(img1, img2, out: dict, exposure: dict | None = None) -> dict:
+    """Whether an answer ``out`` (a dict with ``flow_f`` ``[H, W, 2]`` and, where computed,
+    ``flow_b``) explains the pair ``img1``, ``img2`` (as the estimate saw them: image 2
+    exposure-matched where :func:`camflow_jax.geometry.photometric.compensate` did so;
+    ``exposure`` is its record, None: measured here):
+
+    ``{"plausible": bool, "reasons": [str], "notes": [str], "exposure_matched": bool,
+    "exposure_shift": float, "fb_error": float or None, "inconsistent": str or None,
+    "aligned_error": float, "input_error": float, "correlation": float}``. ``reasons`` (each makes the answer implausible, in this
+    order): a featureless image (:func:`featureless`), worse than no motion
+    (:func:`worse_than_identity`), no motion fits (:func:`no_motion_fits`), the two directions
+    contradict each other (:func:`inconsistent`; only with ``flow_b``). ``notes`` say what the
+    answer may not explain without making it implausible: an exposure difference matched, one
+    image much blurrier (:func:`texture_note`). ``fb_error``: :func:`forward_backward_error`
+    (None without ``flow_b``); ``inconsistent``: the forward-backward reason where it is one (the
+    estimators' checks note it rather than fall back: a pair with strong parallax, Aloe's stereo
+    pair, has directions that disagree although its forward answer is right)."""
+    if exposure is None:
+        img2, exposure = photometric.compensate(img1, img2)
+    flow_f = np.asarray(out["flow_f"], np.float32)
+    g1, g2 = host.gray(img1), host.gray(img2)
+    aligned, inp = alignment_errors(g1, g2, flow_f)
+    corr = aligned_correlation(g1, g2, flow_f)
+    fb = None if out.get("flow_b") is None else forward_backward_error(flow_f, out["flow_b"])
+    contradiction = None if fb is None else inconsistent(fb, flow_f.shape)
+    t1, t2 = _textures.get(img1, texture), _textures.get(img2, texture)
+    reasons = [r for r in (_featureless(t1, t2), _worse(aligned, inp), no_motion_fits(g1, g2, flow_f, correlation=corr),
+                           contradiction) if r]
+    notes = [n for n in (
+        (f"image 2's exposure differs from image 1's (shift {exposure['exposure_shift']:.2f} > "
+         f"{photometric.MAX_SHIFT}): matched to image 1 first") if exposure["exposure_matched"] else None,
+        _texture_note(t1, t2)) if n]
+    return {"plausible": not reasons, "reasons": reasons, "notes": notes,
+            "exposure_matched": bool(exposure["exposure_matched"]), "exposure_shift": float(exposure["exposure_shift"]),
+            "fb_error": fb, "inconsistent": contradiction, "aligned_error": aligned, "input_error": inp, "correlation": corr}
