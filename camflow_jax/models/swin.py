@@ -76,7 +76,12 @@ def softmax_attend(logits: jax.Array, v: jax.Array, precision: Any = None) -> ja
 
 
 def _window_logits(q, k, bias, mask, precision):
-    logits = jnp.einsum("bwhnd,bwhmd->bwhnm", q, k, precision=precision).astype(jnp.float32) + bias
+    logits = jnp.einsum("bwhnd,bwhmd->bwhnm", q, k, precision=precision).astype(jnp.float32)
+    if onnx_form_active() and mask is not None:
+        # The export's form (layers.onnx_form): bias and mask summed first ([nW, heads, N, N],
+        # constants of the export, folded by ONNX Runtime), one add over the logits instead of two.
+        return logits + (bias[None] + mask[:, None])
+    logits = logits + bias
     return logits if mask is None else logits + mask[None, :, None]
 
 
