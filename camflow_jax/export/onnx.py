@@ -241,12 +241,14 @@ def _as_matmul(node, shapes) -> list | None:
 
 
 # ----------------------------------------------------------------------------- running
-def session(model, threads: int | None = None, spinning: bool = True):
+def session(model, threads: int | None = None, spinning: bool = False):
     """An ONNX Runtime CPU session of ``model`` (a ModelProto, its bytes or a path); ``threads``:
-    intra-op threads (None: ONNX Runtime's default, one per physical core); ``spinning=False``:
-    its worker threads sleep between calls instead of spinning (``session.intra_op.allow_spinning``
-    0; better on a CPU shared with other work, docs/export.md). Warnings off (its constant folding
-    notes that it has no CPU kernel to fold jax2onnx's ``CastLike``)."""
+    intra-op threads (None: ONNX Runtime's default, one per physical core); ``spinning``: whether
+    its worker threads spin after each call (ONNX Runtime's default) instead of sleeping. Off here
+    (``session.intra_op.allow_spinning`` 0): on a CPU shared with other work, or with JAX in the
+    same process, the spinning threads took the cores from the next call's work and made both
+    slower (docs/export.md, "Speed"). Warnings off (its constant folding notes that it has no CPU
+    kernel to fold jax2onnx's ``CastLike``)."""
     ort = require("onnxruntime")
     if hasattr(model, "SerializeToString"):
         model = model.SerializeToString()
