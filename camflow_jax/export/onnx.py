@@ -8,8 +8,10 @@ saves its checkpoints with, so jax2onnx is installed on its own, without depende
 (:data:`INSTALL_HINT`); what it needs of them at run time (onnx, onnx-ir, numpy, ml_dtypes, JAX)
 is there.
 
-After conversion (:func:`convert`) two passes touch the graph, neither changing what it
-computes:
+The conversion writes Flax's LayerNorm as ONNX ``LayerNormalization`` (one kernel; see
+:func:`convert_raw`); the export converts the network's ONNX form
+(:func:`camflow_jax.export.network.flows_function` with ``onnx=True``). After conversion
+(:func:`convert`) two passes touch the graph, neither changing what it computes:
 
 * the intermediate ``value_info`` jax2onnx records is dropped: some of its shapes describe the
   channel-last layout of a tensor the graph holds channel-first around a ``Conv``, which ONNX
@@ -19,7 +21,7 @@ computes:
   ``MatMul`` / Reshape / Transpose (:func:`einsum_to_matmul`): the same products and sums,
   run by ONNX Runtime's GEMM kernels instead of its generic Einsum (the attention and basis
   combination of the shipped model: the unrewritten graph took 1.05-1.10x the time on 2 CPU
-  cores; docs/export.md, "Speed").
+  cores; docs/export.md, "What converts").
 """
 
 from __future__ import annotations
