@@ -95,6 +95,42 @@ def test_onnx_in_onnxruntime_gives_the_predictors_flows(tiny, exported):
     np.testing.assert_allclose(ex["flow_f"][0], want["flow_f"], atol=1e-4)
 
 
+# Two levels, two blocks per stage (the second shifted, with the region mask): every step the
+# ONNX form rewrites (thin and regular 3x3 convs, GELU, window and class attention, LayerNorm)
+# and the coarse-to-fine warp between levels.
+TWO_LEVEL = {**TINY, "depths": [2, 2], "layer_depth": [2, 1], "num_heads": [2, 2], "window_size": 4}
+
+
+def test_onnx_form_gives_the_jax_networks_flows_within_1e4_px(tmp_path):
+    """The ONNX export's formulation (:func:`camflow_jax.models.layers.onnx_form`: a Conv per 3x3
+    conv, the fusable GELU, Softmax, LayerNormalization), converted and run in ONNX Runtime, on
+    three synthetic pairs, against the oracle: the JAX network in its own form (jax.jit)."""
+    from camflow_jax.data.synthetic import SyntheticScenes
+    from camflow_jax.export import network
+
+    model = build_model(TWO_LEVEL)
+    ckpt = checkpoint.save_compact(tmp_path / "two", TWO_LEVEL, init_variables(model, jax.random.key(1), H, W))
+    pred = Predictor.load(str(ckpt), refine=False)
+    spec = network.export_spec(pred)
+    converted = onnx_lib.convert(network.flows_function(pred, spec, onnx=True), spec.flow_shapes(),
+                                 network.FLOW_OUTPUTS, name="two_level")
+    ops = {n.op_type for n in converted.graph.node}
+    assert {"LayerNormalization", "Softmax", "Conv"} <= ops and "Einsum" not in ops, ops
+    sess = onnx_lib.session(converted)
+    reference = jax.jit(network.flows_function(pred, spec))
+    scenes = SyntheticScenes(seed=7, num_samples=3, height=H, width=W, num_textures=4, homography=False)
+    for pair in (scenes[i] for i in range(3)):
+        feeds = {"img1": pair["img1"][None], "img2": pair["img2"][None],
+                 "bases_f": _bases(pred, pair["depth1"], pair["K"]), "bases_b": _bases(pred, pair["depth2"], pair["K"])}
+        want = dict(zip(network.FLOW_OUTPUTS, (np.asarray(x) for x in reference(*(
+            np.asarray(v, np.float32) for v in feeds.values())))))
+        got = onnx_lib.run(sess, feeds)
+        assert np.mean(np.abs(want["flow_f"])) > 0.5  # a real motion, not zeros
+        for k in ("flow_f", "flow_b"):
+            assert np.max(np.abs(got[k] - want[k])) < 1e-4, (k, np.max(np.abs(got[k] - want[k])))
+        np.testing.assert_allclose(got["coeffs_f"], want["coeffs_f"], atol=1e-5)
+
+
 def test_stablehlo_artifacts_deserialize_and_match_jax(tiny, exported):
     _, pred = tiny
     out, _ = exported

@@ -129,7 +129,7 @@ def write_bundle(predictor, out_dir, *, size: tuple[int, int] | None = None, bat
     if "onnx" in formats:
         say(f"ONNX (jax2onnx, opset {opset}) ...")
         onnx_model = onnx_lib.convert(
-            flows, shapes, network.FLOW_OUTPUTS, name="camflow_flows", opset=opset,
+            network.flows_function(predictor, spec, onnx=True), shapes, network.FLOW_OUTPUTS, name="camflow_flows", opset=opset,
             doc=f"camflow_jax flows-only network of {predictor.description} at {spec.height}x{spec.width}, "
                 f"batch {spec.batch}; see manifest.json",
             metadata={"camflow_jax.format": manifest_lib.FORMAT, "height": spec.height, "width": spec.width,

@@ -36,6 +36,7 @@ import numpy as np
 
 from camflow_jax.models import basis_set
 from camflow_jax.models.camflow import preprocess
+from camflow_jax.models.layers import onnx_form
 
 __all__ = ["ExportSpec", "export_spec", "parse_size", "static_bases_at", "flows_function",
            "depth_bases_function", "FLOW_INPUTS", "FLOW_OUTPUTS", "BASES_INPUTS", "BASES_OUTPUTS"]
@@ -140,17 +141,23 @@ def static_bases_at(predictor, spec: ExportSpec) -> np.ndarray:
     return basis_set.static_bases({**cfg, "height": spec.height, "width": spec.width})
 
 
-def flows_function(predictor, spec: ExportSpec) -> Callable[..., tuple[jax.Array, ...]]:
+def flows_function(predictor, spec: ExportSpec, onnx: bool = False) -> Callable[..., tuple[jax.Array, ...]]:
     """``flows(img1, img2, bases_f, bases_b) -> (flow_f, flow_b, coeffs_f, coeffs_b)`` (module
     doc): the network in inference mode (BatchNorm's running statistics), flows only, at the
-    model's precision policy, weights closed over."""
+    model's precision policy, weights closed over.
+
+    ``onnx=True``: the same math traced under :func:`camflow_jax.models.layers.onnx_form`, the
+    form ONNX Runtime runs fastest (a convolution for every 3x3 conv, a fusable GELU, ``Softmax``);
+    what the ONNX export converts. Its values differ from the default form's by float32 rounding
+    (docs/export.md, "Speed")."""
     model, variables = predictor.model, predictor.variables
     h, w = spec.height, spec.width
 
     def flows(img1, img2, bases_f, bases_b):
-        g1 = preprocess(img1, h, w, "rgb")
-        g2 = preprocess(img2, h, w, "rgb")
-        out = model.apply(variables, g1, g2, bases_f, bases_b, train=False, confidence=False)
+        with onnx_form(onnx):
+            g1 = preprocess(img1, h, w, "rgb")
+            g2 = preprocess(img2, h, w, "rgb")
+            out = model.apply(variables, g1, g2, bases_f, bases_b, train=False, confidence=False)
         return tuple(out[k].astype(jnp.float32) for k in FLOW_OUTPUTS)
 
     return flows

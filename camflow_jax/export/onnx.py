@@ -8,8 +8,10 @@ saves its checkpoints with, so jax2onnx is installed on its own, without depende
 (:data:`INSTALL_HINT`); what it needs of them at run time (onnx, onnx-ir, numpy, ml_dtypes, JAX)
 is there.
 
-After conversion (:func:`convert`) two passes touch the graph, neither changing what it
-computes:
+The conversion writes Flax's LayerNorm as ONNX ``LayerNormalization`` (one kernel; see
+:func:`convert_raw`); the export converts the network's ONNX form
+(:func:`camflow_jax.export.network.flows_function` with ``onnx=True``). After conversion
+(:func:`convert`) two passes touch the graph, neither changing what it computes:
 
 * the intermediate ``value_info`` jax2onnx records is dropped: some of its shapes describe the
   channel-last layout of a tensor the graph holds channel-first around a ``Conv``, which ONNX
@@ -19,7 +21,7 @@ computes:
   ``MatMul`` / Reshape / Transpose (:func:`einsum_to_matmul`): the same products and sums,
   run by ONNX Runtime's GEMM kernels instead of its generic Einsum (the attention and basis
   combination of the shipped model: the unrewritten graph took 1.05-1.10x the time on 2 CPU
-  cores; docs/export.md, "Speed").
+  cores; docs/export.md, "What converts").
 """
 
 from __future__ import annotations
@@ -96,22 +98,29 @@ def _quiet_converter() -> Iterator[None]:
 
 def convert(fn: Callable, inputs: Mapping[str, Any], output_names: Sequence[str], *, name: str,
             opset: int = DEFAULT_OPSET, doc: str = "", metadata: Mapping[str, str] | None = None,
-            matmul: bool = True):
+            matmul: bool = True, native_layer_norm: bool = True):
     """``fn`` (a function of the arrays ``inputs``, name -> ``jax.ShapeDtypeStruct``, in call
     order) as a checked ``onnx.ModelProto`` with those input and output names, after the passes
-    of the module doc (``matmul=False``: without the Einsum rewrite). ``doc`` and ``metadata``
-    are stored in the model (``doc_string``, ``metadata_props``)."""
-    return finish(convert_raw(fn, inputs, output_names, name=name, opset=opset), matmul=matmul, doc=doc,
-                  metadata=metadata)
+    of the module doc (``matmul=False``: without the Einsum rewrite; ``native_layer_norm``: as
+    :func:`convert_raw`). ``doc`` and ``metadata`` are stored in the model (``doc_string``,
+    ``metadata_props``)."""
+    return finish(convert_raw(fn, inputs, output_names, name=name, opset=opset, native_layer_norm=native_layer_norm),
+                  matmul=matmul, doc=doc, metadata=metadata)
 
 
 def convert_raw(fn: Callable, inputs: Mapping[str, Any], output_names: Sequence[str], *, name: str,
-                opset: int = DEFAULT_OPSET):
-    """jax2onnx's conversion of ``fn`` as it comes (:func:`convert` without its passes)."""
+                opset: int = DEFAULT_OPSET, native_layer_norm: bool = True):
+    """jax2onnx's conversion of ``fn`` as it comes (:func:`convert` without its passes).
+
+    ``native_layer_norm``: Flax's LayerNorm as ONNX ``LayerNormalization`` (opset 17 and later;
+    jax2onnx's ``normalization_mode="prefer_native"``), one kernel, instead of jax2onnx's default
+    explicit graph of 12 nodes (Flax's fast variance E[x^2] - E[x]^2, which ONNX Runtime does not
+    fuse). ONNX computes the variance as E[(x - E[x])^2]: the same to float32 rounding."""
     jax2onnx = require("jax2onnx")
     with _quiet_converter():
         return jax2onnx.to_onnx(fn, list(inputs.values()), model_name=name, opset=int(opset),
-                                input_names=list(inputs), output_names=list(output_names))
+                                input_names=list(inputs), output_names=list(output_names),
+                                normalization_mode="prefer_native" if native_layer_norm else "auto")
 
 
 def finish(model, *, matmul: bool = True, doc: str = "", metadata: Mapping[str, str] | None = None):
@@ -234,12 +243,14 @@ def _as_matmul(node, shapes) -> list | None:
 
 
 # ----------------------------------------------------------------------------- running
-def session(model, threads: int | None = None, spinning: bool = True):
+def session(model, threads: int | None = None, spinning: bool = False):
     """An ONNX Runtime CPU session of ``model`` (a ModelProto, its bytes or a path); ``threads``:
-    intra-op threads (None: ONNX Runtime's default, one per physical core); ``spinning=False``:
-    its worker threads sleep between calls instead of spinning (``session.intra_op.allow_spinning``
-    0; better on a CPU shared with other work, docs/export.md). Warnings off (its constant folding
-    notes that it has no CPU kernel to fold jax2onnx's ``CastLike``)."""
+    intra-op threads (None: ONNX Runtime's default, one per physical core); ``spinning``: whether
+    its worker threads spin after each call (ONNX Runtime's default) instead of sleeping. Off here
+    (``session.intra_op.allow_spinning`` 0): on a CPU shared with other work, or with JAX in the
+    same process, the spinning threads took the cores from the next call's work and made both
+    slower (docs/export.md, "Speed"). Warnings off (its constant folding notes that it has no CPU
+    kernel to fold jax2onnx's ``CastLike``)."""
     ort = require("onnxruntime")
     if hasattr(model, "SerializeToString"):
         model = model.SerializeToString()

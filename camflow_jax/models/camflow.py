@@ -24,6 +24,7 @@ import numpy as np
 from camflow_jax.geometry import device
 from camflow_jax.models.config import DEPTH_GROUP, GROUP_NAMES, ModelConfig
 from camflow_jax.models.features import ShallowFeatures
+from camflow_jax.models.layers import onnx_form_active
 from camflow_jax.models.mask import MaskNet
 from camflow_jax.models.met import MotionEstimationTransformer, combine_directional
 
@@ -137,7 +138,12 @@ class CamFlow(nn.Module):
             dir_bases = bases if bases.ndim == 5 else bases[None]
             coeffs = met(feats[:b], dir_bases, train, f_b=feats[b:])
         else:
-            dir_bases = self._directional_bases(bases, bases_b, b)
+            if onnx_form_active() and bases_b is not None and bases.ndim == bases_b.ndim == 5:
+                # The export's form (layers.onnx_form): each direction's sum over its own bases,
+                # without first copying both sets into one [2B, N, H, W, 2] array.
+                dir_bases = (bases, bases_b)
+            else:
+                dir_bases = self._directional_bases(bases, bases_b, b)
             coeffs = met(feats, dir_bases, train)
         flow = combine_directional(coeffs, dir_bases)
 
@@ -153,7 +159,8 @@ class CamFlow(nn.Module):
         if sl is None:
             trans = jnp.zeros_like(flow)
         else:
-            trans = combine_directional(coeffs[:, sl], dir_bases[:, sl])
+            sliced = tuple(x[:, sl] for x in dir_bases) if isinstance(dir_bases, tuple) else dir_bases[:, sl]
+            trans = combine_directional(coeffs[:, sl], sliced)
 
         out = {
             "flow_f": flow[:b], "coeffs_f": coeffs[:b], "trans_f": trans[:b],
@@ -298,7 +305,15 @@ def preprocess(images: Any, height: int, width: int, channel_order: str = "rgb")
     std = np.array(IMAGE_STD_BGR, np.float32)
     if channel_order == "rgb":
         mean, std = mean[::-1], std[::-1]
-    gray = device.channel_mean((x - mean) / std)
+    if onnx_form_active():
+        # The same affine map as one product with a [3, 1] weight (ONNX MatMul): the export's
+        # form (layers.onnx_form); six full-size elementwise kernels and three slices otherwise.
+        c = x.shape[-1]
+        weight = (1.0 / (c * std.astype(np.float64))).astype(np.float32)[:, None]
+        offset = np.float32(-np.sum(mean.astype(np.float64) / std.astype(np.float64)) / c)
+        gray = jnp.matmul(x, weight) + offset
+    else:
+        gray = device.channel_mean((x - mean) / std)
     if gray.shape[-3:-1] != (height, width):
         gray = device.resize_image(gray, int(height), int(width))
     return gray

@@ -17,8 +17,11 @@ policy decides, :mod:`camflow_jax.models.precision`).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import flax.linen as nn
@@ -34,6 +37,37 @@ BN_MOMENTUM = 0.9  # Flax convention: running = m * running + (1 - m) * batch (P
 PAD1 = ((1, 1), (1, 1))
 
 
+_ONNX_FORM = contextvars.ContextVar("camflow_jax_onnx_form", default=False)
+
+
+@contextlib.contextmanager
+def onnx_form(enabled: bool = True) -> Iterator[None]:
+    """While tracing inside this context, the modules write a few steps in the form ONNX Runtime
+    runs fastest, with the same math (the ONNX export, :mod:`camflow_jax.export.network`; never
+    used for training or by the Predictor):
+
+    * :func:`gelu` divides by sqrt 2 and multiplies by 1/2 last, the pattern ONNX Runtime fuses
+      into one ``Gelu`` kernel (it does not fuse the multiply-by-1/sqrt 2 form);
+    * :class:`Conv3x3` is one convolution for every channel count (ONNX ``Conv``), not the
+      elementwise forms of thin convolutions that suit XLA;
+    * :func:`camflow_jax.models.swin.softmax_attend` normalises with ``jax.nn.softmax`` (ONNX
+      ``Softmax``) before the product.
+
+    Each differs from the default form by float32 rounding only (tests/test_export.py holds the
+    exported flows to the JAX network's).
+    """
+    token = _ONNX_FORM.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _ONNX_FORM.reset(token)
+
+
+def onnx_form_active() -> bool:
+    """Whether :func:`onnx_form` is in effect (read at trace time)."""
+    return _ONNX_FORM.get()
+
+
 def gelu(x: jax.Array) -> jax.Array:
     """Exact GELU x * Phi(x) = x/2 * (1 + erf(x / sqrt 2)), the formula of ``torch.nn.GELU()``.
 
@@ -42,6 +76,8 @@ def gelu(x: jax.Array) -> jax.Array:
     erf form is cheaper on CPU and agrees with it to float32 rounding (at most 1e-6 apart on
     [-10, 10]).
     """
+    if onnx_form_active():
+        return x * (1.0 + jax.lax.erf(x / jnp.asarray(1.4142135623730951, x.dtype))) * jnp.asarray(0.5, x.dtype)
     return 0.5 * x * (1.0 + jax.lax.erf(x * 0.7071067811865476))
 
 
@@ -115,7 +151,9 @@ class Conv3x3(nn.Module):
         x = x.astype(self.dtype)
         b, h, w, _ = x.shape
         ho, wo = (h - 1) // s + 1, (w - 1) // s + 1
-        if cin == 1:
+        if onnx_form_active():
+            y = _conv3x3(x, kernel, s, self.precision)
+        elif cin == 1:
             xp = jnp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
             y = sum(xp[:, i:i + s * (ho - 1) + 1:s, j:j + s * (wo - 1) + 1:s] * kernel[i, j, 0]
                     for i in range(3) for j in range(3))

@@ -89,12 +89,18 @@ class CoefficientHead(nn.Module):
 def combine_directional(coeffs: jax.Array, bases: jax.Array) -> jax.Array:
     """sum_k w_k b_k for the batched two-direction layout.
 
-    coeffs ``[2B, N]``; bases ``[1, N, H, W, 2]`` (shared) or ``[2B, N, H, W, 2]``.
+    coeffs ``[2B, N]``; bases ``[1, N, H, W, 2]`` (shared) or ``[2B, N, H, W, 2]``, or the pair
+    ``(bases_f, bases_b)`` of ``[B, N, H, W, 2]`` each (the forward rows combine the first, the
+    backward rows the second: the same sums without concatenating the sets).
     Returns ``[2B, H, W, 2]`` float32, at HIGHEST precision whatever the network's policy: the
     flows are outputs (a TF32 sum of bases spanning tens of pixels is off by ~1e-2 px), and the
     product, N multiply-adds per pixel, is bound by reading the bases, not by arithmetic.
     """
     coeffs, hi = coeffs.astype(jnp.float32), jax.lax.Precision.HIGHEST
+    if isinstance(bases, tuple):
+        half = coeffs.shape[0] // 2
+        return jnp.concatenate([combine_directional(coeffs[:half], bases[0]),
+                                combine_directional(coeffs[half:], bases[1])], axis=0)
     if bases.shape[0] == 1:
         return jnp.einsum("bn,nhwc->bhwc", coeffs, bases[0].astype(jnp.float32), precision=hi)
     return jnp.einsum("bn,bnhwc->bhwc", coeffs, bases.astype(jnp.float32), precision=hi)

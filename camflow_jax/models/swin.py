@@ -23,7 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from camflow_jax.models.layers import Dtype, Mlp, batch_norm, conv3x3, dense, kaiming_normal, layer_norm
+from camflow_jax.models.layers import (Dtype, Mlp, batch_norm, conv3x3, dense, kaiming_normal, layer_norm,
+                                       onnx_form_active)
 
 MASK_VALUE = -100.0
 
@@ -62,8 +63,12 @@ def softmax_attend(logits: jax.Array, v: jax.Array, precision: Any = None) -> ja
 
     ``logits [..., n, m]`` (float32), ``v [..., m, d]``: (exp(l - max l) @ v) / sum exp(l - max l)
     is the softmax-weighted sum; dividing the [n, d] result instead of the [n, m] weights saves
-    a pass over the (large) attention matrix.
+    a pass over the (large) attention matrix. Under :func:`camflow_jax.models.layers.onnx_form`
+    the weights are normalised first (``jax.nn.softmax``: one ONNX ``Softmax`` kernel).
     """
+    if onnx_form_active():
+        p = jax.nn.softmax(logits, axis=-1)
+        return jnp.einsum("...nm,...md->...nd", p.astype(v.dtype), v, precision=precision).astype(v.dtype)
     logits = logits - jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
     e = jnp.exp(logits)
     out = jnp.einsum("...nm,...md->...nd", e.astype(v.dtype), v, precision=precision)
@@ -71,7 +76,12 @@ def softmax_attend(logits: jax.Array, v: jax.Array, precision: Any = None) -> ja
 
 
 def _window_logits(q, k, bias, mask, precision):
-    logits = jnp.einsum("bwhnd,bwhmd->bwhnm", q, k, precision=precision).astype(jnp.float32) + bias
+    logits = jnp.einsum("bwhnd,bwhmd->bwhnm", q, k, precision=precision).astype(jnp.float32)
+    if onnx_form_active() and mask is not None:
+        # The export's form (layers.onnx_form): bias and mask summed first ([nW, heads, N, N],
+        # constants of the export, folded by ONNX Runtime), one add over the logits instead of two.
+        return logits + (bias[None] + mask[:, None])
+    logits = logits + bias
     return logits if mask is None else logits + mask[None, :, None]
 
 
