@@ -19,8 +19,12 @@ exit 130 / 143 with nothing written.
 from __future__ import annotations
 
 if __name__ == "__main__":
+    # signals handled from the first moment, as every entry point (camflow_jax/io/interrupt.py)
+    from camflow_jax.io import interrupt
+    interrupt.block()  # pending, not lost, until install() (also across the re-execution)
     from camflow_jax.cli import runtime
     runtime.use_huge_pages()
+    interrupt.install()
 
 import argparse
 import sys
@@ -82,6 +86,7 @@ def _run(args) -> int:
         raise ValueError(f"--lr must be > 0, got {args.lr:g}")
     from camflow_jax.adaptation import run
     from camflow_jax.adaptation.finetune import AdaptConfig
+    from camflow_jax.io import interrupt
 
     config = AdaptConfig(learning_rate=args.lr, trainable=args.trainable, max_steps=args.steps,
                          synthetic_batch=0 if args.no_synthetic else AdaptConfig().synthetic_batch)
@@ -89,7 +94,8 @@ def _run(args) -> int:
     report = run.adapt(args.inputs, args.out, checkpoint=args.checkpoint, minutes=args.minutes,
                        max_frames=args.max_frames, overwrite=args.overwrite, config=config,
                        holdout=args.holdout, split_by_time=args.split_by_time,
-                       cache_dir=None if args.no_cache else "default", progress=not args.quiet, log=log)
+                       cache_dir=None if args.no_cache else "default", progress=not args.quiet, log=log,
+                       stop=interrupt.check)
     print(f"wrote {args.out} (use it with --checkpoint {args.out}); report in {args.out}/{run.REPORT}")
     before, after = report["heldout_error_before_px"], report["heldout_error_after_px"]
     if before is not None and after is not None and after > before:

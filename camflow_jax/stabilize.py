@@ -221,8 +221,11 @@ def _adapt_first(args, has_motion: bool, stack) -> None:
     folder = stack.enter_context(atomic.scratch_folder("camflow-adapt-"))
     log = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     loaded = adapt_run.load_model(args.checkpoint)
+    from camflow_jax.io import interrupt
+
     variables, model_config, report = adapt_run.adapt_clips(clips, checkpoint=args.checkpoint, minutes=minutes,
-                                                            model=loaded, progress=not args.quiet, log=log)
+                                                            model=loaded, progress=not args.quiet, log=log,
+                                                            stop=interrupt.check)
     adapt_run.save(folder, variables, model_config, loaded[2], report, overwrite=True)
     args.checkpoint = folder
 

@@ -12,7 +12,7 @@ from test_train import _losses
 from tools.bench import architecture
 
 ROOT = Path(__file__).resolve().parents[1]
-CLIS = {"camflow_jax.train", "camflow_jax.estimate", "camflow_jax.evaluate", "camflow_jax.stabilize",
+CLIS = {"camflow_jax.train", "camflow_jax.estimate", "camflow_jax.evaluate", "camflow_jax.stabilize", "camflow_jax.adapt",
         "camflow_jax.export.__main__"}
 #: The layers: each folder (or file) directly in the package and its rank. An import between two
 #: of them must point to a lower rank (same rank: no import either way), so no folder-level
@@ -33,7 +33,8 @@ FOLDER_RANKS = {
     "evaluation": 7, "stabilization": 7,
     "training": 8, "cli": 8,
     "export": 9,
-    "train": 10, "estimate": 10, "evaluate": 10, "stabilize": 10,
+    "adaptation": 6,
+    "train": 10, "estimate": 10, "evaluate": 10, "stabilize": 10, "adapt": 10,
     "camflow_jax": 11,
 }
 #: Files over this many lines are reported (a warning, not a failure: split where a concept has a

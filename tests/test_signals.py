@@ -23,7 +23,7 @@ from camflow_jax.io import interrupt
 
 REPO = Path(__file__).resolve().parents[1]
 ENTRY_MODULES = ["camflow_jax/estimate.py", "camflow_jax/stabilize.py", "camflow_jax/evaluate.py",
-                 "camflow_jax/train.py", "camflow_jax/export/__main__.py"]
+                 "camflow_jax/train.py", "camflow_jax/export/__main__.py", "camflow_jax/adapt.py"]
 TRAIN = ["--config=configs/smoke.py", "--config.batch_size=4", "--config.data.num_eval=0",
          "--config.data.num_train=8", "--config.model.depths=(1,)", "--config.model.layer_depth=(1,)",
          "--config.model.num_heads=(2,)", "--config.model.width=64"]
@@ -67,6 +67,7 @@ COMMANDS = {
                   "--out=out"], ["out"]),
     "export": (["camflow_jax.export", "-o", "out"], ["out"]),
     "train": (["camflow_jax.train", "--workdir=out"] + TRAIN, ["out/checkpoints"]),
+    "adapt": (["camflow_jax.adapt", "in.avi", "-o", "out", "--steps", "3", "-q"], ["out"]),
 }
 
 
@@ -106,7 +107,7 @@ def _check(tmp_path, name, sig, rc, err, took, within=15.0, what=None):
 # Default tier: each command once, the signal during its imports (about a second each).
 @pytest.mark.parametrize("name,delay,sig", [
     ("estimate", 0.05, signal.SIGINT), ("stabilize", 0.3, signal.SIGTERM), ("evaluate", 0.8, signal.SIGINT),
-    ("export", 0.3, signal.SIGTERM), ("train", 0.8, signal.SIGINT)])
+    ("export", 0.3, signal.SIGTERM), ("train", 0.8, signal.SIGINT), ("adapt", 0.3, signal.SIGINT)])
 def test_a_signal_in_the_first_second_ends_the_run(tmp_path, name, delay, sig):
     """Bad (issue 63): a Ctrl-C in the first second was swallowed ("Exception ignored in
     _xla_gc_callback") and the run went on to exit 0 (estimate, train) or, its handler having set
