@@ -206,3 +206,58 @@ def test_the_cli_refuses_bad_input_in_one_line(tmp_path):
 def test_read_clips_names_the_input(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope"):
         read_clips([tmp_path / "nope"])
+
+
+def test_the_selftrain_config_is_checked_naming_the_key():
+    from camflow_jax import configs
+    from camflow_jax.training import loop
+
+    c = configs.load("selftrain")
+    with pytest.raises(ValueError, match="selftrain.footage is empty"):
+        loop.validate_config(c)
+    c.selftrain.footage = "clips/"
+    for key, value, words in (("minutes", 0.0, "selftrain.minutes must be a finite number > 0"),
+                              ("holdout", 1.0, "selftrain.holdout must be a share"),
+                              ("trainable", "most", "selftrain.trainable must be one of")):
+        bad = c.copy_and_resolve_references()
+        bad.selftrain[key] = value
+        with pytest.raises(ValueError, match=words):
+            loop.validate_config(bad)
+
+
+def test_footage_inputs_finds_videos_and_frame_folders(tmp_path):
+    import cv2
+
+    from camflow_jax.adaptation.footage import footage_inputs
+
+    (tmp_path / "b_frames").mkdir()
+    cv2.imwrite(str(tmp_path / "b_frames" / "0.png"), np.zeros((8, 8, 3), np.uint8))
+    (tmp_path / "a.mp4").write_bytes(b"")
+    (tmp_path / "notes.txt").write_text("x")
+    assert footage_inputs(tmp_path) == [str(tmp_path / "a.mp4"), str(tmp_path / "b_frames")]
+    assert footage_inputs(tmp_path / "b_frames") == [str(tmp_path / "b_frames")]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="holds no video"):
+        footage_inputs(tmp_path / "empty")
+
+
+@pytest.mark.slow  # two rounds of labels and fine-tuning (~3 min on 2 cores)
+def test_selftraining_rounds_through_the_training_entry(clip, tmp_path):
+    import cv2
+
+    from camflow_jax import configs
+    from camflow_jax.models import checkpoint as ckpt
+    from camflow_jax.training import loop
+
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for t, f in enumerate(clip.frames):
+        cv2.imwrite(str(folder / f"{t:03d}.png"), f[..., ::-1])
+    c = configs.load("selftrain")
+    c.selftrain.footage, c.selftrain.minutes, c.selftrain.synthetic_batch = str(folder), 1.2, 0
+    summary = loop.train_and_evaluate(c, tmp_path / "wd")
+    assert [r["round"] for r in summary["selftrain"]] == [1, 2]
+    for r in (1, 2):
+        ckpt.load_model(tmp_path / "wd" / f"round_{r}")  # each round's model loads
+    ckpt.load_model(tmp_path / "wd")
+    assert (tmp_path / "wd" / "selftrain.json").is_file()

@@ -13,7 +13,7 @@ import numpy as np
 
 from camflow_jax.io.video import FrameSource
 
-__all__ = ["Clip", "read_clips", "clip_pairs", "split_pairs", "MIN_FRAMES"]
+__all__ = ["Clip", "read_clips", "clip_pairs", "split_pairs", "footage_inputs", "MIN_FRAMES"]
 
 #: A clip needs this many frames (two pairs) to give a pair to learn from and one to hold out.
 MIN_FRAMES = 3
@@ -52,6 +52,31 @@ def read_clips(inputs, max_frames: int | None = None) -> list[Clip]:
     if not clips:
         raise ValueError("no footage given")
     return clips
+
+
+def footage_inputs(path) -> list[str]:
+    """The clips of ``path``: a video file, a folder of frames (one clip), or a folder of videos
+    and frame folders (each one clip, in name order). ValueError when it holds none."""
+    from camflow_jax.io.video import IMAGE_EXTENSIONS, is_video_path
+
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"footage not found: {path}")
+    if not os.path.isdir(path):
+        return [path]
+    names = sorted(n for n in os.listdir(path) if not n.startswith("."))
+    if any(os.path.splitext(n)[1].lower() in IMAGE_EXTENSIONS for n in names):
+        return [path]
+    found = []
+    for n in names:
+        p = os.path.join(path, n)
+        if os.path.isdir(p) and any(os.path.splitext(m)[1].lower() in IMAGE_EXTENSIONS for m in os.listdir(p)):
+            found.append(p)
+        elif os.path.isfile(p) and is_video_path(p):
+            found.append(p)
+    if not found:
+        raise ValueError(f"{path} holds no video and no folder of frames")
+    return found
 
 
 def clip_pairs(clips: list[Clip], gap: int = 1) -> list[tuple[int, int, int]]:

@@ -23,7 +23,7 @@ from camflow_jax.adaptation.footage import Clip, clip_pairs, read_clips, split_p
 from camflow_jax.io import atomic
 from camflow_jax.io.atomic import strict_json
 
-__all__ = ["adapt", "adapt_clips", "self_train", "load_model", "heldout_error", "OWNED", "REPORT",
+__all__ = ["adapt", "adapt_clips", "self_train", "self_train_config", "load_model", "heldout_error", "OWNED", "REPORT",
            "DEFAULT_MINUTES", "RESERVE_SECONDS"]
 
 #: The files an adapted checkpoint folder holds (replaced together; other files are left alone).
@@ -192,34 +192,52 @@ def adapt(inputs, out_dir, *, checkpoint=None, minutes: float = DEFAULT_MINUTES,
     return report
 
 
-def self_train(inputs, out_dir, *, rounds: int = 2, checkpoint=None, minutes: float = DEFAULT_MINUTES,
+def self_train(clips: list[Clip], out_dir, *, rounds: int = 2, checkpoint=None, minutes: float = DEFAULT_MINUTES,
                evaluate=None, log=print, **kwargs) -> list[dict]:
     """Label -> train -> relabel: round r adapts the model of round r - 1 (the first: of
-    ``checkpoint``) to ``inputs``, its labels made by that model refined. Each round's model is
-    saved as ``out_dir/round_<r>`` and the last also as ``out_dir`` itself. ``evaluate``: a
-    callable ``(model, variables) -> dict`` of held-out numbers (e.g. on Aloe and shaken clips),
-    called for the start and after each round. Returns each round's report (with
-    ``evaluation``)."""
+    ``checkpoint``, None: shipped) to ``clips``, with labels made by that model refined (a better
+    start for the refinement, so the labels may improve). Round r's model is saved as
+    ``out_dir/round_<r>``, the last also as ``out_dir`` itself. ``evaluate``: an optional
+    callable ``(model, variables) -> dict`` of held-out numbers, called for the start and after
+    each round. ``kwargs``: as :func:`adapt_clips` (the held-out pairs and the fine-tuning
+    settings, the same every round). Returns each round's report."""
+    from camflow_jax.predictor import Predictor
+
     out = Path(os.fspath(out_dir))
-    clips = read_clips([os.fspath(p) for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)],
-                       kwargs.pop("max_frames", None))
     loaded = load_model(checkpoint)
     reports = []
-    start_eval = None if evaluate is None else evaluate(loaded[0], loaded[1])
+    previous = None if evaluate is None else evaluate(loaded[0], loaded[1])
     for r in range(1, int(rounds) + 1):
         log(f"self-training round {r}/{rounds}")
         variables, model_config, report = adapt_clips(clips, checkpoint=checkpoint, minutes=minutes, model=loaded,
                                                       log=log, **kwargs)
         report["round"] = r
-        report["evaluation_before"] = start_eval if r == 1 else reports[-1].get("evaluation")
         if evaluate is not None:
-            report["evaluation"] = evaluate(loaded[0], variables)
+            report["evaluation_before"], report["evaluation"] = previous, evaluate(loaded[0], variables)
+            previous = report["evaluation"]
             log(f"round {r}: {json.dumps(report['evaluation'])}")
         save(out / f"round_{r}", variables, model_config, loaded[2], report, overwrite=True)
         reports.append(report)
-        from camflow_jax.predictor import Predictor
-
-        loaded = (loaded[0], variables, loaded[2], model_config,
-                  Predictor(loaded[0], variables, loaded[2], model_config))
+        loaded = (loaded[0], variables, loaded[2], model_config, Predictor(loaded[0], variables, loaded[2], model_config))
     save(out, loaded[1], loaded[3], loaded[2], reports[-1], overwrite=True)
+    summary = [{k: rep.get(k) for k in ("round", "teacher_kept", "heldout_error_before_px", "heldout_error_after_px",
+                                        "ratio", "steps", "total_seconds", "evaluation_before", "evaluation")}
+               for rep in reports]
+    (out / "selftrain.json").write_text(strict_json(summary, nonfinite="null", indent=2))
     return reports
+
+
+def self_train_config(config, workdir, log=print) -> list[dict]:
+    """:func:`self_train` as a training config asks for it (``config.selftrain``, configs/selftrain.py):
+    the footage of ``selftrain.footage`` (:func:`camflow_jax.adaptation.footage.footage_inputs`),
+    ``init_from`` (empty: the shipped model), each clip's last ``holdout`` share scored and never
+    learned from."""
+    from camflow_jax.adaptation.footage import footage_inputs
+
+    st = config.selftrain
+    clips = read_clips(footage_inputs(st.footage), int(st.max_frames))
+    adapt_cfg = ft.AdaptConfig(learning_rate=float(st.learning_rate), trainable=str(st.trainable),
+                               synthetic_batch=int(st.synthetic_batch), seed=int(config.seed))
+    return self_train(clips, workdir, rounds=int(st.rounds), checkpoint=config.init_from or None,
+                      minutes=float(st.minutes), log=log, config=adapt_cfg, holdout=float(st.holdout),
+                      split_by_time=True)

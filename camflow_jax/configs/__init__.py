@@ -11,6 +11,7 @@ that the two folders name the same configs). From an installed package:
 - ``synthetic``: the embedded default run, sized for a 2-core CPU.
 - ``pretrained``: the shipped model's recipe at 320x576, full width, for one GPU.
 - ``pretrained_cpu``: the same recipe narrowed to 128x256 for a CPU: the model shipped now.
+- ``selftrain``: rounds of self-training on a folder of footage, the refined model as teacher.
 - ``smoke``: seconds-long installation check.
 
 ``common`` holds what they share (helpers, not a config).

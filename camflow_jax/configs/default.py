@@ -95,4 +95,18 @@ def get_config() -> ml_collections.ConfigDict:
     c.checkpoint_every = 500
     c.keep_checkpoints = 3
     c.eval_baselines = ("identity", "sift_magsac")  # held-out rows: camflow_jax.estimators.registry names
+
+    # Self-training (configs/selftrain.py; docs/adaptation.md): rounds > 0 turns the run into
+    # rounds of label (the refined model of init_from, or the shipped one) -> fine-tune -> relabel
+    # on the footage, instead of training on c.data.
+    c.selftrain = ml_collections.ConfigDict(dict(
+        rounds=0,               # 0: ordinary training
+        footage="",             # a video, a folder of frames, or a folder of videos / frame folders
+        max_frames=300,         # frames read from each input
+        minutes=4.5,            # each round's budget, labels included
+        learning_rate=3e-4,
+        trainable="all",        # camflow_jax.adaptation.finetune.TRAINABLE
+        synthetic_batch=2,      # synthetic pairs per step, against forgetting (0: none)
+        holdout=0.25,           # the last share of each clip: scored, never learned from
+    ))
     return c

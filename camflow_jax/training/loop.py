@@ -24,6 +24,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from camflow_jax import configs, models
+from camflow_jax.adaptation import run as adaptation
 from camflow_jax.compilation import cache as compile_cache
 from camflow_jax.data import datasets, pipeline
 from camflow_jax.estimators import registry
@@ -143,6 +144,7 @@ def validate_config(config) -> None:
         raise ValueError(f"data.read_nice must be in 0..19 (0 = the trainer's priority), got {config.data.read_nice}")
     pipeline.resolve_num_workers(config.data.num_workers)  # >= 0, or -1 (auto): else a ValueError
     validate_render(config.data)
+    validate_selftrain(config.selftrain)
     if config.get("stop_after_seconds", 0) < 0:
         raise ValueError("stop_after_seconds must be >= 0 (0 = no limit)")
     for name in config.eval_baselines:
@@ -153,6 +155,29 @@ def validate_config(config) -> None:
 
 
 RENDER_MODES = ("host", "device")
+
+
+def validate_selftrain(st) -> None:
+    """``selftrain`` (configs/default.py): one line naming the key that is off."""
+    from camflow_jax.adaptation.finetune import TRAINABLE
+
+    if st.rounds < 0:
+        raise ValueError(f"config key selftrain.rounds must be >= 0 (0 = ordinary training), got {st.rounds}")
+    if not st.rounds:
+        return
+    if not st.footage:
+        raise ValueError("config key selftrain.footage is empty: give the video, frame folder or folder of clips "
+                         "to self-train on (--config.selftrain.footage=DIR)")
+    for key in ("minutes", "learning_rate"):
+        v = st[key]
+        if not (np.isfinite(v) and v > 0):
+            raise ValueError(f"config key selftrain.{key} must be a finite number > 0, got {v!r}")
+    if not 0 < st.holdout < 1:
+        raise ValueError(f"config key selftrain.holdout must be a share in (0, 1), got {st.holdout!r}")
+    if st.max_frames < 3 or st.synthetic_batch < 0:
+        raise ValueError("config keys selftrain.max_frames must be >= 3 and selftrain.synthetic_batch >= 0")
+    if st.trainable not in TRAINABLE:
+        raise ValueError(f"config key selftrain.trainable must be one of {sorted(TRAINABLE)}, got {st.trainable!r}")
 
 
 def validate_render(data) -> None:
@@ -233,6 +258,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir, stop: Gracefu
     validate_config(config)
     workdir = Path(workdir).absolute()
     workdir_lib.prepare(workdir)
+    if config.selftrain.rounds:  # rounds of label -> fine-tune -> relabel (configs/selftrain.py)
+        with workdir_lib.locked(workdir, enabled=is_main):
+            reports = adaptation.self_train_config(config, workdir, log=workdir_lib.log)
+        return {"selftrain": [{k: r.get(k) for k in ("round", "heldout_error_before_px", "heldout_error_after_px")}
+                              for r in reports], "wall_seconds": time.time() - t_start}
     stop = stop if stop is not None else GracefulStop()  # not entered: never requested
     with workdir_lib.locked(workdir, enabled=is_main):
         model_config = model_config_from(config)
