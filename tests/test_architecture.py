@@ -201,3 +201,12 @@ def test_the_package_re_exports_its_supported_names_lazily():
     code = ("import sys, camflow_jax; print(sorted(m for m in ('jax', 'flax', 'cv2', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert out.strip() == "[]", out
+
+
+def test_the_geometry_package_names_every_submodule_it_loads_lazily():
+    """``from camflow_jax.geometry import photometric`` once fell through to the JAX module (not
+    listed as a submodule), so the stabilizer's default run imported JAX."""
+    from camflow_jax import geometry
+
+    files = {p.stem for p in (ROOT / "camflow_jax" / "geometry").glob("*.py") if p.stem != "__init__"}
+    assert files == set(geometry._SUBMODULES)

@@ -11,6 +11,7 @@
 * :mod:`.classical`: the OpenCV estimators (SIFT/ORB with RANSAC/MAGSAC, DIS, ECC).
 * :mod:`.background`: the background's motion where a foreground object moves against it
   (tracks seeded by a dense flow, a two-motion RANSAC), for the stabilizer's camflow.
+* :mod:`.photometric`: exposure differences between two images and matching one to the other (numpy).
 * :mod:`.plausibility`: whether an estimated motion explains the pair at all (the checks the
   estimators and the :class:`~camflow_jax.predictor.Predictor` report).
 """
@@ -22,7 +23,7 @@ def _device():
     return importlib.import_module("camflow_jax.geometry.device")
 
 
-_SUBMODULES = ("device", "host", "checks", "classical", "background", "plausibility")
+_SUBMODULES = ("device", "host", "checks", "classical", "background", "photometric", "plausibility")
 
 
 def __getattr__(name: str):

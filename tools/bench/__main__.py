@@ -17,6 +17,7 @@ import sys
 
 #: Mode -> what it measures. The mode is the module's name in this package.
 MODES = {
+    "adaptation": "test-time adaptation and self-training against exact motion (shaken clips, Aloe, the benchmark)",
     "benchmark": "speed, FLOPs and memory: --mode infer | train | all | refine | refine_batch | roofline | "
                  "flows_only | release | profile | export",
     "precision_compare": "the network's precision policies (exact | default | bfloat16): accuracy and speed",

@@ -60,6 +60,9 @@ def main(argv=None) -> int:
     p.add_argument("--ecc-score", action="store_true",
                    help="also score every output with ECC-refined homographies (precise on dark, noisy or "
                         "blurred clips; docs/stabilization.md)")
+    p.add_argument("--adapt-minutes", type=harness.finite_float, default=None, metavar="M",
+                   help="add a row camflow+adapt per clip: the network adapted to that clip first "
+                        "(camflow_jax.adaptation, M minutes, labels included), as stabilize --adapt does")
     p.add_argument("--out", help="JSON file for all rows")
     args = p.parse_args(argv)
     compile_cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
@@ -91,6 +94,8 @@ def main(argv=None) -> int:
         rows = benchmark.compare_with_vidstab(named, factories, vidstab=not args.no_vidstab, floor=args.floor,
                                               ecc=args.ecc_score,
                                               log=lambda m: print(m, file=sys.stderr, flush=True))
+        if args.adapt_minutes:
+            rows += _adapted_rows(named, args, benchmark, est_lib)
         print(benchmark.comparison_table(rows))
         print(f"load average before: {load0}, after: {benchmark.load_average()}")
         if args.out:
@@ -100,6 +105,31 @@ def main(argv=None) -> int:
         return 0
 
     return harness.run_cli(body)
+
+
+def _adapted_rows(named: dict, args, benchmark, est_lib) -> list[dict]:
+    """camflow with the network adapted to each clip before it stabilizes that clip."""
+    import tempfile
+
+    from camflow_jax.adaptation import run as adapt_run
+    from camflow_jax.adaptation.footage import Clip
+
+    rows = []
+    loaded = adapt_run.load_model(args.checkpoint)
+    for cname, clip in named.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            variables, model_config, report = adapt_run.adapt_clips(
+                [Clip(cname, clip.frames[:300])], minutes=args.adapt_minutes, model=loaded, progress=False,
+                log=lambda m: print(m, file=sys.stderr, flush=True))
+            adapt_run.save(tmp, variables, model_config, loaded[2], report, overwrite=True)
+            factory = est_lib.make_estimator("camflow", checkpoint=tmp).fresh
+            for row in benchmark.compare_with_vidstab({cname: clip}, {"camflow+adapt": factory}, vidstab=False,
+                                                      log=lambda m: print(m, file=sys.stderr, flush=True)):
+                row.update(adapt_seconds=report["total_seconds"], adapt_steps=report["steps"],
+                           adapt_heldout_before_px=report["heldout_error_before_px"],
+                           adapt_heldout_after_px=report["heldout_error_after_px"])
+                rows.append(row)
+    return rows
 
 
 if __name__ == "__main__":
