@@ -17,7 +17,7 @@ StableHLO artifact, compiled here, gives the JAX reference; ONNX Runtime's flows
 it to :data:`FLOW_TOLERANCE_PX`, or nothing is written.
 
 The depth-basis builder is exported as StableHLO only: jax2onnx does not convert it (docs/export.md,
-"What does not convert"); ``manifest.json`` states its steps for a port.
+"What converts, what does not, and what was done"); ``manifest.json`` states its steps for a port.
 """
 
 from __future__ import annotations
