@@ -526,6 +526,9 @@ class Predictor:
         cfg = self.refine_config if refine is None else self._refine_setting(
             refine, self.refine_config or refine_lib.RefineConfig())
         conf = self.confidence if confidence is None else bool(confidence)
+        if batch_size is not None and (isinstance(batch_size, (bool, np.bool_)) or not float(batch_size).is_integer()
+                                       if isinstance(batch_size, (int, float, np.number)) else True):
+            raise ValueError(f"batch_size must be a whole number of pairs, got {batch_size!r}")
         bs = BATCH_SIZE if batch_size is None else int(batch_size)
         if bs < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size!r}")

@@ -97,3 +97,28 @@ def test_a_blurred_image_2_gets_a_note_and_a_sharp_one_none():
     assert plausibility.texture_note(x, x.copy()) is None
     note = plausibility.texture_note(x, cv2.GaussianBlur(x, (0, 0), 4.0))
     assert note and note.startswith("image 2 is much blurrier")
+
+
+def test_a_scaling_display_matrix_is_named_as_a_scale_not_a_minus_zero_turn(monkeypatch):
+    """POOR (issue 63): a scaling display matrix was refused as "turns the picture by -0.0 degrees"."""
+    from camflow_jax.io import orientation
+
+    monkeypatch.setattr(orientation, "display_matrix", lambda frame, stream: np.array([[-2.0, 0.0], [0.0, -2.0]]) * -1)
+    with pytest.raises(ValueError) as e:
+        orientation.orientation(None, None, "clip.mp4")
+    assert "scales the picture by 2 x 2" in str(e.value) and "-0.0" not in str(e.value)
+    monkeypatch.setattr(orientation, "display_matrix",
+                        lambda frame, stream: np.array([[np.cos(0.8), np.sin(0.8)], [-np.sin(0.8), np.cos(0.8)]]))
+    with pytest.raises(ValueError, match="turns the picture by 45.8 degrees"):
+        orientation.orientation(None, None, "clip.mp4")
+
+
+def test_predict_batch_refuses_a_fractional_batch_size():
+    """POOR (issue 63): ``predict_batch(batch_size=1.5)`` was taken as 1."""
+    from camflow_jax.predictor import Predictor
+
+    pred = Predictor.from_pretrained(refine=False)
+    img = np.zeros((64, 128, 3), np.uint8)
+    for bad in (1.5, "2", True):
+        with pytest.raises(ValueError, match="batch_size must be a whole number"):
+            pred.predict_batch([img], [img], batch_size=bad)

@@ -52,9 +52,11 @@ def orientation(frame, stream, path: str) -> tuple | None:
     signed_permutation = ((ones <= 1).all() and ones.sum(axis=0).tolist() == [1, 1]
                           and ones.sum(axis=1).tolist() == [1, 1])
     if not (np.allclose(r, q, atol=1e-3) and signed_permutation):
-        angle = np.degrees(np.arctan2(-r[1, 0], r[0, 0]))
-        raise ValueError(f"{path}: its display matrix turns the picture by {angle:.1f} degrees, "
-                         "not a multiple of 90 (or scales it): re-encode it upright first "
+        angle = float(np.degrees(np.arctan2(-r[1, 0], r[0, 0]))) + 0.0  # + 0.0: no "-0.0"
+        sx, sy = np.hypot(r[0, 0], r[1, 0]), np.hypot(r[0, 1], r[1, 1])
+        what = (f"scales the picture by {sx:.3g} x {sy:.3g}" if abs(round(angle, 1)) % 90 == 0
+                else f"turns the picture by {angle:.1f} degrees, not a multiple of 90")
+        raise ValueError(f"{path}: its display matrix {what}: re-encode it upright first "
                          "(ffmpeg -i IN -c:a copy OUT.mp4 applies the display matrix)")
     q = q.astype(int)
     if (q == np.eye(2, dtype=int)).all():

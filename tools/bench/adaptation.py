@@ -93,14 +93,15 @@ def aloe(pred: Predictor) -> dict:
     return {r["method"]: r["epe"] for r in out["rows"]} if isinstance(out, dict) and "rows" in out else out
 
 
-def bench(variables_dir: str | None, num: int) -> float:
-    """The network alone's mean EPE on the first ``num`` pairs of the synthetic benchmark."""
+def bench(variables_dir: str | None, num: int) -> dict:
+    """The network alone on the first ``num`` pairs of the synthetic benchmark (with depth): the
+    benchmark's AVG row (``epe``: the headline EPE, ``epe_valid``, ...)."""
     from camflow_jax.evaluation.benchmark import evaluate
 
     kw = {} if variables_dir is None else {"checkpoints": f"m={variables_dir}"}
     name = "camflow_net" if variables_dir is None else "camflow_net:m"
     r = evaluate("synthetic", [name], num=num, progress=False, verbose=False, **kw)
-    return float(r["results"][name]["AVG"]["EPE"])
+    return {k: float(v) for k, v in r["results"][name]["AVG"].items()}
 
 
 def main(argv=None) -> int:
@@ -144,7 +145,7 @@ def main(argv=None) -> int:
                                                           "checkpoint": tag})
                     out["bench_net"] = bench(d, a.bench)
         log(f"{tag}: clip net {out['clip']['net']:.3f} refined {out['clip']['refined']:.3f} px"
-            + (f", bench net {out['bench_net']:.3f}" if "bench_net" in out else "")
+            + (f", bench net {out['bench_net']['epe']:.3f}" if "bench_net" in out else "")
             + (f", aloe {out['aloe']}" if "aloe" in out else ""))
         return out
 
