@@ -344,3 +344,24 @@ def test_static_bases_are_computed_once_per_machine(tmp_path, monkeypatch):
     monkeypatch.setenv(cache.DIR_ENV, str(tmp_path))
     path.write_bytes(b"damaged")
     np.testing.assert_array_equal(basis_set.static_bases(cfg), first)  # computed again, same values
+
+
+def test_a_cache_folder_is_bounded_and_the_files_used_longest_ago_go_first(tmp_path):
+    """POOR (issue 63): the cache never evicted programs of older package versions (11 -> 21 MB
+    after one edit). Oracle: file mtimes set by hand and the sizes written."""
+    import os
+
+    from camflow_jax.compilation import cache as cache_lib
+
+    day = cache_lib.TOUCH_AFTER_SECONDS
+    for i, age in enumerate((5 * day, 4 * day, 3 * day, 2 * day, 100)):  # seconds ago: file 0 used longest ago
+        f = tmp_path / f"entry{i}-cache"
+        f.write_bytes(b"x" * 1000)
+        t = f.stat().st_mtime - age
+        os.utime(f, (t, t))
+    (tmp_path / ".partial-tmp").write_bytes(b"y" * 5000)  # a temporary in flight: never removed
+    cache_lib.touch(tmp_path / "entry0-cache")  # just read: now the most recently used
+    removed = cache_lib.prune(tmp_path, 2500, once=False)
+    assert removed == 3000
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".partial-tmp", "entry0-cache", "entry4-cache"]
+    assert cache_lib.prune(tmp_path, 2500, once=True) == 0 and cache_lib.prune(tmp_path, 10, once=True) == 0

@@ -153,6 +153,66 @@ def enable(environ: Mapping[str, str] | None = None) -> str | None:
         return path
 
 
+# ----------------------------------------------------------------------------- size bound
+#: Each cache folder (JAX's programs for this CPU, each kind of the package's files) is kept under
+#: this many bytes: the files used longest ago go first. Programs of an older package version or
+#: another jax are never read again (their keys differ) and age out this way; before, the cache
+#: only grew (11 -> 21 MB after one edit of the package).
+MAX_FOLDER_BYTES = 512 * 1024 * 1024
+_pruned: set = set()
+
+
+#: A file read is marked used (its mtime set to now) only when its mark is older than this: the
+#: recency :func:`prune` needs is a matter of days, and a file's mtime otherwise says when it was
+#: written.
+TOUCH_AFTER_SECONDS = 24 * 3600
+
+
+def touch(path, now: float | None = None) -> None:
+    """Marks a cache file as used now (its mtime, when older than :data:`TOUCH_AFTER_SECONDS`), so
+    :func:`prune` keeps it longer than files nobody reads."""
+    import time
+
+    try:
+        now = time.time() if now is None else now
+        if now - os.stat(path).st_mtime > TOUCH_AFTER_SECONDS:
+            os.utime(path, (now, now))
+    except OSError:
+        pass
+
+
+def prune(folder, max_bytes: int = MAX_FOLDER_BYTES, *, once: bool = True) -> int:
+    """Removes the least recently used files of ``folder`` (by mtime; :func:`touch` marks a use)
+    until the rest fits in ``max_bytes``; hidden temporaries and subfolders are left alone.
+    ``once``: at most once per folder and process (a listing per write would cost more than it
+    saves). Returns the bytes removed; never raises."""
+    key = os.path.abspath(str(folder))
+    if once and key in _pruned:
+        return 0
+    _pruned.add(key)
+    try:
+        entries = []
+        with os.scandir(key) as it:
+            for e in it:
+                if e.is_file(follow_symlinks=False) and not e.name.startswith("."):
+                    st = e.stat(follow_symlinks=False)
+                    entries.append((st.st_mtime, st.st_size, e.path))
+    except OSError:
+        return 0
+    total = sum(size for _, size, _ in entries)
+    removed = 0
+    for _, size, path in sorted(entries):
+        if total <= max_bytes:
+            break
+        try:
+            os.remove(path)
+        except OSError:
+            continue
+        total -= size
+        removed += size
+    return removed
+
+
 # ----------------------------------------------------------------------------- JAX's entries
 def _intact(data: bytes) -> bool:
     """Whether a cache entry decompresses (JAX's compression, whichever it uses)."""
@@ -191,6 +251,7 @@ def _file_cache_class():
             if not _intact(data):
                 _log.debug("damaged compilation cache entry %s: compiling it again", key)
                 return None
+            touch(self._file(key))
             return data
 
         def put(self, key: str, value: bytes) -> None:
@@ -201,6 +262,7 @@ def _file_cache_class():
                 with atomic.atomic_file(self._file(key), record=False) as tmp:
                     with open(tmp, "wb") as fh:
                         fh.write(value)
+                prune(self._path)
             except OSError as e:
                 self._writable = False
                 warn_once(f"cannot store compiled programs ({failure_text(e, self._path)}); compiling without "

@@ -13,7 +13,9 @@ make it from and the payload is whole; anything else (a file from another jax ve
 truncated or damaged file, an unreadable folder) is a miss, and the next :func:`write`
 replaces it. Files are written to a temporary name and renamed into place
 (:func:`camflow_jax.io.atomic.atomic_file`), so concurrent processes each see a whole file or
-none. A write that fails (read-only folder, full disk) costs one warning line per process
+none. Each kind's folder stays under :data:`camflow_jax.compilation.cache.MAX_FOLDER_BYTES`: the
+first write of a process removes the files used longest ago (a read marks a file used), so files
+of older package versions, which no key matches any more, age out. A write that fails (read-only folder, full disk) costs one warning line per process
 (:func:`camflow_jax.compilation.cache.warn_once`) and the process carries on without it.
 """
 
@@ -123,6 +125,7 @@ def read(kind: str, parts: Any) -> bytes | None:
             return None
     except (ValueError, KeyError, TypeError, struct.error):
         return None
+    cache.touch(path)  # used now: the size bound removes the files used longest ago first
     return payload
 
 
@@ -141,6 +144,7 @@ def write(kind: str, parts: Any, payload: bytes) -> bool:
             with open(tmp, "wb") as fh:
                 fh.write(MAGIC + struct.pack("<I", len(header)) + header)
                 fh.write(payload)
+        cache.prune(path.parent)
     except OSError as e:
         cache.warn_once(f"cannot store {kind} ({cache.failure_text(e, path.parent)}); carrying on without it "
                         f"(set {cache.OPT_OUT_ENV}=1 to turn the cache off)")
