@@ -110,7 +110,7 @@ def test_batched_methods_give_the_rows_of_one_pair_at_a_time(monkeypatch):
 
     kw = dict(num=5, seed=1000, size=(64, 128), progress=False, verbose=False)
     one = ev.evaluate("synthetic", "identity,dis", **kw)
-    monkeypatch.setattr(registry._Identity, "batch_size", 2, raising=False)
+    monkeypatch.setattr(type(registry.get("identity")), "batch_size", 2, raising=False)
     calls = []
     many = registry.Estimator.estimate_many
     monkeypatch.setattr(registry.Estimator, "estimate_many",

@@ -155,9 +155,9 @@ def stabilize_video(input_path: str, output_path: str, estimator,
     scratch = None
     try:
         with atomic.scratch_folder("camflow_stabilize_") as scratch:
-            return _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
-                        with_plots, export_motion, motion_path, low_hz, scratch, bar, stamps,
-                        ignore_fingerprint)
+            options = _Options(overwrite, with_metrics, with_plots, export_motion, motion_path, low_hz,
+                               ignore_fingerprint)
+            return _run(source, output_path, estimator, config, paths, options, scratch, bar, stamps)
     except OSError as e:
         err = _scratch_error(e, scratch, need)  # scratch None: the folder could not be made
         if err is e:
@@ -300,54 +300,165 @@ def _first_frame(source) -> np.ndarray | None:
             close()
 
 
-def _run(source, output_path, estimator, config, paths, overwrite, with_metrics, with_plots,
-         export_motion, motion_path, low_hz, scratch, bar, stamps=None,
-         ignore_fingerprint=False) -> dict:
-    input_path = source.path
+@dataclasses.dataclass(frozen=True)
+class _Options:
+    """A run's settings beyond its input, output, estimator and config (:func:`stabilize_video`'s
+    keywords of the same names)."""
+
+    overwrite: bool = False
+    with_metrics: bool = False
+    with_plots: bool = False
+    export_motion: str | None = None
+    motion_path: str | None = None
+    low_hz: float = 1.0
+    ignore_fingerprint: bool = False
+
+
+@dataclasses.dataclass
+class _Log:
+    """What a run reports beside its results: timings (ms per frame by phase), warnings, notes."""
+
+    timings: dict = dataclasses.field(default_factory=dict)
+    warnings: list = dataclasses.field(default_factory=list)
+    notes: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class _Written:
+    """Pass 2's yield: the sink (closed), each frame's border fraction, the fingerprint's frame
+    signatures, the point trackers (``with_plots``) and the seconds spent rendering and tracking."""
+
+    sink: FrameSink
+    borders: list
+    signatures: dict
+    track_in: plots.PointTracker | None
+    track_out: plots.PointTracker | None
+    render_s: float
+    tracking_s: float
+
+
+def _run(source, output_path, estimator, config, paths, options: _Options, scratch, bar, stamps=None) -> dict:
+    """One run in its phases: the motion file (checked against the input), the motion (estimated
+    in pass 1, or loaded), the plan, pass 2 (render and write), the report; every output is moved
+    into place together at the end (:class:`camflow_jax.io.atomic.AtomicOutputs`)."""
     stamps = stamps if stamps is not None else source
-    timings = {}
-    warnings: list[str] = []
-    notes: list[str] = [source.rotation_note] if getattr(source, "rotation_note", None) else []
+    log = _Log(notes=[source.rotation_note] if getattr(source, "rotation_note", None) else [])
     t0 = time.perf_counter()
+    record, check = _open_motion_file(source, options, stamps)
+    motion, kept = _estimate_or_load(source, estimator, config, record, options.motion_path, scratch, bar)
+    n = motion.num_frames
+    log.warnings += _motion_warnings(source, motion, config, output_path)
+    log.timings["estimate_ms_per_frame"] = 1000 * (time.perf_counter() - t0) / n
+    t0 = time.perf_counter()
+    plan, exported, path_report = _plan(source, motion, config, record, options.motion_path,
+                                        options.export_motion, scratch)
+    log.timings["smooth_ms_per_frame"] = 1000 * (time.perf_counter() - t0) / n
+    # Every output goes to a temporary file / folder next to it; all are moved into place, the
+    # video first, when the block ends without an exception (and removed when it ends with one).
+    # Without overwrite the move refuses an output another run created meanwhile.
+    with atomic.AtomicOutputs(options.overwrite) as outputs:
+        if output_kind(output_path) == "video":
+            target = outputs.file(output_path)
+        else:
+            target = outputs.dir(output_path, _is_frame)
+        again = kept.frames() if kept.complete(n) else source  # decoded again only when not kept
+        written = _write_frames(source, target, plan, again, n, check, options, bar)
+        note = pipeline.fallback_note(plan.fallbacks, n)
+        if note:
+            log.warnings.append(note)
+        log.warnings.extend(written.sink.notes)
+        if check is not None:
+            log.warnings.extend(check.warnings)
+            log.notes.extend(check.notes)
+        log.timings["render_ms_per_frame"] = 1000 * written.render_s / n
+        log.timings["tracking_ms_per_frame"] = 1000 * written.tracking_s / n
+        m = None
+        if options.with_metrics:
+            # Scored on what the user gets: the written output decoded again (after the codec),
+            # against the input (docs/stabilization_metrics.md).
+            t0 = time.perf_counter()
+            m = metrics_lib.video_metrics(target, input_path=source.path, fps=source.fps, low_hz=options.low_hz)
+            log.timings["metrics_ms_per_frame"] = 1000 * (time.perf_counter() - t0) / n
+        result = _result(source, output_path, config, motion, plan, written, log)
+        if m is not None:
+            result["metrics"] = {"input": m["input"], "output": m["output"],
+                                 "homography_failures": m["failures"]}
+        plotted = _write_plots(outputs, paths, options.with_plots, m, written, source.fps, motion.estimator)
+        if plotted:
+            result["plots"] = {k: os.path.abspath(v) for k, v in plotted.items()}
+        if path_report is not None:
+            result["path"] = path_report
+        if options.export_motion:
+            exported.source = fingerprint.build(source.path, fingerprint.timing(stamps, n), written.signatures)
+            motion_file.write(outputs.file(options.export_motion), exported)
+            result["motion_file"] = os.path.abspath(options.export_motion)
+        result["report"] = os.path.abspath(paths["json"])
+        report = {k: v for k, v in result.items() if k != "report"}
+        tmp = outputs.file(paths["json"])
+        with open(tmp, "w") as f:
+            f.write(atomic.strict_json(_jsonable(report), indent=2))
+    del plan, motion  # release the memmaps before the scratch folder goes
+    return result
+
+
+def _open_motion_file(source, options: _Options, stamps):
+    """``(record, check)``: the motion file ``options.motion_path`` read (None without one) and
+    its fingerprint check, started (None without a file). A file made for another frame size, or
+    bound to another video, is refused here, before any work."""
+    motion_path = options.motion_path
     record = motion_file.read(motion_path) if motion_path else None
     if record is not None and tuple(record.frame_size) != (source.height, source.width):
         raise ValueError(f"{motion_path} was made for {record.frame_size[1]}x"
                          f"{record.frame_size[0]} frames; the input is "
                          f"{source.width}x{source.height}")
-    kept = KeptFrames()  # pass 1's frames, for pass 2, while they fit in KEEP_FRAMES_BYTES
     check = None
     if record is not None:  # bound to its video: refused before any work when it is another's
-        check = fingerprint.Check(record.source, motion_path, input_path, record.num_frames,
-                                  ignore_fingerprint)
+        check = fingerprint.Check(record.source, motion_path, source.path, record.num_frames,
+                                  options.ignore_fingerprint)
         check.start(fingerprint.timing(stamps, record.num_frames),
                     _first_frame(source) if record.source is not None else None,
                     source.count_hint)
+    return record, check
+
+
+def _estimate_or_load(source, estimator, config, record, motion_path, scratch, bar):
+    """``(motion, kept)``: the motion file's motion where it has one, else the estimator's on
+    pass 1 over the frames (``kept``: the frames, for pass 2, while they fit in
+    :data:`KEEP_FRAMES_BYTES`)."""
+    kept = KeptFrames()
     if record is not None and record.has_motion:
-        motion = _recorded_motion(record, config, motion_path)
-    else:
-        if estimator is None:
-            raise ValueError(f"{motion_path} holds no per-pair motion: an estimator is needed")
-        name = getattr(estimator, "name", "estimator")
-        seen = [0]
+        return _recorded_motion(record, config, motion_path), kept
+    if estimator is None:
+        raise ValueError(f"{motion_path} holds no per-pair motion: an estimator is needed")
+    name = getattr(estimator, "name", "estimator")
+    seen = [0]
 
-        def frames():  # counted: a video cut short is told as such, not as "needs 2 frames"
-            for frame in source:
-                seen[0] += 1
-                kept.add(frame)
-                yield frame
+    def frames():  # counted: a video cut short is told as such, not as "needs 2 frames"
+        for frame in source:
+            seen[0] += 1
+            kept.add(frame)
+            yield frame
 
-        try:
-            motion = pipeline.estimate_motion(frames(), estimator, config, source.fps,
-                                              bar(f"motion ({name})", source.count_hint),
-                                              spill_dir=scratch)
-        except ValueError:
-            damage = _damage(source, seen[0])
-            if seen[0] < 2 and damage:
-                raise ValueError(f"{damage}: stabilization needs at least 2 frames") from None
-            raise
-        if record is not None and record.num_frames != motion.num_frames:
-            raise ValueError(f"{motion_path} has a path for {record.num_frames} frames but the "
-                             f"input has {motion.num_frames}")
+    try:
+        motion = pipeline.estimate_motion(frames(), estimator, config, source.fps,
+                                          bar(f"motion ({name})", source.count_hint),
+                                          spill_dir=scratch)
+    except ValueError:
+        damage = _damage(source, seen[0])
+        if seen[0] < 2 and damage:
+            raise ValueError(f"{damage}: stabilization needs at least 2 frames") from None
+        raise
+    if record is not None and record.num_frames != motion.num_frames:
+        raise ValueError(f"{motion_path} has a path for {record.num_frames} frames but the "
+                         f"input has {motion.num_frames}")
+    return motion, kept
+
+
+def _motion_warnings(source, motion, config, output_path) -> list[str]:
+    """The report's warnings on the motion and the input: pairs the estimator failed on (every
+    pair: ValueError), a damaged clip, timestamps the output cannot keep, a smoothing radius
+    clamped to the clip."""
+    warnings = []
     failures, calls = _estimator_failures(motion.stats)
     if calls and failures >= calls:
         raise ValueError(f"the {motion.estimator or 'motion'} estimator failed on all {calls} frame "
@@ -370,8 +481,16 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
     if used < config.smoothing.max_radius and config.smoothing.max_radius > default:
         warnings.append(f"smoothing radius {config.smoothing.max_radius} exceeds what a {n}-frame "
                         f"clip allows; {used} was used")
-    timings["estimate_ms_per_frame"] = 1000 * (time.perf_counter() - t0) / n
-    t0 = time.perf_counter()
+    return warnings
+
+
+def _plan(source, motion, config, record, motion_path, export_motion, scratch):
+    """``(plan, exported, path_report)``: the stabilization plan; the motion file to export
+    (also built when the motion file has a smoothed path, to edit against; else None); the
+    report's ``path`` entry where the motion file's smoothed path moved frames (else None).
+    A smoothed path that would render a frame black is refused here, before any frame is
+    written."""
+    n = motion.num_frames
     plan = pipeline.plan_stabilization(motion, config, spill_dir=scratch)
     if record is not None and record.has_motion:
         plan.motion_origin = f"loaded from {motion_path}"
@@ -397,118 +516,90 @@ def _run(source, output_path, estimator, config, paths, overwrite, with_metrics,
             exported.correction_fit_rms_px = None  # the fit was of the unedited warp
         path_report = {"file": os.path.abspath(motion_path), "frames_moved": len(edited),
                        "max_corner_shift_px": float(shifts.max())}
-    timings["smooth_ms_per_frame"] = 1000 * (time.perf_counter() - t0) / n
+    return plan, exported, path_report
 
+
+def _write_frames(source, target, plan, frames, n: int, check, options: _Options, bar) -> _Written:
+    """Pass 2: ``frames`` (pass 1's, kept, or ``source`` decoded again) rendered by ``plan`` and
+    written to ``target``; the fingerprint's frames sampled (``export_motion``), the motion
+    file's check fed, the points tracked (``with_plots``)."""
     track_in = track_out = None
     borders = []
     t_render = t_tracking = 0.0
-    # Every output goes to a temporary file / folder next to it; all are moved into place, the
-    # video first, when the block ends without an exception (and removed when it ends with one).
-    # Without overwrite the move refuses an output another run created meanwhile.
-    with atomic.AtomicOutputs(overwrite) as outputs:
-        if output_kind(output_path) == "video":
-            target = outputs.file(output_path)
-        else:
-            target = outputs.dir(output_path, _is_frame)
-        sampled = set(fingerprint.sample_indices(n)) if export_motion else set()
-        signatures = {}
-        with FrameSink(target, source.fps, overwrite=True, pts=source.pts,
-                       time_base=source.time_base, audio_from=_audio_from(source)) as sink:
-            t1 = time.perf_counter()
-            # frame t+1 is decoded and rendered while frame t is encoded
-            again = kept.frames() if kept.complete(n) else source  # decoded again only when not kept
-            with contextlib.closing(pipeline.ahead(pipeline.render(again, plan, bar("render", n)))) as rendered:
-                for t, (frame, out, border) in enumerate(rendered):
-                    sink.write(out)
-                    borders.append(border)
-                    if t in sampled:  # frames decoded anyway: the fingerprint costs no decoding
-                        signatures[t] = fingerprint.frame_signature(frame)
-                    if check is not None:
-                        check.frame(t, frame)
-                    t2 = time.perf_counter()
-                    t_render += t2 - t1
-                    if with_plots:
-                        if track_in is None:
-                            track_in = plots.PointTracker(3)
-                            track_in.update(frame)
-                            start = render.forward_points(track_in.rows[0], plan.updates[0],
-                                                          source.height, source.width, plan.zoom)
-                            track_out = plots.PointTracker(start=start)
-                            track_out.update(out)
-                        else:
-                            track_in.update(frame)
-                            track_out.update(out)
-                    t1 = time.perf_counter()
-                    t_tracking += t1 - t2
-            if check is not None:  # after the frame-count rule; before anything is moved in
-                check.finish()
-        note = pipeline.fallback_note(plan.fallbacks, n)
-        if note:
-            warnings.append(note)
-        warnings.extend(sink.notes)
-        if check is not None:
-            warnings.extend(check.warnings)
-            notes.extend(check.notes)
-        timings["render_ms_per_frame"] = 1000 * t_render / n
-        timings["tracking_ms_per_frame"] = 1000 * t_tracking / n
-        m = None
-        if with_metrics:
-            # Scored on what the user gets: the written output decoded again (after the codec),
-            # against the input (docs/stabilization_metrics.md).
-            t0 = time.perf_counter()
-            m = metrics_lib.video_metrics(target, input_path=input_path, fps=source.fps, low_hz=low_hz)
-            timings["metrics_ms_per_frame"] = 1000 * (time.perf_counter() - t0) / n
+    sampled = set(fingerprint.sample_indices(n)) if options.export_motion else set()
+    signatures = {}
+    with FrameSink(target, source.fps, overwrite=True, pts=source.pts,
+                   time_base=source.time_base, audio_from=_audio_from(source)) as sink:
+        t1 = time.perf_counter()
+        # frame t+1 is decoded and rendered while frame t is encoded
+        with contextlib.closing(pipeline.ahead(pipeline.render(frames, plan, bar("render", n)))) as rendered:
+            for t, (frame, out, border) in enumerate(rendered):
+                sink.write(out)
+                borders.append(border)
+                if t in sampled:  # frames decoded anyway: the fingerprint costs no decoding
+                    signatures[t] = fingerprint.frame_signature(frame)
+                if check is not None:
+                    check.frame(t, frame)
+                t2 = time.perf_counter()
+                t_render += t2 - t1
+                if options.with_plots:
+                    if track_in is None:
+                        track_in = plots.PointTracker(3)
+                        track_in.update(frame)
+                        start = render.forward_points(track_in.rows[0], plan.updates[0],
+                                                      source.height, source.width, plan.zoom)
+                        track_out = plots.PointTracker(start=start)
+                        track_out.update(out)
+                    else:
+                        track_in.update(frame)
+                        track_out.update(out)
+                t1 = time.perf_counter()
+                t_tracking += t1 - t2
+        if check is not None:  # after the frame-count rule; before anything is moved in
+            check.finish()
+    return _Written(sink, borders, signatures, track_in, track_out, t_render, t_tracking)
 
-        result = {
-            "input": os.path.abspath(input_path), "output": os.path.abspath(output_path),
-            "estimator": motion.estimator, "estimator_stats": motion.stats,
-            "motion_source": plan.motion_origin,
-            "frames": n, "fps": source.fps, "seconds": n / source.fps,
-            "frame_size": [source.height, source.width],
-            "working_size": list(motion.flows.shape[1:3]),
-            "zoom": plan.zoom,
-            "zoom_needed": None if plan.frame_zooms is None else float(plan.frame_zooms.max()),
-            "border_fraction_max": float(np.max(borders)),
-            "border_fraction_mean": float(np.mean(borders)),
-            "unstabilized_frames": [t for t, _ in plan.fallbacks],
-            "window_radius": {"min": int(plan.radii.min()), "mean": float(plan.radii.mean()),
-                              "max": int(plan.radii.max())},
-            "masked_fraction_mean": (None if motion.masked_fraction is None
-                                     else float(np.mean(motion.masked_fraction))),
-            "config": dataclasses.asdict(config), "timings": timings,
-            "audio": video_io.audio_summary(source, sink),
-            "video_codec": sink.codec,
-            "timestamps": video_io.timing_summary(source, output_path),
-            "warnings": warnings,
-            "notes": notes,
-        }
-        written = {}
-        if m is not None:
-            result["metrics"] = {"input": m["input"], "output": m["output"],
-                                 "homography_failures": m["failures"]}
-            if with_plots:
-                tmp = outputs.file(paths["path_plot"])
-                plots.plot_camera_path(m["path_input"], m["path_output"], source.fps,
-                                       tmp, f"camera path ({motion.estimator})")
-                written["path_plot"] = paths["path_plot"]
-        if with_plots and track_in is not None:
-            tmp = outputs.file(paths["tracks_plot"])
-            plots.plot_trajectories(track_in.tracks, track_out.tracks, source.fps,
-                                    tmp, f"tracked points ({motion.estimator})")
-            written["tracks_plot"] = paths["tracks_plot"]
-        if written:
-            result["plots"] = {k: os.path.abspath(v) for k, v in written.items()}
-        if path_report is not None:
-            result["path"] = path_report
-        if export_motion:
-            exported.source = fingerprint.build(input_path, fingerprint.timing(stamps, n),
-                                                signatures)
-            motion_file.write(outputs.file(export_motion), exported)
-            result["motion_file"] = os.path.abspath(export_motion)
-        result["report"] = os.path.abspath(paths["json"])
-        report = {k: v for k, v in result.items() if k != "report"}
-        tmp = outputs.file(paths["json"])
-        with open(tmp, "w") as f:
-            f.write(atomic.strict_json(_jsonable(report), indent=2))
-    del plan, motion  # release the memmaps before the scratch folder goes
-    return result
+
+def _result(source, output_path, config, motion, plan, written: _Written, log: _Log) -> dict:
+    """The report's main entries (the metrics, plots, path and motion file join them after)."""
+    n = motion.num_frames
+    return {
+        "input": os.path.abspath(source.path), "output": os.path.abspath(output_path),
+        "estimator": motion.estimator, "estimator_stats": motion.stats,
+        "motion_source": plan.motion_origin,
+        "frames": n, "fps": source.fps, "seconds": n / source.fps,
+        "frame_size": [source.height, source.width],
+        "working_size": list(motion.flows.shape[1:3]),
+        "zoom": plan.zoom,
+        "zoom_needed": None if plan.frame_zooms is None else float(plan.frame_zooms.max()),
+        "border_fraction_max": float(np.max(written.borders)),
+        "border_fraction_mean": float(np.mean(written.borders)),
+        "unstabilized_frames": [t for t, _ in plan.fallbacks],
+        "window_radius": {"min": int(plan.radii.min()), "mean": float(plan.radii.mean()),
+                          "max": int(plan.radii.max())},
+        "masked_fraction_mean": (None if motion.masked_fraction is None
+                                 else float(np.mean(motion.masked_fraction))),
+        "config": dataclasses.asdict(config), "timings": log.timings,
+        "audio": video_io.audio_summary(source, written.sink),
+        "video_codec": written.sink.codec,
+        "timestamps": video_io.timing_summary(source, output_path),
+        "warnings": log.warnings,
+        "notes": log.notes,
+    }
+
+
+def _write_plots(outputs, paths, with_plots, m, written: _Written, fps, estimator_name) -> dict:
+    """The plots asked for (``with_plots``): the camera path (needs the metrics ``m``) and the
+    tracked points, each to its temporary file of ``outputs``; ``{kind: final path}``."""
+    plotted = {}
+    if m is not None and with_plots:
+        tmp = outputs.file(paths["path_plot"])
+        plots.plot_camera_path(m["path_input"], m["path_output"], fps,
+                               tmp, f"camera path ({estimator_name})")
+        plotted["path_plot"] = paths["path_plot"]
+    if with_plots and written.track_in is not None:
+        tmp = outputs.file(paths["tracks_plot"])
+        plots.plot_trajectories(written.track_in.tracks, written.track_out.tracks, fps,
+                                tmp, f"tracked points ({estimator_name})")
+        plotted["tracks_plot"] = paths["tracks_plot"]
+    return plotted

@@ -32,6 +32,8 @@ from statistics import NormalDist
 import cv2
 import numpy as np
 
+from camflow_jax.data.synthetic.spec import APPEARANCE, REFERENCE_HEIGHT, REFERENCE_WIDTH
+
 __all__ = ["CATEGORIES", "sample_appearance", "apply_appearance", "standard_normal"]
 
 #: GHOF-like photometric categories, in the order used for ``category_id``.
@@ -40,32 +42,35 @@ CATEGORIES = ("RE", "FOG", "LL", "RAIN", "SNOW")
 
 def sample_appearance(rng: np.random.Generator, category: str, depth_scale: float,
                       width: int, height: int | None = None) -> dict:
-    """Parameters shared by the frames of a pair/clip (see the module docstring)."""
+    """Parameters shared by the frames of a pair/clip (see the module docstring; the numbers:
+    :data:`camflow_jax.data.synthetic.spec.APPEARANCE`)."""
     if category not in CATEGORIES:
         raise ValueError(f"unknown category {category!r}; expected one of {CATEGORIES}")
-    height = height if height is not None else int(round(width * 320 / 576))
-    area = width * height / (576.0 * 320.0)
-    scale = width / 576.0
-    p = {"category": category, "gain_jitter": 0.03, "bias_jitter": 3.0,
-         "noise": float(rng.uniform(0.5, 1.5))}
+    s = APPEARANCE
+    height = height if height is not None else int(round(width * REFERENCE_HEIGHT / REFERENCE_WIDTH))
+    area = width * height / (float(REFERENCE_WIDTH) * REFERENCE_HEIGHT)
+    scale = width / float(REFERENCE_WIDTH)
+    p = {"category": category, "gain_jitter": s.gain_jitter, "bias_jitter": s.bias_jitter,
+         "noise": float(rng.uniform(*s.noise))}
     if category == "FOG":
-        t_far = rng.uniform(0.05, 0.35)
+        t_far = rng.uniform(*s.fog_transmission)
         p["beta"] = float(-np.log(t_far) / max(depth_scale, 1e-6))
-        p["airlight"] = (rng.uniform(170, 235) * (1 + rng.uniform(-0.04, 0.04, 3)) + [0, 2, 8]).tolist()
+        p["airlight"] = (rng.uniform(*s.airlight) * (1 + rng.uniform(*s.airlight_jitter, 3))
+                         + np.array(s.airlight_tint)).tolist()
     elif category == "LL":
-        p["dark"] = float(rng.uniform(0.1, 0.3))
-        p["cast"] = (1 + rng.uniform(-0.15, 0.15, 3)).tolist()
-        p["shot"] = float(rng.uniform(0.3, 1.5))
-        p["read"] = float(rng.uniform(1.0, 3.0))
+        p["dark"] = float(rng.uniform(*s.dark))
+        p["cast"] = (1 + rng.uniform(*s.cast, 3)).tolist()
+        p["shot"] = float(rng.uniform(*s.shot))
+        p["read"] = float(rng.uniform(*s.read))
     elif category == "RAIN":
-        p["count"] = int(rng.integers(300, 1201) * area)
-        p["angle"] = float(np.deg2rad(rng.uniform(-25, 25)))
-        p["length"] = float(rng.uniform(10, 35) * scale)
-        p["brightness"] = float(rng.uniform(25, 70))
+        p["count"] = int(rng.integers(*s.rain_count) * area)
+        p["angle"] = float(np.deg2rad(rng.uniform(*s.rain_angle)))
+        p["length"] = float(rng.uniform(*s.rain_length) * scale)
+        p["brightness"] = float(rng.uniform(*s.rain_brightness))
     elif category == "SNOW":
-        p["count"] = int(rng.integers(150, 701) * area)
-        p["max_radius"] = max(1, int(round(4 * scale)))
-        p["haze"] = float(rng.uniform(0.03, 0.12))
+        p["count"] = int(rng.integers(*s.snow_count) * area)
+        p["max_radius"] = max(1, int(round(s.snow_radius * scale)))
+        p["haze"] = float(rng.uniform(*s.snow_haze))
     return p
 
 
@@ -91,8 +96,8 @@ def _rain_layer(rng, p, h, w) -> np.ndarray:
     if n <= 0:
         return layer
     start = rng.uniform([-0.1 * w, -0.1 * h], [1.1 * w, 1.1 * h], (n, 2))
-    ang = p["angle"] + rng.normal(0, 0.03, n)
-    length = p["length"] * rng.uniform(0.6, 1.4, n)
+    ang = p["angle"] + rng.normal(0, APPEARANCE.streak_angle_sigma, n)
+    length = p["length"] * rng.uniform(*APPEARANCE.streak_length, n)
     end = start + np.stack([np.sin(ang), np.cos(ang)], -1) * length[:, None]
     segs = np.stack([start, end], 1).round().astype(np.int32)
     # One polylines call draws every streak (no Python loop over pixels or streaks).
@@ -106,8 +111,8 @@ def _snow_layer(rng, p, h, w) -> np.ndarray:
     xs = rng.integers(0, w, n)
     ys = rng.integers(0, h, n)
     # Many small flakes, few big ones.
-    rs = np.minimum(rng.geometric(0.55, n), p["max_radius"])
-    alpha = rng.uniform(0.5, 1.0, n)
+    rs = np.minimum(rng.geometric(APPEARANCE.flake_radius_p, n), p["max_radius"])
+    alpha = rng.uniform(*APPEARANCE.flake_opacity, n)
     for x, y, r, a in zip(xs.tolist(), ys.tolist(), rs.tolist(), alpha.tolist()):
         cv2.circle(layer, (x, y), r, a, -1, cv2.LINE_AA)
     return np.minimum(cv2.GaussianBlur(layer, (0, 0), 0.8), 1.0)
@@ -142,7 +147,7 @@ def apply_appearance(image: np.ndarray, depth: np.ndarray, params: dict,
     gain = float(1 + rng.uniform(-params["gain_jitter"], params["gain_jitter"]))
     bias = float(rng.uniform(-params["bias_jitter"], params["bias_jitter"]))
     if cat == "FOG":
-        beta = params["beta"] * rng.uniform(0.97, 1.03)
+        beta = params["beta"] * rng.uniform(*APPEARANCE.fog_frame_jitter)
         trans = _rgb(cv2.exp(np.asarray(depth, f32) * f32(-beta)))
         air = _scalar(params["airlight"])
         cv2.subtract(img, air, dst=img)  # I T + A (1 - T) = A + (I - A) T

@@ -1,7 +1,7 @@
 """Random parts of the device renderer (``synthetic_device``): scenes, camera motions and the
 appearance of the frames, from ``jax.random`` keys.
 
-The same distributions as the host sampler (``camflow_jax.data.synthetic.sample_intrinsics``,
+The same distributions as the host sampler (both read :mod:`camflow_jax.data.synthetic.spec`) (``camflow_jax.data.synthetic.sample_intrinsics``,
 ``sample_scene``, ``sample_camera_motion`` and ``synthetic_appearance.sample_appearance``; their
 docstrings give the numbers), drawn with ``jax.random`` instead of numpy: the draws differ, the
 distributions are the same. Everything has a fixed shape so that it jits and vmaps: a scene is
@@ -32,6 +32,7 @@ import numpy as np
 
 from camflow_jax.data.synthetic.appearance import CATEGORIES, normal_quantiles
 from camflow_jax.data.synthetic.render import Plane, Scene
+from camflow_jax.data.synthetic.spec import APPEARANCE, INTRINSICS, MOTION, REFERENCE_HEIGHT, REFERENCE_WIDTH, SCENE
 
 __all__ = [
     "MAX_PLANES",
@@ -57,9 +58,10 @@ __all__ = [
     "apply_appearance",
 ]
 
-MAX_PLANES = 11
-_SLOT_BG, _SLOT_GROUND, _SLOT_LAYERS, _SLOT_WALL, _SLOT_MOVERS = 0, 1, 2, 8, 9
-_MAX_LAYERS, _MAX_MOVERS = 6, 2
+#: The most occluding layers and moving objects the spec draws, and the slots of a scene.
+_MAX_LAYERS, _MAX_MOVERS = SCENE.layers[1] - 1, SCENE.movers[1] - 1
+MAX_PLANES = 3 + _MAX_LAYERS + _MAX_MOVERS  # background, ground, layers, wall, movers
+_SLOT_BG, _SLOT_GROUND, _SLOT_LAYERS, _SLOT_WALL, _SLOT_MOVERS = 0, 1, 2, 2 + _MAX_LAYERS, 3 + _MAX_LAYERS
 SHAPE_INFINITE, SHAPE_RECT, SHAPE_ELLIPSE = 0, 1, 2
 _SHAPE_NAMES = ("infinite", "rect", "ellipse")
 
@@ -214,11 +216,11 @@ def _stream(u, n: int) -> UniformStream:
 def sample_intrinsics(u, height: int, width: int) -> jax.Array:
     """``K = (fx, fy, cx, cy)`` float32 ``[4]`` (the host's distribution); ``u``: a key or a
     :class:`UniformStream` (likewise below)."""
-    a, b, c, d = _stream(u, N_INTRINSICS).take(4)
-    fx = (0.9 + 0.2 * a) * width
-    fy = fx * (1 + (-0.02 + 0.04 * b))
-    cx = (width - 1) / 2 + (-0.02 + 0.04 * c) * width
-    cy = (height - 1) / 2 + (-0.02 + 0.04 * d) * height
+    u = _stream(u, N_INTRINSICS)
+    fx = u(*INTRINSICS.focal) * width
+    fy = fx * (1 + u(*INTRINSICS.aspect))
+    cx = (width - 1) / 2 + u(*INTRINSICS.centre) * width
+    cy = (height - 1) / 2 + u(*INTRINSICS.centre) * height
     return jnp.stack([fx, fy, cx, cy]).astype(jnp.float32)
 
 
@@ -231,76 +233,77 @@ def _facing(centre, su, sv, rot):
 def sample_scene(u, K, height: int, width: int, num_textures: int) -> DeviceScene:
     """A random scene for the camera at the identity pose (``synthetic.sample_scene``'s
     distribution; see its docstring), padded to ``MAX_PLANES`` slots (module docstring)."""
+    s = SCENE
     fx, fy, cx, cy = (K[i] for i in range(4))
     px = 1.0 / fx
     u = _stream(u, N_SCENE)
-    z_near = u(2.5, 5.0)
-    z_far = u(30.0, 120.0)
-    pitch = _deg(u(-4.0, 12.0))
-    roll = _deg(u(-3.0, 3.0))
+    z_near = u(*s.z_near)
+    z_far = u(*s.z_far)
+    pitch = _deg(u(*s.camera_pitch))
+    roll = _deg(u(*s.camera_roll))
     cam = matmul(_rz(roll), _rx(pitch))  # level -> camera
 
     # Background: infinite, tilted up to +-10 degrees.
-    bg_rot = matmul(cam, euler(_deg(u(-10.0, 10.0)), _deg(u(-10.0, 10.0)), 0.0))
+    bg_rot = matmul(cam, euler(_deg(u(*s.background_tilt)), _deg(u(*s.background_tilt)), 0.0))
     bg_origin = cam[:, 2] * z_far
-    bg_texel = z_far * px * u(0.8, 1.4)
+    bg_texel = z_far * px * u(*s.background_texel)
 
     # Ground: infinite, hc below the camera.
-    ground_on = u(0.0, 1.0) < 0.85
-    hc = u(1.0, 2.5)
+    ground_on = u(0.0, 1.0) < s.ground_probability
+    hc = u(*s.ground_height)
     z_bottom = hc * fy / jnp.maximum(height - cy, 1.0)
     g_origin = matvec(cam, jnp.stack([0.0, hc, 0.0]))
-    g_texel = z_bottom * px * u(0.9, 1.6)
+    g_texel = z_bottom * px * u(*s.ground_texel)
 
     # Occluding layers: the first at z_near, the others log-uniform in [z_near, z_far / 2].
     nl = _MAX_LAYERS
-    n_layers = u.integers(3, 7, ())
-    lz = jnp.exp(u(0.0, 1.0, (nl,)) * (jnp.log(0.5 * z_far) - jnp.log(z_near)) + jnp.log(z_near))
+    n_layers = u.integers(*s.layers, ())
+    lz = jnp.exp(u(0.0, 1.0, (nl,)) * (jnp.log(s.layer_far * z_far) - jnp.log(z_near)) + jnp.log(z_near))
     lz = lz.at[0].set(z_near)
-    lu = u(0.05, 0.95, (nl,)) * width
-    lv = u(0.05, 0.85, (nl,)) * height
+    lu = u(*s.layer_x, (nl,)) * width
+    lv = u(*s.layer_y, (nl,)) * height
     lc = lz[:, None] * jnp.stack([(lu - cx) / fx, (lv - cy) / fy, jnp.ones(nl)], -1)
-    lpw = u(0.12, 0.45, (nl,)) * width
-    lph = lpw * jnp.exp(u(math.log(0.5), math.log(2.0), (nl,)))
-    lrot = euler(_deg(u(-35.0, 35.0, (nl,))), _deg(u(-20.0, 20.0, (nl,))),
-                 _deg(u(-15.0, 15.0, (nl,))))
-    l_ellipse = u(0.0, 1.0, (nl,)) < 0.25
+    lpw = u(*s.layer_width, (nl,)) * width
+    lph = lpw * jnp.exp(u(math.log(s.layer_aspect[0]), math.log(s.layer_aspect[1]), (nl,)))
+    lrot = euler(_deg(u(*s.layer_yaw, (nl,))), _deg(u(*s.layer_pitch, (nl,))),
+                 _deg(u(*s.layer_roll, (nl,))))
+    l_ellipse = u(0.0, 1.0, (nl,)) < s.layer_ellipse_probability
     l_su, l_sv = lpw * lz * px, lph * lz * px
     l_origin, l_eu, l_ev = _facing(lc, l_su, l_sv, lrot)
-    l_texel = lz * px * u(0.9, 1.6, (nl,))
+    l_texel = lz * px * u(*s.layer_texel, (nl,))
 
     # Side wall: a long rectangle turned 55-75 degrees, receding from 1.2 z_near.
-    wall_on = u(0.0, 1.0) < 0.35
+    wall_on = u(0.0, 1.0) < s.wall_probability
     side = jnp.where(u(0.0, 1.0) < 0.5, 1.0, -1.0)
-    z0 = 1.2 * z_near
-    length = u(0.3, 0.8) * z_far
-    half_width = z0 * (width / 2) / fx * u(0.7, 1.0)
-    angle = _deg(u(55.0, 75.0)) * side
+    z0 = s.wall_near * z_near
+    length = u(*s.wall_length) * z_far
+    half_width = z0 * (width / 2) / fx * u(*s.wall_offset)
+    angle = _deg(u(*s.wall_angle)) * side
     w_eu = matvec(cam, jnp.stack([jnp.sin(angle), 0.0, jnp.cos(angle)]))
     w_ev = cam[:, 1]
-    top = -u(1.0, 3.0) * z0 * height / (2 * fy)
+    top = -u(*s.wall_top) * z0 * height / (2 * fy)
     w_origin = matvec(cam, jnp.stack([side * half_width, top, z0]))
-    w_extent = jnp.stack([length, u(1.5, 3.0) * jnp.abs(top)])
-    w_texel = z0 * px * u(0.8, 1.4)
+    w_extent = jnp.stack([length, u(*s.wall_height) * jnp.abs(top)])
+    w_texel = z0 * px * u(*s.wall_texel)
 
     # Moving objects.
     nm = _MAX_MOVERS
-    n_movers = u.integers(1, 3, ())
-    mz = z_near * u(1.1, 4.0, (nm,))
-    mu = u(0.15, 0.85, (nm,)) * width
-    mv = u(0.2, 0.8, (nm,)) * height
+    n_movers = u.integers(*s.movers, ())
+    mz = z_near * u(*s.mover_depth, (nm,))
+    mu = u(*s.mover_x, (nm,)) * width
+    mv = u(*s.mover_y, (nm,)) * height
     mc = mz[:, None] * jnp.stack([(mu - cx) / fx, (mv - cy) / fy, jnp.ones(nm)], -1)
-    mpw = u(0.1, 0.25, (nm,)) * width
-    mph = mpw * jnp.exp(u(math.log(0.6), math.log(1.6), (nm,)))
-    mrot = euler(_deg(u(-20.0, 20.0, (nm,))), _deg(u(-10.0, 10.0, (nm,))), 0.0)
-    shift = u(8.0, 40.0, (nm,)) * (width / 576) * mz * px
+    mpw = u(*s.mover_width, (nm,)) * width
+    mph = mpw * jnp.exp(u(math.log(s.mover_aspect[0]), math.log(s.mover_aspect[1]), (nm,)))
+    mrot = euler(_deg(u(*s.mover_yaw, (nm,))), _deg(u(*s.mover_pitch, (nm,))), 0.0)
+    shift = u(*s.mover_shift, (nm,)) * (width / REFERENCE_WIDTH) * mz * px
     phi = u(0.0, 2 * math.pi, (nm,))
-    velocity = jnp.stack([shift * jnp.cos(phi), shift * jnp.sin(phi), u(-0.05, 0.05, (nm,)) * mz], -1)
-    spin = _deg(u(-8.0, 8.0, (nm,)))[:, None] * jnp.cross(mrot[:, :, 0], mrot[:, :, 1])
-    m_ellipse = u(0.0, 1.0, (nm,)) < 0.5
+    velocity = jnp.stack([shift * jnp.cos(phi), shift * jnp.sin(phi), u(*s.mover_advance, (nm,)) * mz], -1)
+    spin = _deg(u(*s.mover_spin, (nm,)))[:, None] * jnp.cross(mrot[:, :, 0], mrot[:, :, 1])
+    m_ellipse = u(0.0, 1.0, (nm,)) < s.mover_ellipse_probability
     m_su, m_sv = mpw * mz * px, mph * mz * px
     m_origin, m_eu, m_ev = _facing(mc, m_su, m_sv, mrot)
-    m_texel = mz * px * u(0.9, 1.6, (nm,))
+    m_texel = mz * px * u(*s.mover_texel, (nm,))
 
     one = lambda v: jnp.asarray(v, jnp.float32)[None]  # noqa: E731
     origin = jnp.concatenate([bg_origin[None], g_origin[None], l_origin, w_origin[None], m_origin])
@@ -316,36 +319,37 @@ def sample_scene(u, K, height: int, width: int, num_textures: int) -> DeviceScen
                               jnp.arange(nm) < n_movers])
     zeros3 = jnp.zeros((MAX_PLANES - nm, 3), jnp.float32)
     # Per-plane texture parameters (synthetic._texture_kw), drawn for every slot.
-    lo = jnp.full(MAX_PLANES, 0.6).at[0].set(0.8)
-    hi = jnp.full(MAX_PLANES, 1.15).at[0].set(1.2)
+    lo = jnp.full(MAX_PLANES, s.brightness[0]).at[0].set(s.background_brightness[0])
+    hi = jnp.full(MAX_PLANES, s.brightness[1]).at[0].set(s.background_brightness[1])
     colour = (lo + (hi - lo) * u(0.0, 1.0, (MAX_PLANES,)))[:, None] * (
-        1 + u(-0.15, 0.15, (MAX_PLANES, 3)))
-    sky = u(170.0, 230.0) * jnp.array([0.92, 0.97, 1.05], jnp.float32)
+        1 + u(*s.colour_jitter, (MAX_PLANES, 3)))
+    sky = u(*s.sky) * jnp.array(s.sky_tint, jnp.float32)
     return DeviceScene(
         origin=origin.astype(jnp.float32), axis_u=axis_u.astype(jnp.float32), axis_v=axis_v.astype(jnp.float32),
         extent=extent.astype(jnp.float32), shape=shape,
         texture=u.integers(0, num_textures, (MAX_PLANES,)).astype(jnp.int32),
         texel=texel.astype(jnp.float32),
         tex_angle=u(0.0, 2 * math.pi, (MAX_PLANES,)),
-        tex_offset=u(0.0, 512.0, (MAX_PLANES, 2)),
+        tex_offset=u(*s.texture_offset, (MAX_PLANES, 2)),
         colour=colour.astype(jnp.float32),
         velocity=jnp.concatenate([zeros3, velocity]).astype(jnp.float32),
         spin=jnp.concatenate([zeros3, spin]).astype(jnp.float32),
-        active=active, far=(10 * z_far).astype(jnp.float32), sky=sky)
+        active=active, far=(s.far_factor * z_far).astype(jnp.float32), sky=sky)
 
 
 def sample_camera_motion(u, z_near, K, width: int, scale=1.0):
     """Relative pose ``(R [3, 3], t [3])`` float32, ``X2 = R X1 + t``
     (``synthetic.sample_camera_motion``'s distribution)."""
+    s = MOTION
     u = _stream(u, N_MOTION)
     scale = jnp.asarray(scale, jnp.float32)
-    yp = jnp.clip(1.2 * u.normal((2,)), -3.5, 3.5) * scale
-    roll = jnp.clip(0.8 * u.normal(), -2.5, 2.5) * scale
+    yp = jnp.clip(s.yaw_pitch_sigma * u.normal((2,)), -s.yaw_pitch_limit, s.yaw_pitch_limit) * scale
+    roll = jnp.clip(s.roll_sigma * u.normal(), -s.roll_limit, s.roll_limit) * scale
     R = euler(_deg(yp[0]), _deg(yp[1]), _deg(roll))
-    parallax = u(4.0, 36.0) * (width / 576) * scale
+    parallax = u(*s.parallax) * (width / REFERENCE_WIDTH) * scale
     phi = u(0.0, 2 * math.pi)
     lateral = parallax * z_near / K[0]
-    t = jnp.stack([lateral * jnp.cos(phi), lateral * jnp.sin(phi), u(-0.08, 0.08) * z_near * scale])
+    t = jnp.stack([lateral * jnp.cos(phi), lateral * jnp.sin(phi), u(*s.advance) * z_near * scale])
     return R, t.astype(jnp.float32)
 
 
@@ -357,37 +361,40 @@ def particle_limits(height: int, width: int) -> tuple[int, int, int, int]:
     """Static sizes of the weather layers at ``height x width``: (most rain streaks, samples per
     streak, most snow flakes, largest flake radius) — the host's counts are
     ``int(U{300..1200} * area)`` and ``int(U{150..700} * area)`` with ``area`` relative to 576x320."""
-    area = width * height / (576.0 * 320.0)
-    scale = width / 576.0
-    rain = max(int(1200 * area), 1)
-    steps = int(math.ceil(35 * scale * 1.4 + 1.5)) + 1  # points on the longest streak (rounded ends)
-    snow = max(int(700 * area), 1)
-    return rain, steps, snow, max(1, int(round(4 * scale)))
+    s = APPEARANCE
+    area = width * height / (float(REFERENCE_WIDTH) * REFERENCE_HEIGHT)
+    scale = width / float(REFERENCE_WIDTH)
+    rain = max(int((s.rain_count[1] - 1) * area), 1)
+    # points on the longest streak (rounded ends)
+    steps = int(math.ceil(s.rain_length[1] * scale * s.streak_length[1] + 1.5)) + 1
+    snow = max(int((s.snow_count[1] - 1) * area), 1)
+    return rain, steps, snow, max(1, int(round(s.snow_radius * scale)))
 
 
 def sample_appearance(u, depth_scale, height: int, width: int) -> dict:
     """Pair-level appearance parameters of every category (``sample_appearance`` of the host,
     whose docstring gives the distributions): a dict of float32/int32 scalars and ``[3]``
     vectors; the category picks which ones apply."""
-    area = width * height / (576.0 * 320.0)
-    scale = width / 576.0
+    s = APPEARANCE
+    area = width * height / (float(REFERENCE_WIDTH) * REFERENCE_HEIGHT)
+    scale = width / float(REFERENCE_WIDTH)
     u = _stream(u, N_LOOK)
-    t_far = u(0.05, 0.35)
-    airlight = u(170.0, 235.0) * (1 + u(-0.04, 0.04, (3,))) + jnp.array([0.0, 2.0, 8.0])
+    t_far = u(*s.fog_transmission)
+    airlight = u(*s.airlight) * (1 + u(*s.airlight_jitter, (3,))) + jnp.array(s.airlight_tint)
     return {
-        "noise": u(0.5, 1.5),
+        "noise": u(*s.noise),
         "beta": -jnp.log(t_far) / jnp.maximum(depth_scale, 1e-6),
         "airlight": airlight.astype(jnp.float32),
-        "dark": u(0.1, 0.3),
-        "cast": 1 + u(-0.15, 0.15, (3,)),
-        "shot": u(0.3, 1.5),
-        "read": u(1.0, 3.0),
-        "rain_count": jnp.floor(u.integers(300, 1201, ()) * area).astype(jnp.int32),
-        "rain_angle": _deg(u(-25.0, 25.0)),
-        "rain_length": u(10.0, 35.0) * scale,
-        "rain_brightness": u(25.0, 70.0),
-        "snow_count": jnp.floor(u.integers(150, 701, ()) * area).astype(jnp.int32),
-        "snow_haze": u(0.03, 0.12),
+        "dark": u(*s.dark),
+        "cast": 1 + u(*s.cast, (3,)),
+        "shot": u(*s.shot),
+        "read": u(*s.read),
+        "rain_count": jnp.floor(u.integers(*s.rain_count, ()) * area).astype(jnp.int32),
+        "rain_angle": _deg(u(*s.rain_angle)),
+        "rain_length": u(*s.rain_length) * scale,
+        "rain_brightness": u(*s.rain_brightness),
+        "snow_count": jnp.floor(u.integers(*s.snow_count, ()) * area).astype(jnp.int32),
+        "snow_haze": u(*s.snow_haze),
     }
 
 
@@ -424,7 +431,8 @@ def appearance_to_host(look: dict, category: str, height: int, width: int) -> di
     if category not in CATEGORIES:
         raise ValueError(f"unknown category {category!r}; expected one of {CATEGORIES}")
     f = {k: np.asarray(v) for k, v in look.items()}
-    p = {"category": category, "gain_jitter": 0.03, "bias_jitter": 3.0, "noise": float(f["noise"])}
+    p = {"category": category, "gain_jitter": APPEARANCE.gain_jitter, "bias_jitter": APPEARANCE.bias_jitter,
+         "noise": float(f["noise"])}
     if category == "FOG":
         p.update(beta=float(f["beta"]), airlight=f["airlight"].astype(np.float64).tolist())
     elif category == "LL":
@@ -488,8 +496,8 @@ def _rain_layer(u, look, height: int, width: int):
     n, m_max, _, _ = particle_limits(height, width)
     lo = jnp.array([-0.1 * width, -0.1 * height], jnp.float32)
     start = lo + u(0.0, 1.0, (n, 2)) * jnp.array([1.2 * width, 1.2 * height], jnp.float32)
-    ang = look["rain_angle"] + 0.03 * u.normal((n,))
-    length = look["rain_length"] * u(0.6, 1.4, (n,))
+    ang = look["rain_angle"] + APPEARANCE.streak_angle_sigma * u.normal((n,))
+    length = look["rain_length"] * u(*APPEARANCE.streak_length, (n,))
     end = start + jnp.stack([jnp.sin(ang), jnp.cos(ang)], -1) * length[:, None]
     start, end = jnp.round(start), jnp.round(end)
     seg_len = jnp.sqrt(jnp.sum((end - start) ** 2, -1))
@@ -515,8 +523,9 @@ def _snow_layer(u, look, height: int, width: int):
     _, _, n, rmax = particle_limits(height, width)
     xs = u.integers(0, width, (n,))
     ys = u.integers(0, height, (n,))
-    radius = jnp.minimum(jnp.floor(jnp.log1p(-u(0.0, 1.0, (n,))) / math.log(1 - 0.55)) + 1, rmax)
-    alpha = u(0.5, 1.0, (n,)) * (jnp.arange(n) < look["snow_count"])
+    radius = jnp.minimum(jnp.floor(jnp.log1p(-u(0.0, 1.0, (n,))) / math.log(1 - APPEARANCE.flake_radius_p)) + 1,
+                         rmax)
+    alpha = u(*APPEARANCE.flake_opacity, (n,)) * (jnp.arange(n) < look["snow_count"])
     o = jnp.arange(-rmax, rmax + 1)  # coverage vanishes beyond r + 0.5
     oy, ox = jnp.meshgrid(o, o, indexing="ij")
     d = jnp.sqrt((ox * ox + oy * oy).astype(jnp.float32))
@@ -560,9 +569,9 @@ def apply_appearance(clean, depth, look: dict, category_id, key=None, *, uniform
         words = jax.random.bits(k2, (noise_words(height, width),), jnp.uint32)
     cat = jnp.asarray(category_id, jnp.int32)
     u = UniformStream(uniforms)
-    gain = 1 + u(-0.03, 0.03)
-    bias = u(-3.0, 3.0)
-    beta = look["beta"] * u(0.97, 1.03)
+    gain = 1 + u(-APPEARANCE.gain_jitter, APPEARANCE.gain_jitter)
+    bias = u(-APPEARANCE.bias_jitter, APPEARANCE.bias_jitter)
+    beta = look["beta"] * u(*APPEARANCE.fog_frame_jitter)
     n_rain, _, n_snow, _ = particle_limits(height, width)
     u_rain = UniformStream(u.take(5 * n_rain))
     u_snow = UniformStream(u.take(4 * n_snow))

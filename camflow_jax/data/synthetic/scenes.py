@@ -63,6 +63,7 @@ from camflow_jax.data.synthetic.render import (
     rotation_matrix,
     shade,
 )
+from camflow_jax.data.synthetic.spec import INTRINSICS, MOTION, REFERENCE_WIDTH, SCENE
 from camflow_jax.data.synthetic.textures import (
     list_texture_files,
     load_texture,
@@ -100,10 +101,10 @@ _MOTION_ATTEMPTS = 6
 def sample_intrinsics(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
     """``K = (fx, fy, cx, cy)`` float32: ``fx ~ U(0.9, 1.1) W``, ``fy = fx (1 + U(-0.02, 0.02))``,
     principal point within ±2 % of the image centre ``((W-1)/2, (H-1)/2)``."""
-    fx = rng.uniform(0.9, 1.1) * width
-    fy = fx * (1 + rng.uniform(-0.02, 0.02))
-    cx = (width - 1) / 2 + rng.uniform(-0.02, 0.02) * width
-    cy = (height - 1) / 2 + rng.uniform(-0.02, 0.02) * height
+    fx = rng.uniform(*INTRINSICS.focal) * width
+    fy = fx * (1 + rng.uniform(*INTRINSICS.aspect))
+    cx = (width - 1) / 2 + rng.uniform(*INTRINSICS.centre) * width
+    cy = (height - 1) / 2 + rng.uniform(*INTRINSICS.centre) * height
     return np.array([fx, fy, cx, cy], np.float32)
 
 
@@ -121,11 +122,11 @@ def _facing_plane(centre, size, rot, **kw) -> Plane:
     return Plane(origin=origin, axis_u=eu, axis_v=ev, extent=(float(size[0]), float(size[1])), **kw)
 
 
-def _texture_kw(rng, n_textures: int, texel: float, brightness=(0.6, 1.15)) -> dict:
-    colour = rng.uniform(*brightness) * (1 + rng.uniform(-0.15, 0.15, 3))
+def _texture_kw(rng, n_textures: int, texel: float, brightness=SCENE.brightness) -> dict:
+    colour = rng.uniform(*brightness) * (1 + rng.uniform(*SCENE.colour_jitter, 3))
     return dict(texture=int(rng.integers(n_textures)), texel=float(texel),
                 tex_angle=float(rng.uniform(0, 2 * np.pi)),
-                tex_offset=(float(rng.uniform(0, 512)), float(rng.uniform(0, 512))),
+                tex_offset=(float(rng.uniform(*SCENE.texture_offset)), float(rng.uniform(*SCENE.texture_offset))),
                 colour=colour)
 
 
@@ -144,84 +145,87 @@ def sample_scene(rng: np.random.Generator, textures: Sequence, K, height: int, w
       up to ±8° between ``tau = 0`` and ``tau = 1``.
     Texels are sized to about 0.8–1.6 px at the plane's reference depth (slightly magnified:
     sharp, alias-free, and mostly a single texture read). ``textures`` is a
-    sequence of mip pyramids; the returned scene keeps only the ones it uses.
+    sequence of mip pyramids; the returned scene keeps only the ones it uses. The numbers:
+    :data:`camflow_jax.data.synthetic.spec.SCENE`.
     """
+    s = SCENE
     fx, fy, cx, cy = (float(v) for v in np.asarray(K, np.float64).reshape(4))
     n_tex = len(textures)
     if n_tex == 0:
         raise ValueError("sample_scene needs at least one texture")
     px_size = 1.0 / fx  # world size of a pixel at depth 1
-    z_near = rng.uniform(2.5, 5.0)
-    z_far = rng.uniform(30.0, 120.0)
-    pitch = np.deg2rad(rng.uniform(-4, 12))
-    roll = np.deg2rad(rng.uniform(-3, 3))
+    z_near = rng.uniform(*s.z_near)
+    z_far = rng.uniform(*s.z_far)
+    pitch = np.deg2rad(rng.uniform(*s.camera_pitch))
+    roll = np.deg2rad(rng.uniform(*s.camera_roll))
     cam = rotation_matrix([0, 0, roll]) @ rotation_matrix([pitch, 0, 0])  # level -> camera
     planes: list[Plane] = []
 
-    bg_rot = cam @ _euler(np.deg2rad(rng.uniform(-10, 10)), np.deg2rad(rng.uniform(-10, 10)), 0)
+    bg_rot = cam @ _euler(np.deg2rad(rng.uniform(*s.background_tilt)), np.deg2rad(rng.uniform(*s.background_tilt)), 0)
     bg_centre = cam @ np.array([0.0, 0.0, z_far])
     planes.append(Plane(origin=bg_centre, axis_u=bg_rot[:, 0], axis_v=bg_rot[:, 1], extent=None,
                         shape="infinite",
-                        **_texture_kw(rng, n_tex, z_far * px_size * rng.uniform(0.8, 1.4), (0.8, 1.2))))
+                        **_texture_kw(rng, n_tex, z_far * px_size * rng.uniform(*s.background_texel),
+                                      s.background_brightness)))
 
-    if rng.random() < 0.85:
-        hc = rng.uniform(1.0, 2.5)
+    if rng.random() < s.ground_probability:
+        hc = rng.uniform(*s.ground_height)
         z_bottom = hc * fy / max(height - cy, 1.0)  # ground depth at the bottom row (level camera)
         planes.append(Plane(origin=cam @ np.array([0.0, hc, 0.0]), axis_u=cam[:, 0], axis_v=cam[:, 2],
                             extent=None, shape="infinite",
-                            **_texture_kw(rng, n_tex, z_bottom * px_size * rng.uniform(0.9, 1.6))))
+                            **_texture_kw(rng, n_tex, z_bottom * px_size * rng.uniform(*s.ground_texel))))
 
-    n_layers = int(rng.integers(3, 7))
+    n_layers = int(rng.integers(*s.layers))
     for j in range(n_layers):
-        z = z_near if j == 0 else float(np.exp(rng.uniform(np.log(z_near), np.log(0.5 * z_far))))
-        u = rng.uniform(0.05, 0.95) * width
-        v = rng.uniform(0.05, 0.85) * height
+        z = z_near if j == 0 else float(np.exp(rng.uniform(np.log(z_near), np.log(s.layer_far * z_far))))
+        u = rng.uniform(*s.layer_x) * width
+        v = rng.uniform(*s.layer_y) * height
         centre = z * np.array([(u - cx) / fx, (v - cy) / fy, 1.0])
-        pw = rng.uniform(0.12, 0.45) * width
-        ph = pw * np.exp(rng.uniform(np.log(0.5), np.log(2.0)))
-        rot = _euler(np.deg2rad(rng.uniform(-35, 35)), np.deg2rad(rng.uniform(-20, 20)),
-                     np.deg2rad(rng.uniform(-15, 15)))
-        shape = "ellipse" if rng.random() < 0.25 else "rect"
+        pw = rng.uniform(*s.layer_width) * width
+        ph = pw * np.exp(rng.uniform(np.log(s.layer_aspect[0]), np.log(s.layer_aspect[1])))
+        rot = _euler(np.deg2rad(rng.uniform(*s.layer_yaw)), np.deg2rad(rng.uniform(*s.layer_pitch)),
+                     np.deg2rad(rng.uniform(*s.layer_roll)))
+        shape = "ellipse" if rng.random() < s.layer_ellipse_probability else "rect"
         planes.append(_facing_plane(centre, (pw * z * px_size, ph * z * px_size), rot, shape=shape,
-                                    **_texture_kw(rng, n_tex, z * px_size * rng.uniform(0.9, 1.6))))
+                                    **_texture_kw(rng, n_tex, z * px_size * rng.uniform(*s.layer_texel))))
 
-    if rng.random() < 0.35:
+    if rng.random() < s.wall_probability:
         side = 1.0 if rng.random() < 0.5 else -1.0
-        z0 = 1.2 * z_near
-        length = rng.uniform(0.3, 0.8) * z_far
-        half_width = z0 * (width / 2) / fx * rng.uniform(0.7, 1.0)
-        angle = np.deg2rad(rng.uniform(55, 75)) * side
+        z0 = s.wall_near * z_near
+        length = rng.uniform(*s.wall_length) * z_far
+        half_width = z0 * (width / 2) / fx * rng.uniform(*s.wall_offset)
+        angle = np.deg2rad(rng.uniform(*s.wall_angle)) * side
         axis_u = cam @ np.array([np.sin(angle), 0.0, np.cos(angle)])
         axis_v = cam[:, 1]
-        top = -rng.uniform(1.0, 3.0) * z0 * height / (2 * fy)
+        top = -rng.uniform(*s.wall_top) * z0 * height / (2 * fy)
         origin = cam @ np.array([side * half_width, top, z0])
         planes.append(Plane(origin=origin, axis_u=axis_u, axis_v=axis_v,
-                            extent=(float(length), float(rng.uniform(1.5, 3.0) * abs(top))),
-                            shape="rect", **_texture_kw(rng, n_tex, z0 * px_size * rng.uniform(0.8, 1.4))))
+                            extent=(float(length), float(rng.uniform(*s.wall_height) * abs(top))),
+                            shape="rect", **_texture_kw(rng, n_tex, z0 * px_size * rng.uniform(*s.wall_texel))))
 
-    for _ in range(int(rng.integers(1, 3))):
-        z = z_near * rng.uniform(1.1, 4.0)
-        u = rng.uniform(0.15, 0.85) * width
-        v = rng.uniform(0.2, 0.8) * height
+    for _ in range(int(rng.integers(*s.movers))):
+        z = z_near * rng.uniform(*s.mover_depth)
+        u = rng.uniform(*s.mover_x) * width
+        v = rng.uniform(*s.mover_y) * height
         centre = z * np.array([(u - cx) / fx, (v - cy) / fy, 1.0])
-        pw = rng.uniform(0.1, 0.25) * width
-        ph = pw * np.exp(rng.uniform(np.log(0.6), np.log(1.6)))
-        rot = _euler(np.deg2rad(rng.uniform(-20, 20)), np.deg2rad(rng.uniform(-10, 10)), 0.0)
-        shift = rng.uniform(8, 40) * width / 576 * z * px_size
+        pw = rng.uniform(*s.mover_width) * width
+        ph = pw * np.exp(rng.uniform(np.log(s.mover_aspect[0]), np.log(s.mover_aspect[1])))
+        rot = _euler(np.deg2rad(rng.uniform(*s.mover_yaw)), np.deg2rad(rng.uniform(*s.mover_pitch)), 0.0)
+        shift = rng.uniform(*s.mover_shift) * width / REFERENCE_WIDTH * z * px_size
         phi = rng.uniform(0, 2 * np.pi)
-        velocity = np.array([shift * np.cos(phi), shift * np.sin(phi), rng.uniform(-0.05, 0.05) * z])
-        spin = np.deg2rad(rng.uniform(-8, 8)) * np.cross(rot[:, 0], rot[:, 1])
-        shape = "ellipse" if rng.random() < 0.5 else "rect"
+        velocity = np.array([shift * np.cos(phi), shift * np.sin(phi), rng.uniform(*s.mover_advance) * z])
+        spin = np.deg2rad(rng.uniform(*s.mover_spin)) * np.cross(rot[:, 0], rot[:, 1])
+        shape = "ellipse" if rng.random() < s.mover_ellipse_probability else "rect"
         planes.append(_facing_plane(centre, (pw * z * px_size, ph * z * px_size), rot, shape=shape,
                                     velocity=velocity, spin=spin,
-                                    **_texture_kw(rng, n_tex, z * px_size * rng.uniform(0.9, 1.6))))
+                                    **_texture_kw(rng, n_tex, z * px_size * rng.uniform(*s.mover_texel))))
 
     # Keep only the textures in use and renumber (the scene is self-contained).
     used = sorted({p.texture for p in planes})
     remap = {old: new for new, old in enumerate(used)}
     planes = [dataclasses.replace(p, texture=remap[p.texture]) for p in planes]
-    sky = rng.uniform(170, 230) * np.array([0.92, 0.97, 1.05])
-    return Scene(planes=tuple(planes), textures=tuple(textures[i] for i in used), far=float(10 * z_far),
+    sky = rng.uniform(*s.sky) * np.array(s.sky_tint)
+    return Scene(planes=tuple(planes), textures=tuple(textures[i] for i in used), far=float(s.far_factor * z_far),
                  sky=sky)
 
 
@@ -233,17 +237,19 @@ def sample_camera_motion(rng: np.random.Generator, z_near: float, K, width: int,
     ``U(4, 36) * W / 576`` px at depth ``z_near`` in a uniform direction, plus a forward/backward
     component ``U(-0.08, 0.08) z_near`` (up to ~23 px radial flow at the image edge for the
     nearest surfaces). ``scale`` multiplies every angle and translation (the same random draws),
-    e.g. 1.6 for the 25-35 px mean flows of real handheld or stereo pairs at 576 wide.
+    e.g. 1.6 for the 25-35 px mean flows of real handheld or stereo pairs at 576 wide. The
+    numbers: :data:`camflow_jax.data.synthetic.spec.MOTION`.
     """
+    s = MOTION
     fx = float(np.asarray(K).reshape(4)[0])
     scale = float(scale)
-    yaw, pitch = np.clip(rng.normal(0, 1.2, 2), -3.5, 3.5) * scale
-    roll = np.clip(rng.normal(0, 0.8), -2.5, 2.5) * scale
+    yaw, pitch = np.clip(rng.normal(0, s.yaw_pitch_sigma, 2), -s.yaw_pitch_limit, s.yaw_pitch_limit) * scale
+    roll = np.clip(rng.normal(0, s.roll_sigma), -s.roll_limit, s.roll_limit) * scale
     R = _euler(np.deg2rad(yaw), np.deg2rad(pitch), np.deg2rad(roll))
-    parallax = rng.uniform(4, 36) * width / 576 * scale
+    parallax = rng.uniform(*s.parallax) * width / REFERENCE_WIDTH * scale
     phi = rng.uniform(0, 2 * np.pi)
     lateral = parallax * z_near / fx
-    t = np.array([lateral * np.cos(phi), lateral * np.sin(phi), rng.uniform(-0.08, 0.08) * z_near * scale])
+    t = np.array([lateral * np.cos(phi), lateral * np.sin(phi), rng.uniform(*s.advance) * z_near * scale])
     return R, t
 
 
