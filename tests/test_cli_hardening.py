@@ -22,7 +22,7 @@ import pytest
 from camflow_jax import bases as B
 from camflow_jax import estimate, stabilize
 from camflow_jax import evaluate as ev
-from camflow_jax.estimators import outputs as estimation
+from camflow_jax.estimators import outputs
 from camflow_jax.geometry import checks
 from camflow_jax.geometry import device
 from camflow_jax.io import video as video_io
@@ -264,7 +264,7 @@ def test_estimate_failure_while_writing_keeps_the_previous_result(tmp_path, monk
             raise OSError("disk full (simulated)")
         cv2.imwrite(path, rgb)
 
-    monkeypatch.setattr(estimation, "_save_png", broken)
+    monkeypatch.setattr(outputs, "_save_png", broken)
     assert estimate.main([a, b, "--method", "sift_magsac", "-o", str(out), "-y"]) == 2
     assert _digest(out) == before and _no_partials(tmp_path)
     calls.clear()

@@ -102,10 +102,10 @@ def test_metrics_go_to_jsonl_and_tensorboard(four_steps_one_device):
 
 
 def test_progress_eta_leaves_out_compilation(monkeypatch):
-    from camflow_jax.training import loop as trainer
+    from camflow_jax.training import loop
     clock = iter([0.0, 100.0, 101.0, 102.0])  # construction; step 1 ends after a 100 s compile; 1 s/step
-    monkeypatch.setattr(trainer.time, "time", lambda: next(clock))
-    p = trainer.Progress(start=0, total=10, batch_size=4)
+    monkeypatch.setattr(loop.time, "time", lambda: next(clock))
+    p = loop.Progress(start=0, total=10, batch_size=4)
     p.update(1)
     assert p.eta() is None
     terms = {"total": 1.0, "motion": 1.0, "feature": 0.0, "smooth": 0.0}
