@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import with_devices
+from helpers import with_devices
 
 from camflow_jax.data.synthetic.scenes import SyntheticScenes
 from camflow_jax.models import checkpoint

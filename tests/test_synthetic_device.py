@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import with_devices
+from helpers import with_devices
 
 from camflow_jax.data.synthetic import device as D
 from camflow_jax.data.synthetic import device_sampling as smp
