@@ -14,7 +14,7 @@ The package's own caches (camflow_jax.compilation: the Predictor's exported prog
 bases) go to a fresh temporary folder too, ``CAMFLOW_JAX_CACHE_DIR``, also inherited by every
 subprocess: a test run never reads or writes the per-user cache folder (~/.cache/camflow_jax).
 
-The training tests (test_train, test_train_reliability) also share one 4-step reference run
+The training tests (test_train, test_train_recovery) also share one 4-step reference run
 for the whole session, so that the reference is trained once, whichever modules run.
 
 The suite runs in worker processes (pytest-xdist, ``-n auto --dist loadfile`` in
@@ -42,9 +42,9 @@ if str(REPO) not in sys.path:
 
 #: Test files handed to the workers first, longest first (seconds of each file's tests in the
 #: default tier on 2 cores, 28 Nov 2026, `--durations=0`: test_train 231, test_refine 131,
-#: test_train_reliability 69, test_models 54, test_batched_inference 53, test_benchmark_tool
+#: test_train_recovery 69, test_models 54, test_batched_inference 53, test_benchmark_tool
 #: 51, test_accel 48, test_losses 47, of 1136 in all); every other file follows in its usual order.
-LONGEST_FIRST = ("test_train.py", "test_refine.py", "test_train_reliability.py", "test_models.py",
+LONGEST_FIRST = ("test_train.py", "test_refine.py", "test_train_recovery.py", "test_models.py",
                  "test_batched_inference.py", "test_benchmark_tool.py", "test_accel.py", "test_losses.py")
 
 MIN_TIME_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"

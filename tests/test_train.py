@@ -5,7 +5,7 @@ imported) with the smoke config narrowed to one pyramid level (:data:`helpers.TR
 about control flow and bookkeeping, not accuracy, and the narrow net compiles about 3x faster.
 Every single-device run compiles the same program, so the session's persistent compilation
 cache (``tests/conftest.py``) compiles it once; the 4-step reference run is shared by the
-session (``four_steps_one_device``, also used by test_train_reliability).
+session (``four_steps_one_device``, also used by test_train_recovery).
 """
 
 import inspect
