@@ -52,9 +52,7 @@ from camflow_jax import refine as refine_lib
 from camflow_jax.compilation import cache as compile_cache
 from camflow_jax.compilation.exported import ExportedJit
 from camflow_jax.compilation.memo import BoundedMemo
-from camflow_jax.geometry import device
-from camflow_jax.geometry import host
-from camflow_jax.geometry import photometric, plausibility
+from camflow_jax.geometry import device, host, photometric, plausibility
 from camflow_jax.geometry.checks import check_depth, intrinsics_problem
 from camflow_jax.io.cpus import usable_cpus
 from camflow_jax.models import basis_set, checkpoint

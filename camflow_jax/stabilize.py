@@ -78,8 +78,7 @@ def _fmt(v) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     from camflow_jax.estimators import registry
-    from camflow_jax.stabilization import estimators
-    from camflow_jax.stabilization import fingerprint, profiles
+    from camflow_jax.stabilization import estimators, fingerprint, profiles
     p = argparse.ArgumentParser(prog="python -m camflow_jax.stabilize",
                                 description=__doc__.split("\n\n")[1],
                                 formatter_class=argparse.RawTextHelpFormatter)

@@ -32,6 +32,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
 from helpers import EVAL_FLAG, run_train, with_fast_compile
 
 #: The repository root, importable: the tests import the measurement package ``tools.bench``

@@ -22,8 +22,7 @@ from camflow_jax import bases as B
 from camflow_jax import estimate, stabilize
 from camflow_jax import evaluate as ev
 from camflow_jax.estimators import outputs
-from camflow_jax.geometry import checks
-from camflow_jax.geometry import device
+from camflow_jax.geometry import checks, device
 from camflow_jax.io import video as video_io
 from camflow_jax.stabilization import clips
 from helpers import digest

@@ -25,8 +25,7 @@ import pytest
 from camflow_jax import estimate, stabilize
 from camflow_jax import evaluate as ev
 from camflow_jax.cli import harness
-from camflow_jax.io import atomic
-from camflow_jax.io import flo
+from camflow_jax.io import atomic, flo
 from camflow_jax.io import video as video_io
 from camflow_jax.stabilization import clips
 from helpers import digest

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from helpers import ROOT, TRAIN_FLAGS, assert_one_line_error, logged_metrics, run_train, train_env, trained_params
+
 
 def _stdout(workdir) -> str:
     return (Path(workdir).parent / f"{Path(workdir).name}.stdout").read_text()

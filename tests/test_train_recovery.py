@@ -18,8 +18,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import (EVAL_FLAG, ROOT, TRAIN_FLAGS, assert_one_line_error, logged_metrics, run_train, train_env,
-                     trained_params)
+
+from helpers import (
+    EVAL_FLAG,
+    ROOT,
+    TRAIN_FLAGS,
+    assert_one_line_error,
+    logged_metrics,
+    run_train,
+    train_env,
+    trained_params,
+)
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -38,9 +38,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from camflow_jax.geometry import classical
-from camflow_jax.geometry import host
-from camflow_jax.geometry import photometric
+from camflow_jax.geometry import classical, host, photometric
 from camflow_jax.geometry import plausibility as plausibility_lib
 
 __all__ = ["Motion", "Estimator", "register", "get", "resolve", "describe", "takes_option", "without_refinement",

@@ -35,8 +35,7 @@ from camflow_jax import bases as bases_mod
 from camflow_jax.compilation import cache as compile_cache
 from camflow_jax.compilation.exported import ExportedJit
 from camflow_jax.compilation.memo import BoundedMemo
-from camflow_jax.geometry import classical
-from camflow_jax.geometry import device, host
+from camflow_jax.geometry import classical, device, host
 from camflow_jax.io.cpus import usable_cpus
 from camflow_jax.refine import pyramid as refine_pyramid
 from camflow_jax.refine import solver as refine_solver

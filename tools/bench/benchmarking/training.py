@@ -18,11 +18,17 @@ from jax.sharding import PartitionSpec as P
 from camflow_jax import models
 from camflow_jax.data import datasets, pipeline
 from camflow_jax.models import basis_set
-from camflow_jax.training import loop
-from camflow_jax.training import state
-from camflow_jax.training import steps
-from tools.bench.benchmarking.common import BenchmarkOptions, arch_summary, compile_fn, compute_fields
-from tools.bench.benchmarking.common import flops_of, loadavg, memory_of, timing_summary
+from camflow_jax.training import loop, state, steps
+from tools.bench.benchmarking.common import (
+    BenchmarkOptions,
+    arch_summary,
+    compile_fn,
+    compute_fields,
+    flops_of,
+    loadavg,
+    memory_of,
+    timing_summary,
+)
 
 
 def build_train(config):
