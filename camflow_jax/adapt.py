@@ -90,7 +90,10 @@ def _run(args) -> int:
 
     config = AdaptConfig(learning_rate=args.lr, trainable=args.trainable, max_steps=args.steps,
                          synthetic_batch=0 if args.no_synthetic else AdaptConfig().synthetic_batch)
-    log = (lambda m: print(m, file=sys.stderr, flush=True))
+
+    def log(m):
+        print(m, file=sys.stderr, flush=True)
+
     report = run.adapt(args.inputs, args.out, checkpoint=args.checkpoint, minutes=args.minutes,
                        max_frames=args.max_frames, overwrite=args.overwrite, config=config,
                        holdout=args.holdout, split_by_time=args.split_by_time,

@@ -35,8 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from camflow_jax.geometry import checks
-from camflow_jax.geometry import device
+from camflow_jax.geometry import checks, device
 
 __all__ = [
     "homography_bases",

@@ -52,9 +52,7 @@ from camflow_jax import refine as refine_lib
 from camflow_jax.compilation import cache as compile_cache
 from camflow_jax.compilation.exported import ExportedJit
 from camflow_jax.compilation.memo import BoundedMemo
-from camflow_jax.geometry import device as geometry
-from camflow_jax.geometry import host
-from camflow_jax.geometry import photometric, plausibility
+from camflow_jax.geometry import device, host, photometric, plausibility
 from camflow_jax.geometry.checks import check_depth, intrinsics_problem
 from camflow_jax.io.cpus import usable_cpus
 from camflow_jax.models import basis_set, checkpoint
@@ -345,8 +343,8 @@ class Predictor:
         the depth group built from its depth ``[H0, W0]`` and intrinsics ``[4]`` at the input
         size ``input_hw``."""
         h, w = self.height, self.width
-        d = geometry.resize_image(depth[..., None], h, w)[..., 0]
-        k = geometry.resize_intrinsics(K, tuple(input_hw), (h, w))
+        d = device.resize_image(depth[..., None], h, w)[..., 0]
+        k = device.resize_intrinsics(K, tuple(input_hw), (h, w))
         return basis_set.with_depth_bases(static_bases, d, k, self.depth_sigmas)
 
     def _forward_impl(self, variables, static_bases, img1, img2, depth1, depth2, K1, K2, confidence=True,
@@ -369,20 +367,20 @@ class Predictor:
             bases_f, bases_b = static_bases, None
         out = self.model.apply(variables, g1, g2, bases_f, bases_b, train=False, confidence=confidence,
                                forward_only=forward_only)
-        resize = jax.vmap(lambda f: geometry.resize_flow(f.astype(jnp.float32), H0, W0))
+        resize = jax.vmap(lambda f: device.resize_flow(f.astype(jnp.float32), H0, W0))
         flow_f = resize(out["flow_f"])
         res = {
             "flow_f": flow_f,
             "coeffs_f": out["coeffs_f"].astype(jnp.float32),
-            # fitted at the network's own density (geometry.homography_stride), not at every pixel
-            "homography": jax.vmap(functools.partial(geometry.fit_homography_strided,
-                                                     stride=geometry.homography_stride((H0, W0), (h, w))))(flow_f),
+            # fitted at the network's own density (device.homography_stride), not at every pixel
+            "homography": jax.vmap(functools.partial(device.fit_homography_strided,
+                                                     stride=device.homography_stride((H0, W0), (h, w))))(flow_f),
         }
         if not forward_only:
             res["flow_b"] = resize(out["flow_b"])
             res["coeffs_b"] = out["coeffs_b"].astype(jnp.float32)
         if confidence:
-            resize_map = jax.vmap(lambda m: geometry.resize_bilinear_align_corners(m.astype(jnp.float32), H0, W0))
+            resize_map = jax.vmap(lambda m: device.resize_bilinear_align_corners(m.astype(jnp.float32), H0, W0))
             for k in ("logvar_f",) if forward_only else ("logvar_f", "logvar_b"):
                 res[k] = resize_map(out[k])
         return res
@@ -610,7 +608,7 @@ class Predictor:
         upright) into ``results`` at the pair's index in ``chunk`` (the padding is dropped)."""
         pairs, inputs, out, ref, hosts = started
         out, ref = jax.device_get((out, ref))
-        device = jax.config.jax_default_device  # the caller's (a thread-local setting) holds in threads
+        default_device = jax.config.jax_default_device  # the caller's (a thread-local setting) holds in threads
 
         def one(j):
             o = {k: np.asarray(v[j]) for k, v in out.items()}
@@ -618,7 +616,7 @@ class Predictor:
                 o.update(self.refiner.finish({k: v[j] for k, v in ref.items()}, o, hosts[j], cfg))
             elif cfg is not None:  # a pair on its own: its two directions in two threads on a multi-core CPU
                 p, x = pairs[j], inputs[j]
-                with jax.default_device(device):  # None: JAX's own default
+                with jax.default_device(default_device):  # None: JAX's own default
                     o.update(self.refiner(p[0], p[1], x[2], x[3], x[4], o, cfg))
             return self._upright(o, pairs_in[chunk[j]], cfg)
 

@@ -77,17 +77,16 @@ def _fmt(v) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from camflow_jax.estimators import registry as estimators
-    from camflow_jax.stabilization import estimators as stab_estimators
-    from camflow_jax.stabilization import fingerprint, profiles
+    from camflow_jax.estimators import registry
+    from camflow_jax.stabilization import estimators, fingerprint, profiles
     p = argparse.ArgumentParser(prog="python -m camflow_jax.stabilize",
                                 description=__doc__.split("\n\n")[1],
                                 formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("input", type=harness.path_arg, help="input video file or folder of frames")
     p.add_argument("-o", "--output", required=True, type=harness.path_arg,
                    help="output video (.mp4/.m4v/.mov/.avi/.mkv) or a folder for PNG frames")
-    p.add_argument("--estimator", default=stab_estimators.DEFAULT,
-                   help=f"camera-motion estimator (default: {stab_estimators.DEFAULT}):\n" + estimators.describe())
+    p.add_argument("--estimator", default=estimators.DEFAULT,
+                   help=f"camera-motion estimator (default: {estimators.DEFAULT}):\n" + registry.describe())
     p.add_argument("--no-refine", action="store_true",
                    help="camflow without test-time refinement (the network alone: camflow_net)")
     harness.add_refine_size_flag(p)

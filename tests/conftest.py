@@ -14,7 +14,7 @@ The package's own caches (camflow_jax.compilation: the Predictor's exported prog
 bases) go to a fresh temporary folder too, ``CAMFLOW_JAX_CACHE_DIR``, also inherited by every
 subprocess: a test run never reads or writes the per-user cache folder (~/.cache/camflow_jax).
 
-The training tests (test_train, test_train_reliability) also share one 4-step reference run
+The training tests (test_train, test_train_recovery) also share one 4-step reference run
 for the whole session, so that the reference is trained once, whichever modules run.
 
 The suite runs in worker processes (pytest-xdist, ``-n auto --dist loadfile`` in
@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import EVAL_FLAG, run_train, with_fast_compile
+
 #: The repository root, importable: the tests import the measurement package ``tools.bench``
 #: (not installed) as a module, whichever directory pytest was started from.
 REPO = Path(__file__).resolve().parents[1]
@@ -41,34 +43,12 @@ if str(REPO) not in sys.path:
 
 #: Test files handed to the workers first, longest first (seconds of each file's tests in the
 #: default tier on 2 cores, 28 Nov 2026, `--durations=0`: test_train 231, test_refine 131,
-#: test_train_reliability 69, test_models 54, test_batched_inference 53, test_benchmark_tool
+#: test_train_recovery 69, test_models 54, test_batched_inference 53, test_benchmark_tool
 #: 51, test_accel 48, test_losses 47, of 1136 in all); every other file follows in its usual order.
-LONGEST_FIRST = ("test_train.py", "test_refine.py", "test_train_reliability.py", "test_models.py",
+LONGEST_FIRST = ("test_train.py", "test_refine.py", "test_train_recovery.py", "test_models.py",
                  "test_batched_inference.py", "test_benchmark_tool.py", "test_accel.py", "test_losses.py")
 
 MIN_TIME_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
-
-#: XLA's lowest backend (LLVM) optimization level, for this process and every subprocess: most
-#: of the suite's CPU time is compiling programs that then run once or a few times, and this
-#: compiles them about a quarter faster (a train-step gradient: 17 s against 23 s) for slower
-#: execution (1.5 s against 1.2 s). The programs compute the same operations; only the machine
-#: code differs (summation order within a vectorized reduction, at float32 rounding level).
-FAST_COMPILE_FLAG = "--xla_backend_optimization_level=0"
-
-
-def with_fast_compile(flags: str | None) -> str:
-    """``flags`` (an ``XLA_FLAGS`` value) with :data:`FAST_COMPILE_FLAG` added unless it sets a level."""
-    flags = flags or ""
-    return flags if "xla_backend_optimization_level" in flags else f"{flags} {FAST_COMPILE_FLAG}".strip()
-
-
-def with_devices(count: int, flags: str | None = None) -> str:
-    """An ``XLA_FLAGS`` value for a subprocess with ``count`` forced host (CPU) devices: the
-    suite's flags (``flags``, default this process's, e.g. the fast-compile level) plus the
-    device count."""
-    flags = os.environ.get("XLA_FLAGS", "") if flags is None else flags
-    return f"{flags} --xla_force_host_platform_device_count={int(count)}".strip()
-
 
 def _xdist_worker() -> bool:
     return bool(os.environ.get("PYTEST_XDIST_WORKER"))
@@ -110,7 +90,7 @@ def pytest_collection_modifyitems(session, config, items):
 
 @pytest.fixture(scope="session")
 def cache():
-    """The session's JAX persistent compilation cache (the training subprocesses' too: test_train._env)."""
+    """The session's JAX persistent compilation cache (the training subprocesses' too: helpers.train_env)."""
     return Path(os.environ["JAX_COMPILATION_CACHE_DIR"])
 
 
@@ -120,8 +100,6 @@ def four_steps_one_device(tmp_path_factory, cache):
     step 4, its stdout beside it): the reference that resumed and multi-device runs must match.
     Tests copy it before changing anything. Trained once per run: the first worker that needs
     it trains it, under a lock, in the folder the workers share; the others wait and read it."""
-    from test_train import EVAL, _train
-
     root = tmp_path_factory.getbasetemp()
     if _xdist_worker():
         root = root.parent  # the run's folder, above each worker's own
@@ -130,7 +108,7 @@ def four_steps_one_device(tmp_path_factory, cache):
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (root / "ref4.done").exists():
             shutil.rmtree(wd, ignore_errors=True)
-            proc = _train(wd, "--config.num_steps=4", EVAL, cache=cache)
+            proc = run_train(wd, "--config.num_steps=4", EVAL_FLAG, cache=cache)
             (root / "ref4.stdout").write_text(proc.stdout)
             (root / "ref4.done").touch()
     return wd

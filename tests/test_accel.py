@@ -29,12 +29,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import with_devices
 
 from camflow_jax.data.synthetic.scenes import SyntheticScenes
 from camflow_jax.models import checkpoint
 from camflow_jax.predictor import Predictor
 from camflow_jax.training import loop
+from helpers import with_devices
 from tools.bench import benchmarking
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from test_train import _losses
+from helpers import logged_metrics
 from tools.bench import architecture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,12 +166,12 @@ def test_a_config_walks_through_at_most_eight_modules(tmp_path, cache, four_step
     wd = tmp_path / "wd"
     shutil.copytree(four_steps_one_device, wd)
     shutil.rmtree(wd / "checkpoints" / "4")
-    config = smoke.get_config()  # test_train.COMMON + EVAL, num_steps=4: the reference's config
+    config = smoke.get_config()  # helpers.TRAIN_FLAGS + EVAL_FLAG, num_steps=4: the reference's config
     config.update_from_flattened_dict({"batch_size": 4, "checkpoint_every": 2, "num_steps": 4, "data.num_train": 8,
                                        "data.num_eval": 2, "model.depths": (1,), "model.layer_depth": (1,),
                                        "model.num_heads": (2,), "model.width": 64})
     walk = architecture.config_walk(lambda c: loop.train_and_evaluate(c, wd), config)
-    assert [r["step"] for r in _losses(wd)] == [1, 2, 3, 4]  # steps 3 and 4 trained here
+    assert [r["step"] for r in logged_metrics(wd)] == [1, 2, 3, 4]  # steps 3 and 4 trained here
     assert (wd / "eval_4.json").is_file()
     assert {"camflow_jax.training.loop", "camflow_jax.data.datasets", "camflow_jax.training.heldout"} <= set(walk), walk
     assert len(walk) <= 8, walk

@@ -18,8 +18,7 @@ from camflow_jax import bases
 from camflow_jax.estimators import registry
 from camflow_jax.estimators.registry import Motion
 from camflow_jax.evaluation import metrics
-from tools.bench import opencv_doc
-from tools.bench import real
+from tools.bench import opencv_doc, real
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -194,18 +194,18 @@ def test_ghof_benchmark_files(tmp_path):
 
 
 def test_camflow_rows_come_from_the_registry(monkeypatch):
-    """camflow -> a refined and a network-alone row per checkpoint, built by estimators.get;
+    """camflow -> a refined and a network-alone row per checkpoint, built by registry.get;
     each checkpoint is loaded once and shared by its two rows."""
     from types import SimpleNamespace
 
-    from camflow_jax.estimators import registry as estimators
+    from camflow_jax.estimators import registry
     asked = []
 
     def fake_get(name, **options):
         asked.append((name, options.get("predictor")))
         return SimpleNamespace(predictor=options.get("predictor") or f"model of {name}")
 
-    monkeypatch.setattr(estimators, "get", fake_get)
+    monkeypatch.setattr(registry, "get", fake_get)
     ms = methods.build_methods(["identity", "camflow"], "synthetic", "b8=/x/8,b36=/x/36")
     assert [m.name for m in ms] == ["identity", "camflow:b8", "camflow_net:b8", "camflow:b36", "camflow_net:b36"]
     assert asked == [("identity", None), ("camflow:/x/8", None), ("camflow_net", "model of camflow:/x/8"),

@@ -5,8 +5,7 @@ import cv2
 import numpy as np
 import pytest
 
-from camflow_jax.geometry import host
-from camflow_jax.geometry import photometric, plausibility
+from camflow_jax.geometry import host, photometric, plausibility
 
 
 def _scene(h=90, w=140, seed=0):

@@ -42,3 +42,11 @@ def test_readme_commands_parse_their_flags():
                          capture_output=True, text=True, timeout=300).stdout
     for flag in ("--depth1", "--depth2", "--intrinsics"):
         assert flag in est
+
+
+def test_ci_runs_the_readmes_test_line():
+    """.ci/run's command is the README's second line, ruff's check before the tests included."""
+    readme_line = re.search(r"```bash\n[^\n]*\n([^\n]*)\n", README).group(1)
+    ci_lines = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln and not ln.startswith("#")]
+    assert readme_line in ci_lines, (readme_line, ci_lines)
+    assert "ruff check . && python -m pytest -q tests" in readme_line

@@ -11,9 +11,7 @@ from camflow_jax import configs, models
 from camflow_jax.data import depth as depth_lib
 from camflow_jax.data import sources as train_sources
 from camflow_jax.models import checkpoint
-from camflow_jax.training import loop
-from camflow_jax.training import state
-from camflow_jax.training import steps
+from camflow_jax.training import loop, state, steps
 
 TINY = dict(embed_dim=8, depths=(1, 1, 1), num_heads=(2, 4, 8))
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import functools
 
 import cv2
-import fixtures_benchmarks as fx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import fixtures_benchmarks as fx
 from camflow_jax import bases
 from camflow_jax import refine as R
 from camflow_jax.geometry import device
@@ -280,8 +280,10 @@ def test_a_stage_moves_only_its_groups():
 def test_at_size_keeps_the_coarsest_level_and_the_samples_per_level():
     base = R.RefineConfig()
     assert R.RefineConfig.at_size(base.max_size) == base
-    count = lambda sizes, strides: [len(range(0, a, k)) * len(range(0, b, k))  # sampled pixels per level
-                                    for (a, b), k in zip(sizes[::-1], strides)]  # (sizes finest first)
+
+    def count(sizes, strides):  # sampled pixels per level (sizes finest first)
+        return [len(range(0, a, k)) * len(range(0, b, k)) for (a, b), k in zip(sizes[::-1], strides)]
+
     default_sizes = R.pyramid_sizes(162, 288, base.levels)  # a 9:16 input at the default size
     for size, levels in ((576, 4), (640, 4), (1152, 5)):
         cfg = R.RefineConfig.at_size(size, tol=0.01)
@@ -428,8 +430,8 @@ def test_predictor_refines_the_directions_in_two_threads_as_in_one(shipped, monk
     the caller as itself."""
     import threading
 
-    from camflow_jax.refine import pairs as P
     from camflow_jax.data.synthetic.scenes import SyntheticScenes
+    from camflow_jax.refine import pairs as P
 
     p = SyntheticScenes(seed=5, num_samples=1, height=H, width=W, categories=("RE",))[0]
     cam = dict(depth1=p["depth1"], depth2=p["depth2"], intrinsics=p["K"])

@@ -31,13 +31,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import with_devices
 
 from camflow_jax.data.synthetic import device as D
 from camflow_jax.data.synthetic import device_sampling as smp
 from camflow_jax.data.synthetic import render as SR
 from camflow_jax.data.synthetic.appearance import CATEGORIES, apply_appearance
 from camflow_jax.data.synthetic.textures import procedural_textures
+from helpers import with_devices
 
 H, W, B = 48, 80, 8
 SEED, STEPS = 5, 8

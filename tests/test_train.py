@@ -1,16 +1,15 @@
 """Training system: device-count invariance, multi-process, resume, CLI and config errors.
 
 Runs go through the real CLI in subprocesses (device counts must be fixed before jax is
-imported) with the smoke config narrowed to one pyramid level (:data:`COMMON`): these tests are
+imported) with the smoke config narrowed to one pyramid level (:data:`helpers.TRAIN_FLAGS`): these tests are
 about control flow and bookkeeping, not accuracy, and the narrow net compiles about 3x faster.
 Every single-device run compiles the same program, so the session's persistent compilation
 cache (``tests/conftest.py``) compiles it once; the 4-step reference run is shared by the
-session (``four_steps_one_device``, also used by test_train_reliability).
+session (``four_steps_one_device``, also used by test_train_recovery).
 """
 
 import inspect
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -18,51 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import with_devices
 
-ROOT = Path(__file__).resolve().parents[1]
-# One pyramid level, one Swin block (the fewest ModelConfig allows: the three basis groups and
-# their heads, the mask net and the depth bases stay); 8 training pairs at batch 4: 2 steps per
-# epoch, so a 4-step run also crosses an epoch (the data order and the lr decay of epoch 2);
-# 64x64 input. No held-out evaluation (runs compared by their losses and weights); the reference
-# run (conftest.four_steps_one_device) evaluates 2 pairs: EVAL.
-COMMON = ["--config=configs/smoke.py", "--config.batch_size=4", "--config.checkpoint_every=2",
-          "--config.data.num_eval=0", "--config.data.num_train=8", "--config.model.depths=(1,)",
-          "--config.model.layer_depth=(1,)", "--config.model.num_heads=(2,)", "--config.model.width=64"]
-EVAL = "--config.data.num_eval=2"
-
-
-def _env(tmp_cache, devices=1):
-    env = dict(os.environ)
-    # The suite's flags (conftest: the fast-compile level) and the device count.
-    env["XLA_FLAGS"] = with_devices(devices)
-    env["JAX_PLATFORMS"] = "cpu"
-    env["JAX_COMPILATION_CACHE_DIR"] = str(tmp_cache)
-    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
-    return env
-
-
-def _train(workdir, *args, devices=1, cache, extra_env=None, check=True):
-    env = _env(cache, devices)
-    env.update(extra_env or {})
-    proc = subprocess.run([sys.executable, "-m", "camflow_jax.train", f"--workdir={workdir}", *COMMON, *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"training failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
-    return proc
-
-
-def _params(workdir):
-    from camflow_jax.models import checkpoint
-    _, variables, _, _ = checkpoint.load_model(workdir)
-    import jax
-
-    return {"/".join(str(getattr(k, "key", k)) for k in p): np.asarray(v)
-            for p, v in jax.tree_util.tree_flatten_with_path(variables)[0]}
-
-
-def _losses(workdir):
-    return [json.loads(line) for line in (Path(workdir) / "metrics.jsonl").read_text().splitlines()]
+from helpers import ROOT, TRAIN_FLAGS, assert_one_line_error, logged_metrics, run_train, train_env, trained_params
 
 
 def _stdout(workdir) -> str:
@@ -91,7 +47,7 @@ def _tensorboard_scalars(workdir) -> dict[str, dict[int, float]]:
 
 
 def test_metrics_go_to_jsonl_and_tensorboard(four_steps_one_device):
-    lines = _losses(four_steps_one_device)
+    lines = logged_metrics(four_steps_one_device)
     scalars = _tensorboard_scalars(four_steps_one_device)
     assert [r["step"] for r in lines] == [1, 2, 3, 4]
     for key in ("total", "motion", "grad_norm", "param_norm", "lr", "steps_per_sec"):
@@ -102,10 +58,10 @@ def test_metrics_go_to_jsonl_and_tensorboard(four_steps_one_device):
 
 
 def test_progress_eta_leaves_out_compilation(monkeypatch):
-    from camflow_jax.training import loop as trainer
+    from camflow_jax.training import loop
     clock = iter([0.0, 100.0, 101.0, 102.0])  # construction; step 1 ends after a 100 s compile; 1 s/step
-    monkeypatch.setattr(trainer.time, "time", lambda: next(clock))
-    p = trainer.Progress(start=0, total=10, batch_size=4)
+    monkeypatch.setattr(loop.time, "time", lambda: next(clock))
+    p = loop.Progress(start=0, total=10, batch_size=4)
     p.update(1)
     assert p.eta() is None
     terms = {"total": 1.0, "motion": 1.0, "feature": 0.0, "smooth": 0.0}
@@ -139,9 +95,9 @@ def test_a_workdir_extended_stopped_and_resumed_matches_the_uninterrupted_run(tm
        at step 3 and ends at step 4.
     """
     wd = tmp_path / "w"
-    first = _train(wd, "--config.num_steps=2", cache=cache)
+    first = run_train(wd, "--config.num_steps=2", cache=cache)
     assert "step 2/2" in first.stdout
-    second = _train(wd, "--config.num_steps=4", "--config.stop_after_seconds=1e-6", cache=cache).stdout
+    second = run_train(wd, "--config.num_steps=4", "--config.stop_after_seconds=1e-6", cache=cache).stdout
     assert "resumed from" in second and "at step 2" in second and "stopping at step 3" in second
     assert "step 1/4" not in second and "step 4/4" not in second
     assert json.loads((wd / "summary.json").read_text())["stopped_early"] is True
@@ -150,18 +106,18 @@ def test_a_workdir_extended_stopped_and_resumed_matches_the_uninterrupted_run(tm
     assert "note: resuming with 2 changed setting(s) (num_steps: 2 -> 4; stop_after_seconds: 0.0 -> 1e-06)" in second
     assert json.loads((wd / "config_until_step_2.json").read_text())["stop_after_seconds"] == 0
     assert json.loads((wd / "config.json").read_text())["stop_after_seconds"] == 1e-6
-    third = _train(wd, "--config.num_epochs=2", "--config.num_steps=1", cache=cache).stdout
+    third = run_train(wd, "--config.num_epochs=2", "--config.num_steps=1", cache=cache).stdout
     assert "at step 3" in third and "step 4/4" in third
     assert "kept in config_until_step_3.json" in third and "num_epochs: 0 -> 2" in third
     summary = json.loads((wd / "summary.json").read_text())
     assert summary["final_step"] == 4 and summary["stopped_early"] is False
-    assert [r["step"] for r in _losses(wd)] == [1, 2, 3, 4]
-    ref, got = _params(four_steps_one_device), _params(wd)
+    assert [r["step"] for r in logged_metrics(wd)] == [1, 2, 3, 4]
+    ref, got = trained_params(four_steps_one_device), trained_params(wd)
     assert ref.keys() == got.keys()
     for k in ref:
         np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-6, err_msg=k)
-    np.testing.assert_allclose([r["total"] for r in _losses(wd)],
-                               [r["total"] for r in _losses(four_steps_one_device)], rtol=1e-5)
+    np.testing.assert_allclose([r["total"] for r in logged_metrics(wd)],
+                               [r["total"] for r in logged_metrics(four_steps_one_device)], rtol=1e-5)
 
 
 def _assert_same_run(wd, ref_wd):
@@ -172,8 +128,8 @@ def _assert_same_run(wd, ref_wd):
     exactly-zero true gradient (a key bias shifts every attention score equally), and Adam turns
     float-noise gradients of either sign into full +-lr steps.
     """
-    np.testing.assert_allclose([r["total"] for r in _losses(wd)], [r["total"] for r in _losses(ref_wd)], rtol=1e-4)
-    ref, got = _params(ref_wd), _params(wd)
+    np.testing.assert_allclose([r["total"] for r in logged_metrics(wd)], [r["total"] for r in logged_metrics(ref_wd)], rtol=1e-4)
+    ref, got = trained_params(ref_wd), trained_params(wd)
     assert ref.keys() == got.keys()
     for k in ref:
         if k.startswith("batch_stats"):
@@ -189,7 +145,7 @@ def _assert_same_run(wd, ref_wd):
 # (two programs compiled at once: about 95 s of the 2-core machine against about 45 s).
 def test_four_devices_match_one_device(tmp_path, cache, four_steps_one_device):
     wd = tmp_path / "four"
-    out = _train(wd, "--config.num_steps=4", devices=4, cache=cache).stdout
+    out = run_train(wd, "--config.num_steps=4", devices=4, cache=cache).stdout
     assert "on 4 cpu device(s)" in out
     _assert_same_run(wd, four_steps_one_device)
 
@@ -208,8 +164,8 @@ def test_two_processes_match_single_process(tmp_path, cache, four_steps_one_devi
         pytest.skip("this jax has no CPU collectives backend for multi-process CPU runs")
     wd = tmp_path / "multi"
     port = _free_port()
-    env = _env(cache, devices=2)
-    procs = [subprocess.Popen([sys.executable, "-m", "camflow_jax.train", f"--workdir={wd}", *COMMON,
+    env = train_env(cache, devices=2)
+    procs = [subprocess.Popen([sys.executable, "-m", "camflow_jax.train", f"--workdir={wd}", *TRAIN_FLAGS,
                                "--config.num_steps=4", f"--coordinator_address=127.0.0.1:{port}",
                                "--num_processes=2", f"--process_id={i}"],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -221,18 +177,9 @@ def test_two_processes_match_single_process(tmp_path, cache, four_steps_one_devi
     _assert_same_run(wd, four_steps_one_device)
 
 
-def _one_line_error(proc, *needles):
-    """Bad input: exit code 2 and one 'error: ...' line naming the problem, no traceback."""
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    for n in needles:
-        assert n in lines[0], lines[0]
-
-
 def test_unknown_config_key_is_rejected(tmp_path, cache):
-    proc = _train(tmp_path, "--config.optim.learnin_rate=1", cache=cache, check=False)
-    _one_line_error(proc, "learnin_rate")
+    proc = run_train(tmp_path, "--config.optim.learnin_rate=1", cache=cache, check=False)
+    assert_one_line_error(proc, "learnin_rate")
 
 
 @pytest.mark.parametrize("flag, needle", [("--config.optim.learning_rate=nan", "learning_rate"),
@@ -243,8 +190,8 @@ def test_unknown_config_key_is_rejected(tmp_path, cache):
                                           ("--config.data.num_workers=-2", "data.num_workers"),
                                           ("--config.data.render=gpu", "data.render")])
 def test_bad_hyperparameters_are_one_line_errors(tmp_path, cache, flag, needle):
-    proc = _train(tmp_path / "w", "--config.num_steps=1", flag, cache=cache, check=False)
-    _one_line_error(proc, needle)
+    proc = run_train(tmp_path / "w", "--config.num_steps=1", flag, cache=cache, check=False)
+    assert_one_line_error(proc, needle)
     assert not (tmp_path / "w" / "checkpoints").exists() or not any((tmp_path / "w" / "checkpoints").iterdir())
 
 
@@ -268,7 +215,7 @@ def test_divergence_stops_before_saving(tmp_path, cache):
     # lr 1e30: the parameters blow up at the first update. The NLL excludes non-finite
     # predictions, so the loss alone would look fine; the parameter norm gives it away.
     wd = tmp_path / "w"
-    proc = _train(wd, "--config.num_steps=2", "--config.checkpoint_every=1", "--config.optim.learning_rate=1e30",
+    proc = run_train(wd, "--config.num_steps=2", "--config.checkpoint_every=1", "--config.optim.learning_rate=1e30",
                   cache=cache, check=False)
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "diverged at step 1" in proc.stderr and "param_norm" in proc.stderr
@@ -306,13 +253,13 @@ def test_damaged_latest_checkpoint_falls_back_and_is_kept(tmp_path, cache, four_
         if f.is_file() and f.stat().st_size > 0:
             f.write_bytes(b"\0" * 7)  # every file of step 4's state is now garbage
     _write_old_state(wd / "checkpoints" / "2" / "state", tmp_path / "old_state")
-    proc = _train(wd, "--config.num_steps=4", cache=cache)
+    proc = run_train(wd, "--config.num_steps=4", cache=cache)
     assert "checkpoint step 4 is unreadable" in proc.stdout and "at step 2" in proc.stdout
     assert "step 2 is unreadable" not in proc.stdout  # the old entry is not damage
     assert len(list((wd / "checkpoints").glob("damaged_4_*"))) == 1  # moved aside, not deleted
     assert (wd / "checkpoints" / "4").is_dir()  # saved again
-    assert [r["step"] for r in _losses(wd)] == [1, 2, 3, 4]  # no repeated steps
-    ref, got = _params(four_steps_one_device), _params(wd)
+    assert [r["step"] for r in logged_metrics(wd)] == [1, 2, 3, 4]  # no repeated steps
+    ref, got = trained_params(four_steps_one_device), trained_params(wd)
     for k in ref:  # steps 3-4 rerun from step 2 give the uninterrupted result
         np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
@@ -326,8 +273,8 @@ def test_no_readable_checkpoint_moves_nothing_and_stops(tmp_path, cache, four_st
         if f.is_file():
             f.write_bytes(b"\0" * 7)
     before = sorted(p.name for p in (wd / "checkpoints").iterdir())
-    proc = _train(wd, "--config.num_steps=4", cache=cache, check=False)
-    _one_line_error(proc, "could be restored", "nothing was moved")
+    proc = run_train(wd, "--config.num_steps=4", cache=cache, check=False)
+    assert_one_line_error(proc, "could be restored", "nothing was moved")
     assert sorted(p.name for p in (wd / "checkpoints").iterdir()) == before
 
 
@@ -338,8 +285,8 @@ def test_a_second_trainer_on_the_same_workdir_is_refused(tmp_path, cache):
     wd.mkdir()
     with open(wd / ".lock", "a+") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running trainer holds it
-        proc = _train(wd, "--config.num_steps=1", cache=cache, check=False)
-    _one_line_error(proc, "in use by another trainer")
+        proc = run_train(wd, "--config.num_steps=1", cache=cache, check=False)
+    assert_one_line_error(proc, "in use by another trainer")
 
 
 def test_config_changes_name_every_differing_setting():
@@ -376,7 +323,7 @@ def test_resume_with_another_model_is_refused_and_keeps_the_checkpoints(tmp_path
     shutil.copytree(four_steps_one_device, wd)
     before = sorted(p.name for p in (wd / "checkpoints").iterdir())
     model_json = (wd / "model.json").read_text()
-    proc = _train(wd, "--config.num_steps=6", "--config.model.embed_dim=16", cache=cache, check=False)
+    proc = run_train(wd, "--config.num_steps=6", "--config.model.embed_dim=16", cache=cache, check=False)
     assert proc.returncode != 0
     assert "different model" in proc.stderr and "embed_dim: 8 -> 16" in proc.stderr
     assert sorted(p.name for p in (wd / "checkpoints").iterdir()) == before
@@ -384,7 +331,7 @@ def test_resume_with_another_model_is_refused_and_keeps_the_checkpoints(tmp_path
 
 
 def test_missing_data_folder_is_named(tmp_path, cache):
-    proc = _train(tmp_path / "w", "--config.data.name=ghof", f"--config.data.path={tmp_path / 'nope'}",
+    proc = run_train(tmp_path / "w", "--config.data.name=ghof", f"--config.data.path={tmp_path / 'nope'}",
                   "--config.bases.use_depth=False", cache=cache, check=False)
     assert proc.returncode != 0
     assert "nope" in proc.stderr and "does not exist" in proc.stderr
@@ -426,23 +373,23 @@ def test_device_rendering_trains_and_resumes_the_same_batches(tmp_path, cache):
     import shutil
 
     ref = tmp_path / "ref"
-    proc = _train(ref, "--config.num_steps=4", DEVICE, cache=cache)
+    proc = run_train(ref, "--config.num_steps=4", DEVICE, cache=cache)
     assert "data: rendered on the device(s)" in proc.stdout
     state = json.loads(next((ref / "checkpoints" / "4" / "data").glob("process_0-of-1.json")).read_text())
     assert state == {"render": "device", "seed": 0, "next_step": 5}
     wd = tmp_path / "resumed"
     shutil.copytree(ref, wd)
     shutil.rmtree(wd / "checkpoints" / "4")
-    out = _train(wd, "--config.num_steps=4", DEVICE, cache=cache).stdout
+    out = run_train(wd, "--config.num_steps=4", DEVICE, cache=cache).stdout
     assert "at step 2" in out and "step 3/4" in out and "step 1/4" not in out
-    assert [r["step"] for r in _losses(wd)] == [1, 2, 3, 4]
-    np.testing.assert_allclose([r["total"] for r in _losses(wd)], [r["total"] for r in _losses(ref)], rtol=1e-6)
-    want, got = _params(ref), _params(wd)
+    assert [r["step"] for r in logged_metrics(wd)] == [1, 2, 3, 4]
+    np.testing.assert_allclose([r["total"] for r in logged_metrics(wd)], [r["total"] for r in logged_metrics(ref)], rtol=1e-6)
+    want, got = trained_params(ref), trained_params(wd)
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-6, atol=1e-7, err_msg=k)
     # A device-rendered run does not resume with the host pipeline's data position, nor the reverse.
-    proc = _train(wd, "--config.num_steps=6", cache=cache, check=False)
-    _one_line_error(proc, "could be restored")
+    proc = run_train(wd, "--config.num_steps=6", cache=cache, check=False)
+    assert_one_line_error(proc, "could be restored")
 
 
 def test_device_feed_batches_are_render_batch_of_the_step():

@@ -13,7 +13,7 @@ import jax afresh from the environment the trainer has when it starts them, whil
 itself read ``JAX_PLATFORMS=cpu`` when it imported jax and initialised its CPU backend before
 the change (``_LAUNCH``).
 
-The training run is test_train's smoke run (:data:`test_train.COMMON`): the file sorts after
+The training run is test_train's smoke run (:data:`helpers.TRAIN_FLAGS`): the file sorts after
 test_train.py, so in the default tier its step comes from the session's compilation cache.
 """
 
@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from fixtures_benchmarks import random_homography, textured_image
-from test_train import COMMON, ROOT, _env, _losses
+from helpers import ROOT, TRAIN_FLAGS, logged_metrics, train_env
 
 NO_PLATFORM = "no_such_platform"
 
@@ -45,9 +45,9 @@ runpy.run_module("camflow_jax.train", run_name="__main__", alter_sys=True)
 
 
 def _train_with_jaxless_workers(workdir, *args, cache):
-    env = _env(cache)
+    env = train_env(cache)
     env["CAMFLOW_JAX_NO_HUGEPAGES"] = "1"  # no re-execution of the launcher
-    return subprocess.run([sys.executable, "-c", _LAUNCH, f"--workdir={workdir}", *COMMON, *args],
+    return subprocess.run([sys.executable, "-c", _LAUNCH, f"--workdir={workdir}", *TRAIN_FLAGS, *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
 
@@ -56,8 +56,8 @@ def test_training_with_worker_processes_that_cannot_use_jax(tmp_path, cache):
     proc = _train_with_jaxless_workers(wd, "--config.num_steps=2", "--config.data.num_workers=2", cache=cache)
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     assert "on 1 cpu device(s)" in proc.stdout and "data: 2 worker process(es)" in proc.stdout
-    assert [r["step"] for r in _losses(wd)] == [1, 2]
-    assert all(np.isfinite(r["total"]) for r in _losses(wd))
+    assert [r["step"] for r in logged_metrics(wd)] == [1, 2]
+    assert all(np.isfinite(r["total"]) for r in logged_metrics(wd))
 
 
 # Every training source read and prepared as a worker does it (resize with depth and K, random

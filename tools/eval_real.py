@@ -35,8 +35,7 @@ from camflow_jax.compilation import cache as compile_cache  # noqa: E402
 from camflow_jax.estimators import registry  # noqa: E402
 from camflow_jax.evaluation import reports  # noqa: E402
 from camflow_jax.io import atomic  # noqa: E402
-from tools.bench import opencv_doc  # noqa: E402
-from tools.bench import real  # noqa: E402
+from tools.bench import opencv_doc, real  # noqa: E402
 
 PARTS = ("stereo", "video")
 #: The files --out receives (replaced on every run; other files in the folder are kept).

@@ -21,8 +21,7 @@ import numpy as np
 
 from camflow_jax.data.benchmarks import GHOF_INTRINSICS, bandwise_homography_flow
 from camflow_jax.data.depth import check_depth_aspect, resize_depth
-from camflow_jax.geometry import classical
-from camflow_jax.geometry import host
+from camflow_jax.geometry import classical, host
 from camflow_jax.io.images import read_rgb
 
 _IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".bmp")

@@ -15,10 +15,8 @@ import cv2
 import numpy as np
 
 from camflow_jax.estimators import registry
-from camflow_jax.geometry import checks, plausibility
-from camflow_jax.geometry import host
-from camflow_jax.io import atomic, viz
-from camflow_jax.io import flo
+from camflow_jax.geometry import checks, host, plausibility
+from camflow_jax.io import atomic, flo, viz
 from camflow_jax.io.images import read_rgb
 
 __all__ = ["OUTPUT_FILES", "read_image", "check_result", "estimate_pair", "write_outputs"]

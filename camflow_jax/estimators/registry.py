@@ -1,7 +1,7 @@
 """The estimator registry: every camera-motion estimator of the package, by name, behind one call.
 
     from camflow_jax.estimators import registry
-    est = estimators.get("sift_magsac")                 # or "ecc", "camflow", "camflow:CKPT", ...
+    est = registry.get("sift_magsac")                   # or "ecc", "camflow", "camflow:CKPT", ...
     m = est(img1, img2)                                 # -> Motion
     m.flow_f, m.flow_b, m.homography, m.weights, m.note
 

@@ -1,6 +1,6 @@
 """Low-level classical camera-motion estimation with OpenCV (CPU): the building blocks of the
 named estimators in :mod:`camflow_jax.estimators.registry` (which is where names live; use
-``estimators.get(name)`` to run one).
+``registry.get(name)`` to run one).
 
 All take two images ``[H, W, 3]`` or ``[H, W]`` (uint8 or float in [0, 255]) and return either a
 homography mapping image-1 pixels to image-2 pixels, or a dense forward flow ``[H, W, 2]`` on

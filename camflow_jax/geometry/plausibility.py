@@ -32,8 +32,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from camflow_jax.geometry import classical, photometric
-from camflow_jax.geometry import host
+from camflow_jax.geometry import classical, host, photometric
 
 __all__ = ["texture", "featureless", "alignment_errors", "worse_than_identity", "gradient_correlation",
            "aligned_correlation", "no_motion_fits", "forward_backward_error", "inconsistent", "texture_note",

@@ -23,8 +23,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from camflow_jax.models.layers import (Dtype, Mlp, batch_norm, conv3x3, dense, kaiming_normal, layer_norm,
-                                       onnx_form_active)
+from camflow_jax.models.layers import (
+    Dtype,
+    Mlp,
+    batch_norm,
+    conv3x3,
+    dense,
+    kaiming_normal,
+    layer_norm,
+    onnx_form_active,
+)
 
 MASK_VALUE = -100.0
 

@@ -35,9 +35,7 @@ from camflow_jax import bases as bases_mod
 from camflow_jax.compilation import cache as compile_cache
 from camflow_jax.compilation.exported import ExportedJit
 from camflow_jax.compilation.memo import BoundedMemo
-from camflow_jax.geometry import classical
-from camflow_jax.geometry import device as geometry
-from camflow_jax.geometry import host as geometry_np
+from camflow_jax.geometry import classical, device, host
 from camflow_jax.io.cpus import usable_cpus
 from camflow_jax.refine import pyramid as refine_pyramid
 from camflow_jax.refine import solver as refine_solver
@@ -53,7 +51,7 @@ PERCENTILE_STRIDE = 4
 def flow_homography(flow):
     """The homography of a flow ``[h, w, 2]``, fitted at every other pixel (a quarter of the
     DLT's work; exact for a homography flow: :func:`camflow_jax.geometry.device.fit_homography_strided`)."""
-    return geometry.fit_homography_strided(flow, 2)
+    return device.fit_homography_strided(flow, 2)
 
 
 class PairRefiner:
@@ -142,8 +140,8 @@ class PairRefiner:
         """The static bases resized to ``size`` (jitted with the pyramid: one program, where the
         resize as eager operations compiled ~25 small ones per size)."""
         (h, w), (sh, sw) = size, static_bases.shape[1:3]
-        u = geometry.resize_bilinear_align_corners(static_bases[..., :1], h, w)[..., 0] * (w / sw)
-        v = geometry.resize_bilinear_align_corners(static_bases[..., 1:], h, w)[..., 0] * (h / sh)
+        u = device.resize_bilinear_align_corners(static_bases[..., :1], h, w)[..., 0] * (w / sw)
+        v = device.resize_bilinear_align_corners(static_bases[..., 1:], h, w)[..., 0] * (h / sh)
         bp = refine_pyramid.basis_pyramid((u, v), cfg)
         return bp if detail_hw is None else refine_pyramid.with_detail(bp, detail_hw, cfg.detail_stride)
 
@@ -206,10 +204,10 @@ class PairRefiner:
         with self._pool_lock:  # the Predictor may refine several pairs at once, from threads of its own
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="camflow-refine")
-        device = jax.config.jax_default_device  # the caller's (a thread-local setting) holds in the threads
+        default_device = jax.config.jax_default_device  # the caller's (a thread-local setting) holds in the threads
 
         def run(call):
-            with jax.default_device(device):  # None: JAX's own default
+            with jax.default_device(default_device):  # None: JAX's own default
                 return jax.block_until_ready(call())
 
         futures = [self._pool.submit(run, c) for c in calls]
@@ -257,7 +255,7 @@ class PairRefiner:
         """The depth bases of depth ``d`` (working size) and the input's intrinsics ``K`` as a
         :class:`camflow_jax.refine.BasisPyramid`, with their samples at the detail level's
         pixels when ``detail_hw`` is given."""
-        depth_bp = self._depth_bases(d, geometry.resize_intrinsics(K, input_hw, tuple(size)), cfg)
+        depth_bp = self._depth_bases(d, device.resize_intrinsics(K, input_hw, tuple(size)), cfg)
         if detail_hw is not None:  # the static part's detail samples are cached with it
             depth_bp = refine_pyramid.with_detail(depth_bp, detail_hw, cfg.detail_stride)
         return depth_bp
@@ -358,7 +356,7 @@ class PairRefiner:
         if Hm is None:
             z = np.zeros((H0, W0, 2), np.float32)
             return z, z
-        return geometry_np.homography_flow(Hm, H0, W0), geometry_np.homography_flow(np.linalg.inv(Hm), H0, W0)
+        return host.homography_flow(Hm, H0, W0), host.homography_flow(np.linalg.inv(Hm), H0, W0)
 
     def host_inputs(self, img1, img2, depth1, depth2, K, cfg) -> dict:
         """The host's part before the jitted refinement of a landscape pair (numpy, cv2: cheap):
@@ -373,13 +371,13 @@ class PairRefiner:
             x = np.asarray(x, np.float32)
             return x if (h, w) == (H0, W0) else cv2.resize(x, (w, h), interpolation=interp)
 
-        grey = [np.asarray(geometry_np.gray(x), np.float32) for x in (img1, img2)]  # refine.gray's channel mean
+        grey = [np.asarray(host.gray(x), np.float32) for x in (img1, img2)]  # refine.gray's channel mean
         g1, g2 = down(grey[0]), down(grey[1])
         constant = None  # the value of a depth that holds one everywhere (both images)
         if self.num_depth:
             d1, d2 = down(depth1, cv2.INTER_LINEAR), down(depth2, cv2.INTER_LINEAR)
             K = np.asarray(K, np.float32)
-            constant = geometry_np.constant_value(d1, d2)
+            constant = host.constant_value(d1, d2)
         else:
             d1 = d2 = np.zeros((1, 1), np.float32)
             K = np.zeros(4, np.float32)
@@ -390,7 +388,7 @@ class PairRefiner:
             detail = np.stack([x if (hd, wd) == (H0, W0) else cv2.resize(x, (wd, hd), interpolation=cv2.INTER_AREA)
                                for x in grey])
         if "homography" in cfg.starts:
-            hflows = np.stack([geometry_np.resize_flow(f, h, w) for f in self._feature_start(img1, img2)])
+            hflows = np.stack([host.resize_flow(f, h, w) for f in self._feature_start(img1, img2)])
         else:
             hflows = np.zeros((2, 1, 1, 2), np.float32)
         return {"g1": g1, "g2": g2, "d1": d1, "d2": d2, "K": K, "hflows": hflows, "detail": detail,
@@ -402,26 +400,27 @@ class PairRefiner:
 
         Host work around the jitted refinement (cv2, cheap): :meth:`host_inputs` before, and
         :meth:`finish` (the refined flows and weights resized back) after."""
-        host = self.host_inputs(img1, img2, depth1, depth2, K, cfg)
+        prepared = self.host_inputs(img1, img2, depth1, depth2, K, cfg)
         # the network's forward_only results (no coeffs_b): the forward direction alone
         coeffs = np.stack([out[k] for k in ("coeffs_f", "coeffs_b") if k in out]).astype(np.float32)
-        detail = None if host["detail"] is None else (host["detail"][0], host["detail"][1])
-        res = self._refine_pair(self._static_refine_bases(host["size"], cfg, host["dsize"]), host["g1"], host["g2"],
-                                host["d1"], host["d2"], host["K"], coeffs, host["hflows"], detail,
-                                input_hw=host["input_hw"], cfg=cfg, constant_depth=host["constant_depth"])  # numpy
-        return self.finish(res, out, host, cfg)
+        detail = None if prepared["detail"] is None else (prepared["detail"][0], prepared["detail"][1])
+        p = prepared
+        res = self._refine_pair(self._static_refine_bases(p["size"], cfg, p["dsize"]), p["g1"], p["g2"],
+                                p["d1"], p["d2"], p["K"], coeffs, p["hflows"], detail,
+                                input_hw=p["input_hw"], cfg=cfg, constant_depth=p["constant_depth"])  # numpy
+        return self.finish(res, out, prepared, cfg)
 
-    def finish(self, res, out, host, cfg) -> dict:
+    def finish(self, res, out, prepared, cfg) -> dict:
         """The pair's results (numpy) from the refinement's ``res`` (one pair, numpy: a leading
-        axis of 2 for the directions), the network's ``out`` and :meth:`host_inputs`' ``host``:
+        axis of 2 for the directions), the network's ``out`` and :meth:`host_inputs`' ``prepared``:
         flows and weights resized back to the input, the homography moved to its grid, the
         network's kept as ``net_*``, and ``refine_info``."""
-        (H0, W0), (h, w), dsize = host["input_hw"], host["size"], host["dsize"]
+        (H0, W0), (h, w), dsize = prepared["input_hw"], prepared["size"], prepared["dsize"]
         new = {"net_" + k: out[k] for k in ("flow_f", "flow_b", "homography", "coeffs_f", "coeffs_b") if k in out}
         flows, wts = res["flow"], res["weights"]  # a leading axis of 2, or 1 (the forward alone)
         Hw = np.asarray(res["homography"], np.float64)
         if (h, w) != (H0, W0):
-            flows = [geometry_np.resize_flow(f, H0, W0) for f in flows]
+            flows = [host.resize_flow(f, H0, W0) for f in flows]
             wts = [cv2.resize(m, (W0, H0), interpolation=cv2.INTER_LINEAR) for m in wts]
             # working pixel x_w sits at x = (x_w + 0.5) s - 0.5 on the input grid (half-pixel)
             sx, sy = W0 / w, H0 / h

@@ -56,8 +56,7 @@ import numpy as np
 
 from camflow_jax.data import depth as depth_lib
 from camflow_jax.estimators import registry
-from camflow_jax.geometry import background, classical, plausibility
-from camflow_jax.geometry import host
+from camflow_jax.geometry import background, classical, host, plausibility
 from camflow_jax.io.cpus import usable_cpus
 
 __all__ = ["DEFAULT", "Estimator", "RegistryEstimator", "CamFlowEstimator", "make_estimator",

@@ -30,7 +30,7 @@ from camflow_jax.data import datasets, pipeline
 from camflow_jax.estimators import registry
 from camflow_jax.models import basis_set
 from camflow_jax.training import feed as feed_lib
-from camflow_jax.training import state as train_state
+from camflow_jax.training import state
 from camflow_jax.training import workdir as workdir_lib
 from camflow_jax.training.heldout import HeldoutEvaluator
 from camflow_jax.training.signals import GracefulStop, StopRequested, TrainingInterrupted
@@ -273,25 +273,25 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir, stop: Gracefu
         mesh = make_mesh()
         repl, data_sharding = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
         tx = make_optimizer(config, steps_per_epoch)
-        state = init_train_state(config, model, tx, jax.random.key(config.seed), repl)
+        tstate = init_train_state(config, model, tx, jax.random.key(config.seed), repl)
         static = workdir_lib.saved_static_bases(workdir)
         if static is None:
             static = basis_set.static_bases(model_config)
             if config.init_from:
-                state, static = train_state.start_from(config.init_from, state, tx, model_config["group_names"],
-                                                       static, repl, workdir_lib.log)
+                tstate, static = state.start_from(config.init_from, tstate, tx, model_config["group_names"],
+                                                  static, repl, workdir_lib.log)
         if is_main:
             workdir_lib.write_metadata(workdir, config.to_json_best_effort(indent=2), model_config, static)
         static = jax.device_put(jnp.asarray(static), repl)
-        mngr = train_state.checkpoint_manager(workdir, config.keep_checkpoints)
+        mngr = state.checkpoint_manager(workdir, config.keep_checkpoints)
         stop.manager = mngr
         feed = train_feed(config, train_source, mesh)
-        state, train_iter, start = train_state.restore_latest(mngr, state, feed.dataset, workdir_lib.log)
+        tstate, train_iter, start = state.restore_latest(mngr, tstate, feed.dataset, workdir_lib.log)
         writer = workdir_lib.MetricWriter(workdir, start, enabled=is_main)
         p_train, p_eval = jit_steps(model, tx, config, repl, data_sharding)
         evaluator = HeldoutEvaluator(config, prepare_kwargs(config), p_eval, static, data_sharding, writer, workdir if is_main else None,
                                      stop=stop)
-        n_params = models.count_params(state["params"])
+        n_params = models.count_params(tstate["params"])
         workdir_lib.log(f"CamFlow {model_config['group_sizes']} ({n_params:,} params) at {config.model.height}x"
              f"{config.model.width}, batch {config.batch_size} on {jax.device_count()} "
              f"{jax.devices()[0].platform} device(s), {jax.process_count()} process(es); "
@@ -311,7 +311,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir, stop: Gracefu
         stop_after, last_saved, stopped_early, done = float(config.stop_after_seconds or 0), start, False, start
         try:
             for step in range(start + 1, config.num_steps + 1):
-                state, terms = p_train(state, feed.put(next(train_iter)), static)
+                tstate, terms = p_train(tstate, feed.put(next(train_iter)), static)
                 done = step
                 stop.ran_step()
                 time_up = bool(stop_after) and progress.elapsed() > stop_after and step < config.num_steps
@@ -325,7 +325,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir, stop: Gracefu
                     writer.write_scalars(step, {**terms, "lr": lr, **progress.update(step)})
                     workdir_lib.log(progress.line(step, terms, lr))
                 if save_now:
-                    train_state.save(mngr, step, state, train_iter)
+                    state.save(mngr, step, tstate, train_iter)
                     last_saved = step
                     stop.saved()
                 stop.check()
@@ -335,16 +335,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir, stop: Gracefu
                          f"{stop_after:g}); run the same command again to resume")
                     break
                 if config.eval_every and step % config.eval_every == 0 and step != config.num_steps:
-                    evaluator(state, step)
-            train_state.wait(mngr)
+                    evaluator(tstate, step)
+            state.wait(mngr)
             train_time = progress.elapsed()
-            final_step = int(jax.device_get(state["step"]))
-            final_eval = None if stopped_early else evaluator(state, final_step)
+            final_step = int(jax.device_get(tstate["step"]))
+            final_eval = None if stopped_early else evaluator(tstate, final_step)
         except StopRequested:
             if done != last_saved:
                 check_finite(terms, done, last_saved)  # a diverged state is never saved
-                train_state.save(mngr, done, state, train_iter)
-            train_state.wait(mngr)
+                state.save(mngr, done, tstate, train_iter)
+            state.wait(mngr)
             stop.saved()
             raise TrainingInterrupted(stop.signum, done) from None
 

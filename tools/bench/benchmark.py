@@ -161,7 +161,6 @@ import os
 import sys
 from pathlib import Path
 
-
 from camflow_jax.compilation import cache as compile_cache
 from camflow_jax.export import MissingDependency
 from tools.bench import benchmarking

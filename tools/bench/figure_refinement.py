@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 
 from camflow_jax.compilation import cache as compile_cache
-from tools.bench import figures
-from tools.bench import opencv_doc
+from tools.bench import figures, opencv_doc
 
 
 def main(argv=None) -> int:

@@ -8,15 +8,13 @@ error and the refinement's inlier weights (docs/refinement.md).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import json
+from pathlib import Path
 
 import numpy as np
 
 from camflow_jax.predictor import Predictor
-from tools.bench import opencv_doc
-from tools.bench import real
+from tools.bench import opencv_doc, real
 
 __all__ = ["refinement_figure", "loss_curve"]
 

@@ -21,7 +21,6 @@ import os
 import sys
 from pathlib import Path
 
-
 from camflow_jax.predictor import Predictor
 from tools.bench import precision
 from tools.bench.benchmarking import machine_info

@@ -39,8 +39,7 @@ import numpy as np
 from camflow_jax import bases
 from camflow_jax.estimators import registry
 from camflow_jax.evaluation import metrics
-from camflow_jax.geometry import device
-from camflow_jax.geometry import host
+from camflow_jax.geometry import device, host
 from camflow_jax.predictor import Predictor
 from camflow_jax.stabilization import clips, pipeline
 from camflow_jax.stabilization import estimators as est_lib

@@ -68,9 +68,9 @@ def main(argv=None) -> int:
     compile_cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
 
     def body() -> int:
-        from tools.bench import stabilization as benchmark
         from camflow_jax.stabilization import clips
         from camflow_jax.stabilization import estimators as est_lib
+        from tools.bench import stabilization as benchmark
 
         names = [registry.resolve(n)[0] for n in args.estimators.split(",") if n]
         video = args.video or benchmark.find_vtest()

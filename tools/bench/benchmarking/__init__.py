@@ -28,7 +28,13 @@ from tools.bench.benchmarking.common import (  # noqa: F401
     timing_summary,
 )
 from tools.bench.benchmarking.export import bench_export  # noqa: F401
-from tools.bench.benchmarking.inference import bench_flows_only, bench_infer, bench_refine, bench_refine_batch, flows_only_setup  # noqa: F401,E501
+from tools.bench.benchmarking.inference import (  # noqa: F401
+    bench_flows_only,
+    bench_infer,
+    bench_refine,
+    bench_refine_batch,
+    flows_only_setup,
+)
 from tools.bench.benchmarking.profile import (  # noqa: F401
     bench_profile,
     hlo_op_names,

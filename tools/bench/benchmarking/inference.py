@@ -16,8 +16,18 @@ import numpy as np
 from camflow_jax.data.synthetic.scenes import SyntheticScenes
 from camflow_jax.models import build_model, init_variables
 from camflow_jax.predictor import Predictor
-from tools.bench.benchmarking.common import BenchmarkOptions, arch_summary, compile_fn, compute_fields
-from tools.bench.benchmarking.common import flops_of, loadavg, memory_of, parse_groups, precision_of, timing_summary
+from tools.bench.benchmarking.common import (
+    BenchmarkOptions,
+    arch_summary,
+    compile_fn,
+    compute_fields,
+    flops_of,
+    loadavg,
+    memory_of,
+    parse_groups,
+    precision_of,
+    timing_summary,
+)
 
 
 def bench_infer(opts: BenchmarkOptions, batch: int, config) -> dict:

@@ -19,6 +19,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from camflow_jax.training import steps
 from tools.bench.benchmarking.common import (
     BenchmarkOptions,
     apply_groups,
@@ -30,7 +31,6 @@ from tools.bench.benchmarking.common import (
     precision_of,
     timing_summary,
 )
-from camflow_jax.training import steps
 from tools.bench.benchmarking.inference import flows_only_setup
 from tools.bench.benchmarking.training import mem_available_bytes, train_setup
 

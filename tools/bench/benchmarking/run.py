@@ -9,6 +9,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from camflow_jax.export import onnx as onnx_lib
 from tools.bench.benchmarking.common import (
     MODES,
     BenchmarkOptions,
@@ -20,8 +21,7 @@ from tools.bench.benchmarking.common import (
     train_config,
 )
 from tools.bench.benchmarking.export import bench_export
-from tools.bench.benchmarking.inference import (bench_flows_only, bench_infer, bench_refine,
-                                                          bench_refine_batch)
+from tools.bench.benchmarking.inference import bench_flows_only, bench_infer, bench_refine, bench_refine_batch
 from tools.bench.benchmarking.profile import bench_profile
 from tools.bench.benchmarking.release import (
     bench_release,
@@ -29,7 +29,6 @@ from tools.bench.benchmarking.release import (
     check_release,
     import_release,
 )
-from camflow_jax.export import onnx as onnx_lib
 from tools.bench.benchmarking.roofline import bench_roofline
 from tools.bench.benchmarking.training import bench_train
 

@@ -18,11 +18,17 @@ from jax.sharding import PartitionSpec as P
 from camflow_jax import models
 from camflow_jax.data import datasets, pipeline
 from camflow_jax.models import basis_set
-from camflow_jax.training import loop
-from camflow_jax.training import state as train_state
-from camflow_jax.training import steps
-from tools.bench.benchmarking.common import BenchmarkOptions, arch_summary, compile_fn, compute_fields
-from tools.bench.benchmarking.common import flops_of, loadavg, memory_of, timing_summary
+from camflow_jax.training import loop, state, steps
+from tools.bench.benchmarking.common import (
+    BenchmarkOptions,
+    arch_summary,
+    compile_fn,
+    compute_fields,
+    flops_of,
+    loadavg,
+    memory_of,
+    timing_summary,
+)
 
 
 def build_train(config):
@@ -36,10 +42,10 @@ def build_train(config):
     mesh = steps.make_mesh()
     repl, data_sharding = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
     tx = steps.make_optimizer(config, steps_per_epoch)
-    state = train_state.init_train_state(config, model, tx, jax.random.key(config.seed), repl)
+    tstate = state.init_train_state(config, model, tx, jax.random.key(config.seed), repl)
     static = jax.device_put(jnp.asarray(basis_set.static_bases(model_config)), repl)
     p_train, _ = steps.jit_steps(model, tx, config, repl, data_sharding)
-    return {"model_config": model_config, "params": models.count_params(state["params"]), "state": state,
+    return {"model_config": model_config, "params": models.count_params(tstate["params"]), "state": tstate,
             "static": static, "p_train": p_train, "source": source, "mesh": mesh,
             "to_global": lambda batch: steps.host_to_global(batch, data_sharding)}
 
@@ -88,7 +94,7 @@ def bench_train(opts: BenchmarkOptions, config) -> list[dict]:
     flops, memory = s["flops"], s["memory"]
     static = t["static"]
     b = config.batch_size
-    state = t["state"]
+    tstate = t["state"]
     common = {"device": str(jax.devices()[0]), "platform": jax.devices()[0].platform,
               "cpu_count": os.cpu_count(), "height": config.model.height, "width": config.model.width,
               "batch": b, "groups": list(t["model_config"]["group_sizes"]),
@@ -98,18 +104,18 @@ def bench_train(opts: BenchmarkOptions, config) -> list[dict]:
 
     # (i) one fixed device-resident batch: no input pipeline.
     t0 = time.perf_counter()
-    state, terms = step(state, fixed, static)
-    jax.block_until_ready((state, terms))
+    tstate, terms = step(tstate, fixed, static)
+    jax.block_until_ready((tstate, terms))
     first_s = time.perf_counter() - t0
     for _ in range(opts.warmup):
-        state, terms = step(state, fixed, static)
-        jax.block_until_ready((state, terms))
+        tstate, terms = step(tstate, fixed, static)
+        jax.block_until_ready((tstate, terms))
     load_before = loadavg()
     times, cpu = [], []
     for _ in range(opts.repeats):
         t0, c0 = time.perf_counter(), time.process_time()
-        state, terms = step(state, fixed, static)
-        jax.block_until_ready((state, terms))
+        tstate, terms = step(tstate, fixed, static)
+        jax.block_until_ready((tstate, terms))
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
     loss = float(jax.device_get(terms["total"]))
@@ -129,10 +135,10 @@ def bench_train(opts: BenchmarkOptions, config) -> list[dict]:
     batch = feed.put(next(it))
     jax.block_until_ready(batch)
     iter_first_s = time.perf_counter() - t0
-    state, terms = step(state, batch, static)
+    tstate, terms = step(tstate, batch, static)
     for _ in range(opts.warmup):
-        state, terms = step(state, feed.put(next(it)), static)
-    jax.block_until_ready((state, terms))
+        tstate, terms = step(tstate, feed.put(next(it)), static)
+    jax.block_until_ready((tstate, terms))
     load_before = loadavg()
     data_s = []
     t_start, c_start = time.perf_counter(), time.process_time()
@@ -140,8 +146,8 @@ def bench_train(opts: BenchmarkOptions, config) -> list[dict]:
         t0 = time.perf_counter()
         batch = feed.put(next(it))
         data_s.append(time.perf_counter() - t0)
-        state, terms = step(state, batch, static)
-    jax.block_until_ready((state, terms))
+        tstate, terms = step(tstate, batch, static)
+    jax.block_until_ready((tstate, terms))
     total, total_cpu = time.perf_counter() - t_start, time.process_time() - c_start
     per_step = total / opts.repeats
     res_data = {"measurement": "train_data", **common, "render": feed.mode, "data_workers": pipeline.resolve_num_workers(config.data.num_workers),

@@ -18,9 +18,11 @@ def main():
     for rows in (288, 144, 96, 72):
         res = []
         for i in range(4):
-            s = ds[i]; y0 = (320 - rows)//2; sl = slice(y0, y0+rows)
+            s = ds[i]
+            y0 = (320 - rows)//2
+            sl = slice(y0, y0+rows)
             cam = dict(depth1=s["depth1"][sl], depth2=s["depth2"][sl], intrinsics=s["K"] - np.array([0,0,0,y0]))
-            v = s["valid_f"][sl] > 0; gt = s["flow_f"][sl]
+            v, gt = s["valid_f"][sl] > 0, s["flow_f"][sl]
             for r in (False, True):
                 o = pred(s["img1"][sl], s["img2"][sl], **cam, refine=r)
                 res.append(np.linalg.norm(o["flow_f"] - gt, axis=-1)[v].mean())

@@ -20,7 +20,8 @@ from camflow_jax.refine import RefineConfig
 
 def main():
     warnings.simplefilter("ignore")
-    kw = json.loads(sys.argv[1]); seed, n, depth = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "d"
+    kw = json.loads(sys.argv[1])
+    seed, n, depth = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "d"
     kw = {k: tuple(v) if isinstance(v, list) else v for k, v in kw.items()}
     cfg = RefineConfig(**kw)
     src = SyntheticScenes(seed=seed, num_samples=n, height=320, width=576)

@@ -31,7 +31,10 @@ def main(n, out, starts="network,homography,zero"):
         t1 = time.perf_counter()
         m = pred(s["img1"], s["img2"], **cam, refine=multi)
         t2 = time.perf_counter()
-        ep = lambda f: protocols.score_sample("synthetic", s, f, None, "masked")["epe"]
+
+        def ep(f):
+            return protocols.score_sample("synthetic", s, f, None, "masked")["epe"]
+
         r = {"index": i, "category": str(s["category"]), "net": ep(d["net_flow_f"]), "default": ep(d["flow_f"]),
              "multi": ep(m["flow_f"]), "start_multi": m["refine_info"]["start"],
              "cost_default": d["refine_info"]["cost_after"], "cost_multi": m["refine_info"]["cost_after"],

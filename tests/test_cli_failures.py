@@ -21,15 +21,14 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from test_cli_hardening import _digest  # noqa: E402  (one hash of files and folders for both suites)
 
 from camflow_jax import estimate, stabilize
 from camflow_jax import evaluate as ev
 from camflow_jax.cli import harness
-from camflow_jax.io import atomic
-from camflow_jax.io import flo
+from camflow_jax.io import atomic, flo
 from camflow_jax.io import video as video_io
 from camflow_jax.stabilization import clips
+from helpers import digest
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--estimator=identity", "-q", "--no-metrics", "--no-plots"]
@@ -165,7 +164,7 @@ def test_a_full_disk_is_named_and_keeps_the_previous_result(tmp_path, clip, monk
     a, b = _pair(tmp_path)
     out = tmp_path / "out"
     assert estimate.main([a, b, "--method", "dis", "-o", str(out)]) == 0
-    before = _digest(out)
+    before = digest(out)
 
     def full(path, flow):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -174,11 +173,11 @@ def test_a_full_disk_is_named_and_keeps_the_previous_result(tmp_path, clip, monk
     capsys.readouterr()
     assert estimate.main([a, b, "--method", "sift_magsac", "-o", str(out), "-y"]) == 2
     assert _one_error_line(capsys.readouterr().err) == f"error: disk full: {out}"
-    assert _digest(out) == before and not _partials(tmp_path)
+    assert digest(out) == before and not _partials(tmp_path)
 
     src = _video(tmp_path, clip)
     assert stabilize.main([str(src), "-o", str(tmp_path / "s.avi")] + FAST) == 0
-    before = _digest(tmp_path / "s.avi"), _digest(tmp_path / "s.json")
+    before = digest(tmp_path / "s.avi"), digest(tmp_path / "s.json")
     real_write = video_io.FrameSink.write
 
     def write(self, frame):
@@ -189,7 +188,7 @@ def test_a_full_disk_is_named_and_keeps_the_previous_result(tmp_path, clip, monk
     monkeypatch.setattr(video_io.FrameSink, "write", write)
     assert stabilize.main([str(src), "-o", str(tmp_path / "s.avi"), "-y", "--crop", "0.8"] + FAST) == 2
     assert _one_error_line(capsys.readouterr().err) == f"error: disk full: {tmp_path / 's.avi'}"
-    assert (_digest(tmp_path / "s.avi"), _digest(tmp_path / "s.json")) == before
+    assert (digest(tmp_path / "s.avi"), digest(tmp_path / "s.json")) == before
     assert not _partials(tmp_path)
 
 
@@ -260,7 +259,7 @@ def test_stabilize_stops_cleanly_on_signals(tmp_path, sig, code):
     first = subprocess.run([sys.executable, "-m", "camflow_jax.stabilize", str(src), "-o", "o.avi"]
                            + FAST, cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
-    before = _digest(tmp_path / "o.avi"), _digest(tmp_path / "o.json"), _digest(src)
+    before = digest(tmp_path / "o.avi"), digest(tmp_path / "o.json"), digest(src)
     p = _popen(tmp_path, "camflow_jax.stabilize", src, "-o", "o.avi", "-y", "--estimator=dis",
                "--crop", "0.8", "-q", "--no-plots")
     # During rendering: the hidden partial video exists and the memmaps are in TMPDIR.
@@ -269,7 +268,7 @@ def test_stabilize_stops_cleanly_on_signals(tmp_path, sig, code):
     _, err = p.communicate(timeout=60)
     assert p.returncode == code, err
     assert f"interrupted by {sig.name}" in _one_error_line(err)
-    assert (_digest(tmp_path / "o.avi"), _digest(tmp_path / "o.json"), _digest(src)) == before
+    assert (digest(tmp_path / "o.avi"), digest(tmp_path / "o.json"), digest(src)) == before
     assert not _partials(tmp_path) and os.listdir(tmp_path / "systmp") == []
 
 
@@ -280,13 +279,13 @@ def test_estimate_stops_cleanly_on_sigterm(tmp_path):
                             "identity", "-o", "out"], cwd=tmp_path, env=_env(tmp_path),
                            capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
-    before = _digest(tmp_path / "out"), _digest(a), _digest(b)
+    before = digest(tmp_path / "out"), digest(a), digest(b)
     p = _popen(tmp_path, "camflow_jax.estimate", a, b, "--method", "dis", "-o", "out", "-y")
     assert _wait_for(lambda: _partials(tmp_path), p), p.communicate()
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 143, err
-    assert (_digest(tmp_path / "out"), _digest(a), _digest(b)) == before
+    assert (digest(tmp_path / "out"), digest(a), digest(b)) == before
     assert not _partials(tmp_path)
 
 
@@ -510,7 +509,7 @@ def test_kill_9_never_damages_inputs_or_the_last_good_output(tmp_path):
     first = subprocess.run([sys.executable, "-m", "camflow_jax.stabilize", *map(str, args)],
                            cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
-    before = _digest(tmp_path / "o.avi"), _digest(tmp_path / "o.json"), _digest(src)
+    before = digest(tmp_path / "o.avi"), digest(tmp_path / "o.json"), digest(src)
     for when in ("scratch", "partial"):
         p = _popen(tmp_path, "camflow_jax.stabilize", *args[:-3], "--crop", "0.8", "-q",
                    "--no-plots", "--no-metrics")
@@ -522,7 +521,7 @@ def test_kill_9_never_damages_inputs_or_the_last_good_output(tmp_path):
         p.kill()
         p.communicate()
         assert p.returncode == -signal.SIGKILL
-        assert (_digest(tmp_path / "o.avi"), _digest(tmp_path / "o.json"), _digest(src)) == before
+        assert (digest(tmp_path / "o.avi"), digest(tmp_path / "o.json"), digest(src)) == before
         for n in _partials(tmp_path):  # what SIGKILL leaves: hidden, never taken for a result
             assert n.startswith(".o.")
             (tmp_path / n).unlink()

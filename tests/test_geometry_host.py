@@ -5,8 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from camflow_jax.geometry import device
-from camflow_jax.geometry import host
+from camflow_jax.geometry import device, host
 
 
 def _image_and_flow(seed=0, h=48, w=64, scale=6.0):

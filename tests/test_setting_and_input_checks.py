@@ -1,5 +1,6 @@
-"""Issue 63 ("Results you can trust, round 3"): inputs that cannot be read twice, training
-settings, and the POOR cases, grouped by surface. Signals: tests/test_signals.py."""
+"""The checks of settings and inputs at the command lines: inputs that cannot be read twice,
+training settings, and the poor cases of issue 63, grouped by surface. Signals:
+tests/test_signals.py."""
 
 import os
 import subprocess

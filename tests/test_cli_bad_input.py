@@ -5,7 +5,6 @@ Each test names the bad or poor case of the issue it guards. CLIs run in-process
 tools refuse is docs/what_the_tools_refuse.md.
 """
 
-import hashlib
 import json
 import os
 import subprocess
@@ -22,11 +21,11 @@ import pytest
 from camflow_jax import bases as B
 from camflow_jax import estimate, stabilize
 from camflow_jax import evaluate as ev
-from camflow_jax.estimators import outputs as estimation
-from camflow_jax.geometry import checks
-from camflow_jax.geometry import device
+from camflow_jax.estimators import outputs
+from camflow_jax.geometry import checks, device
 from camflow_jax.io import video as video_io
 from camflow_jax.stabilization import clips
+from helpers import digest
 
 try:
     from tests import fixtures_benchmarks as fx
@@ -34,17 +33,6 @@ except ImportError:
     import fixtures_benchmarks as fx
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _digest(path) -> str:
-    """Hash of a file, or of every file under a folder (names and bytes)."""
-    path = Path(path)
-    h = hashlib.sha256()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for f in files:
-        h.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()
 
 
 def _pair(tmp_path, h=64, w=96):
@@ -237,10 +225,10 @@ def test_estimate_overwrite_policy_and_strict_json(tmp_path, capsys):
     out = tmp_path / "out"
     assert estimate.main([a, b, "--method", "dis", "-o", str(out)]) == 0
     json.loads((out / "homography.json").read_text(), parse_constant=lambda c: pytest.fail(c))
-    before = _digest(out)
+    before = digest(out)
     capsys.readouterr()
     assert estimate.main([a, b, "--method", "dis", "-o", str(out)]) == 2
-    assert "-y" in capsys.readouterr().err and _digest(out) == before
+    assert "-y" in capsys.readouterr().err and digest(out) == before
     (out / "notes.txt").write_text("mine")
     assert estimate.main([a, b, "--method", "sift_magsac", "-o", str(out), "-y"]) == 0
     assert (out / "notes.txt").read_text() == "mine"  # files we did not write are kept
@@ -255,7 +243,7 @@ def test_estimate_failure_while_writing_keeps_the_previous_result(tmp_path, monk
     a, b = _pair(tmp_path)
     out = tmp_path / "out"
     assert estimate.main([a, b, "--method", "dis", "-o", str(out)]) == 0
-    before = _digest(out)
+    before = digest(out)
     calls = []
 
     def broken(path, rgb):
@@ -264,9 +252,9 @@ def test_estimate_failure_while_writing_keeps_the_previous_result(tmp_path, monk
             raise OSError("disk full (simulated)")
         cv2.imwrite(path, rgb)
 
-    monkeypatch.setattr(estimation, "_save_png", broken)
+    monkeypatch.setattr(outputs, "_save_png", broken)
     assert estimate.main([a, b, "--method", "sift_magsac", "-o", str(out), "-y"]) == 2
-    assert _digest(out) == before and _no_partials(tmp_path)
+    assert digest(out) == before and _no_partials(tmp_path)
     calls.clear()
     assert estimate.main([a, b, "--method", "dis", "-o", str(tmp_path / "new")]) == 2
     assert not (tmp_path / "new").exists() and _no_partials(tmp_path)
@@ -308,9 +296,9 @@ def test_evaluate_overwrite_policy_and_unwritable_out(tmp_path, monkeypatch, cap
     args = ["--dataset=cahomo", f"--data={tmp_path / 'c'}", "--methods=identity", "--no-progress"]
     out = tmp_path / "o"
     assert ev.main(args + ["-o", str(out)]) == 0
-    before = _digest(out)
+    before = digest(out)
     assert ev.main(args + ["-o", str(out)]) == 2
-    assert "-y" in capsys.readouterr().err and _digest(out) == before
+    assert "-y" in capsys.readouterr().err and digest(out) == before
     assert ev.main(args + ["-o", str(out), "--overwrite"]) == 0
     (tmp_path / "file").write_text("x")
     monkeypatch.setattr(ev, "evaluate", lambda *a, **k: pytest.fail("evaluation started"))
@@ -346,7 +334,7 @@ def test_stabilize_never_overwrites_its_input(tmp_path, clip, capsys):
     """Bad: -y with an output that is a symlink or hard link to the input destroyed it."""
     src = _video(tmp_path, clip)
     folder = _frames(tmp_path, clip)
-    before_video, before_folder = _digest(src), _digest(folder)
+    before_video, before_folder = digest(src), digest(folder)
     (tmp_path / "sym.avi").symlink_to(src)
     os.link(src, tmp_path / "hard.avi")
     (tmp_path / "symdir").symlink_to(folder)
@@ -359,7 +347,7 @@ def test_stabilize_never_overwrites_its_input(tmp_path, clip, capsys):
     assert stabilize.main([str(folder), "-o", str(folder / "out.mp4"), "-y", "--estimator=identity",
                            "-q", "--metrics"]) == 2
     assert "input folder" in capsys.readouterr().err
-    assert _digest(src) == before_video and _digest(folder) == before_folder
+    assert digest(src) == before_video and digest(folder) == before_folder
     assert os.path.islink(tmp_path / "sym.avi")
 
 
@@ -492,7 +480,7 @@ def test_stabilize_failure_midway_leaves_previous_output(tmp_path, clip, monkeyp
     out = tmp_path / "o"
     assert stabilize.main([str(src), "-o", str(out)] + FAST) == 0
     assert len(os.listdir(out)) == 12
-    before, report = _digest(out), _digest(tmp_path / "o.json")
+    before, report = digest(out), digest(tmp_path / "o.json")
     real = pipeline.render
 
     def failing(frames, plan, progress=None):
@@ -503,7 +491,7 @@ def test_stabilize_failure_midway_leaves_previous_output(tmp_path, clip, monkeyp
 
     monkeypatch.setattr(pipeline, "render", failing)
     assert stabilize.main([str(src), "-o", str(out), "-y", "--estimator=identity", "-q"]) == 2
-    assert _digest(out) == before and _digest(tmp_path / "o.json") == report
+    assert digest(out) == before and digest(tmp_path / "o.json") == report
     assert _no_partials(tmp_path)
 
 

@@ -18,19 +18,29 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_train import COMMON, EVAL, ROOT, _env, _losses, _one_line_error, _params, _train  # noqa: F401
+
+from helpers import (
+    EVAL_FLAG,
+    ROOT,
+    TRAIN_FLAGS,
+    assert_one_line_error,
+    logged_metrics,
+    run_train,
+    train_env,
+    trained_params,
+)
 
 
 # ----------------------------------------------------------------------------- helpers
 def _assert_bit_identical(wd, ref_wd):
     """The resumed run's weights, BatchNorm statistics and per-step losses equal the
     uninterrupted run's exactly (same device count, same data order)."""
-    ref, got = _params(ref_wd), _params(wd)
+    ref, got = trained_params(ref_wd), trained_params(wd)
     assert ref.keys() == got.keys()
     differ = [k for k in ref if ref[k].tobytes() != got[k].tobytes()]
     assert not differ, f"{len(differ)} arrays differ, e.g. {differ[:3]}"
-    assert [r["step"] for r in _losses(wd)] == [1, 2, 3, 4]
-    assert [r["total"] for r in _losses(wd)] == [r["total"] for r in _losses(ref_wd)]
+    assert [r["step"] for r in logged_metrics(wd)] == [1, 2, 3, 4]
+    assert [r["total"] for r in logged_metrics(wd)] == [r["total"] for r in logged_metrics(ref_wd)]
 
 
 class _Run:
@@ -41,8 +51,8 @@ class _Run:
         self.stderr_path = Path(workdir).parent / f"{Path(workdir).name}.stderr"
         self._err = open(self.stderr_path, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-u", "-m", "camflow_jax.train", f"--workdir={workdir}", *COMMON, *args],
-            cwd=ROOT, env=_env(cache), stdout=subprocess.PIPE, stderr=self._err, text=True)
+            [sys.executable, "-u", "-m", "camflow_jax.train", f"--workdir={workdir}", *TRAIN_FLAGS, *args],
+            cwd=ROOT, env=train_env(cache), stdout=subprocess.PIPE, stderr=self._err, text=True)
         self.lines, self._q = [], queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -117,8 +127,8 @@ def test_flipped_bytes_in_a_workdir_checkpoint_are_refused_by_estimate(tmp_path,
     cv2.imwrite(str(tmp_path / "a.png"), (np.random.default_rng(0).random((64, 128, 3)) * 255).astype(np.uint8))
     proc = subprocess.run([sys.executable, "-m", "camflow_jax.estimate", str(tmp_path / "a.png"),
                            str(tmp_path / "a.png"), "--checkpoint", str(wd), "-o", str(tmp_path / "out")],
-                          cwd=ROOT, env=_env(tmp_path / "c"), capture_output=True, text=True, timeout=600)
-    _one_line_error(proc, "no intact checkpoint", "checksum mismatch", str(wd / "checkpoints"))
+                          cwd=ROOT, env=train_env(tmp_path / "c"), capture_output=True, text=True, timeout=600)
+    assert_one_line_error(proc, "no intact checkpoint", "checksum mismatch", str(wd / "checkpoints"))
     assert not (tmp_path / "out").exists()
 
 
@@ -130,7 +140,7 @@ def test_resume_moves_a_checkpoint_with_flipped_bytes_aside(tmp_path, cache, fou
     _flip_bytes_that_load_silently(step4, checkpoint._restore_raw(step4 / "state"))
     damaged = (step4 / "state").rglob("*")
     damaged_bytes = {p.relative_to(step4): p.read_bytes() for p in damaged if p.is_file()}
-    out = _train(wd, "--config.num_steps=4", cache=cache).stdout
+    out = run_train(wd, "--config.num_steps=4", cache=cache).stdout
     assert "checkpoint step 4 is unreadable" in out and "checksum mismatch" in out and "at step 2" in out
     aside = list((wd / "checkpoints").glob("damaged_4_*"))
     assert len(aside) == 1  # moved aside, byte for byte, never deleted
@@ -164,9 +174,9 @@ def test_config_file_problems_are_one_line_errors(tmp_path, cache, case):
     cfg = tmp_path / "cfg.py"
     cfg.write_text(text)
     proc = subprocess.run([sys.executable, "-m", "camflow_jax.train", f"--config={cfg}",
-                           f"--workdir={tmp_path / 'w'}"], cwd=ROOT, env=_env(cache), capture_output=True,
+                           f"--workdir={tmp_path / 'w'}"], cwd=ROOT, env=train_env(cache), capture_output=True,
                           text=True, timeout=300)
-    _one_line_error(proc, str(cfg), *needles)
+    assert_one_line_error(proc, str(cfg), *needles)
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "w").exists()
 
@@ -195,7 +205,7 @@ def test_every_packaged_config_passes_the_check_and_a_misspelt_one_does_not():
     (signal.SIGINT, "step 1/4", ["--config.checkpoint_every=4"]),
     # During the evaluation of step 1 (eval_every=1; its first batch compiles the eval step):
     # the evaluation stops, step 1 is saved, exit 143.
-    pytest.param(signal.SIGTERM, "step 1/4", ["--config.checkpoint_every=4", "--config.eval_every=1", EVAL],
+    pytest.param(signal.SIGTERM, "step 1/4", ["--config.checkpoint_every=4", "--config.eval_every=1", EVAL_FLAG],
                  marks=pytest.mark.slow),
 ], ids=["sigint-steps", "sigterm-evaluation"])
 def test_a_signal_saves_exits_and_resume_is_bit_identical(tmp_path, cache, four_steps_one_device,
@@ -217,7 +227,7 @@ def test_a_signal_saves_exits_and_resume_is_bit_identical(tmp_path, cache, four_
     from camflow_jax.models import checkpoint
     assert checkpoint.steps(wd / "checkpoints") == [saved]  # the interrupted step was saved
     assert took < 60, f"took {took:.0f} s to stop"
-    _train(wd, "--config.num_steps=4", cache=cache)
+    run_train(wd, "--config.num_steps=4", cache=cache)
     _assert_bit_identical(wd, four_steps_one_device)
 
 
@@ -246,7 +256,7 @@ def test_a_second_signal_aborts_at_once_and_the_last_checkpoint_stays_usable(tmp
     assert run.finish() == 130
     assert time.time() - sent < 5
     assert "SIGINT again: aborting at once" in run.stderr()
-    _train(wd, "--config.num_steps=4", cache=cache)  # resumes from whatever finished
+    run_train(wd, "--config.num_steps=4", cache=cache)  # resumes from whatever finished
     _assert_bit_identical(wd, four_steps_one_device)
 
 
@@ -281,9 +291,9 @@ def test_an_unusable_workdir_is_refused_before_training(tmp_path, cache, case):
         needle = "read-only file system"
     try:
         t0 = time.time()
-        proc = subprocess.run([sys.executable, "-m", "camflow_jax.train", f"--workdir={target}", *COMMON],
-                              cwd=ROOT, env=_env(cache), capture_output=True, text=True, timeout=300)
-        _one_line_error(proc, str(target), needle)
+        proc = subprocess.run([sys.executable, "-m", "camflow_jax.train", f"--workdir={target}", *TRAIN_FLAGS],
+                              cwd=ROOT, env=train_env(cache), capture_output=True, text=True, timeout=300)
+        assert_one_line_error(proc, str(target), needle)
         assert "step 1/" not in proc.stdout and time.time() - t0 < 60  # refused before any step
     finally:
         if cleanup:
@@ -308,8 +318,8 @@ def test_a_full_disk_is_one_line_and_the_last_checkpoint_resumes(tmp_path, cache
         pytest.skip("mounting a tmpfs is not permitted here")
     try:
         wd = mnt / "w"
-        proc = _train(wd, "--config.num_steps=12", "--config.checkpoint_every=1", cache=cache, check=False)
-        _one_line_error(proc, "disk full", str(wd))
+        proc = run_train(wd, "--config.num_steps=12", "--config.checkpoint_every=1", cache=cache, check=False)
+        assert_one_line_error(proc, "disk full", str(wd))
         # Nothing else about the failure (orbax's own progress warnings, such as a slow save, may
         # precede it): no tracebacks, no tensorstore status lines.
         others = [ln for ln in proc.stderr.splitlines() if not ln.startswith("error: ")]
@@ -323,7 +333,7 @@ def test_a_full_disk_is_one_line_and_the_last_checkpoint_resumes(tmp_path, cache
     moved = tmp_path / "moved"
     if good[0] > 4:
         pytest.fail(f"{kib} KiB held {good[0]} steps: the test expects fewer than 4")
-    out = _train(moved, "--config.num_steps=4", cache=cache).stdout
+    out = run_train(moved, "--config.num_steps=4", cache=cache).stdout
     assert f"at step {good[0]}" in out and "unreadable" not in out
     _assert_bit_identical(moved, four_steps_one_device)
 
@@ -393,7 +403,7 @@ def test_kill_9_during_a_save_keeps_the_last_checkpoint_and_resume_is_bit_identi
         assert n.name.isdigit() or "orbax-checkpoint-tmp" in n.name, n
     if finished[0] >= 4:
         pytest.skip(f"the kill came after step {finished[0]}: nothing to resume up to step 4")
-    out = _train(wd, "--config.num_steps=4", cache=cache).stdout
+    out = run_train(wd, "--config.num_steps=4", cache=cache).stdout
     assert f"at step {finished[0]}" in out and "unreadable" not in out
     assert not [n for n in ckpts.iterdir() if "orbax-checkpoint-tmp" in n.name]  # cleaned on resume
     _assert_bit_identical(wd, four_steps_one_device)
