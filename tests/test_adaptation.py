@@ -261,3 +261,24 @@ def test_selftraining_rounds_through_the_training_entry(clip, tmp_path):
         ckpt.load_model(tmp_path / "wd" / f"round_{r}")  # each round's model loads
     ckpt.load_model(tmp_path / "wd")
     assert (tmp_path / "wd" / "selftrain.json").is_file()
+
+
+def test_a_saved_adaptation_is_a_checkpoint_every_tool_loads(loaded, tmp_path):
+    """The save writes model.json, weights.npz and the report (NaN as null) all at once, and the
+    Predictor loads the folder back with the saved weights (16-bit: within float16's precision)."""
+    import json
+
+    from camflow_jax.predictor import Predictor
+
+    model, variables, static, model_config, _ = loaded
+    report = {"clips": [{"name": "c", "frames": 3, "size_hw": [64, 128]}], "heldout_error_before_px": float("nan"),
+              "heldout_error_after_px": None, "steps": 0, "checkpoint": "shipped", "log": []}
+    run.save(tmp_path / "a", variables, model_config, static, report)
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["adapt.json", "model.json", "weights.npz"]
+    assert json.loads((tmp_path / "a" / "adapt.json").read_text())["heldout_error_before_px"] is None
+    pred = Predictor.from_checkpoint(tmp_path / "a", refine=False)
+    a = np.asarray(pred.variables["params"]["met"]["head_homography"]["out"]["kernel"])
+    b = np.asarray(variables["params"]["met"]["head_homography"]["out"]["kernel"])
+    np.testing.assert_allclose(a, b, atol=2e-3 * np.abs(b).max())
+    with pytest.raises(FileExistsError):
+        run.save(tmp_path / "a", variables, model_config, static, report)  # no -y: refused

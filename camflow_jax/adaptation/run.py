@@ -165,7 +165,7 @@ def save(out_dir, variables, model_config, static, report, *, overwrite: bool = 
                           info={"adapted": {k: report[k] for k in ("clips", "heldout_error_before_px",
                                                                    "heldout_error_after_px", "steps", "checkpoint")}},
                           overwrite=True)
-        Path(tmp, REPORT).write_text(strict_json(report, nonfinite="null", indent=2))
+        Path(tmp, REPORT).write_text(strict_json(report, nonfinite="mark", indent=2))
     return out
 
 
@@ -223,7 +223,7 @@ def self_train(clips: list[Clip], out_dir, *, rounds: int = 2, checkpoint=None, 
     summary = [{k: rep.get(k) for k in ("round", "teacher_kept", "heldout_error_before_px", "heldout_error_after_px",
                                         "ratio", "steps", "total_seconds", "evaluation_before", "evaluation")}
                for rep in reports]
-    (out / "selftrain.json").write_text(strict_json(summary, nonfinite="null", indent=2))
+    (out / "selftrain.json").write_text(strict_json(summary, nonfinite="mark", indent=2))
     return reports
 
 
