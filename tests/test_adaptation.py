@@ -282,3 +282,18 @@ def test_a_saved_adaptation_is_a_checkpoint_every_tool_loads(loaded, tmp_path):
     np.testing.assert_allclose(a, b, atol=2e-3 * np.abs(b).max())
     with pytest.raises(FileExistsError):
         run.save(tmp_path / "a", variables, model_config, static, report)  # no -y: refused
+
+
+def test_stabilize_adapt_refuses_what_it_cannot_adapt(clip, tmp_path):
+    from camflow_jax.io import video
+
+    src = tmp_path / "in.avi"
+    video.write_frames(str(src), clip.frames[:6], fps=10.0)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for extra, words in ((["--estimator", "klt_ransac"], "--adapt adapts camflow's network"),
+                         (["--estimator", "camflow", "--no-refine"], "--no-refine does not run it"),
+                         (["--estimator", "camflow", "--adapt-minutes", "0"], "--adapt-minutes must be > 0")):
+        r = subprocess.run([sys.executable, "-m", "camflow_jax.stabilize", str(src), "-o", str(tmp_path / "o.mp4"),
+                            "--adapt", "-q", *extra], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+        assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert not (tmp_path / "o.mp4").exists()
