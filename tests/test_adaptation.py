@@ -297,3 +297,10 @@ def test_stabilize_adapt_refuses_what_it_cannot_adapt(clip, tmp_path):
                             "--adapt", "-q", *extra], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
         assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
         assert not (tmp_path / "o.mp4").exists()
+
+
+def test_spread_orders_pairs_coarse_to_fine():
+    order = teacher.spread(list(range(40)))
+    assert sorted(order) == list(range(40))
+    assert order[:3] == [0, 16, 32] and order[3:8] == [8, 24, 4, 12, 20]  # every 16th, the 8ths between, ...
+    assert max(np.diff(sorted(order[:10]))) <= 8  # any prefix covers the footage evenly

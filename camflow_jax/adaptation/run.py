@@ -34,6 +34,9 @@ OWNED = ("model.json", "weights.npz", REPORT)
 DEFAULT_MINUTES = 4.5
 #: Seconds kept back from the budget for the checks after fine-tuning and the save.
 RESERVE_SECONDS = 15.0
+#: At most this share of the budget goes to labelling (then the labels cover pairs spread over
+#: the footage, :func:`camflow_jax.adaptation.teacher.spread`); the rest to fine-tuning.
+LABEL_SHARE = 0.4
 
 
 def load_model(checkpoint=None):
@@ -101,8 +104,20 @@ def adapt_clips(clips: list[Clip], *, checkpoint=None, minutes: float = DEFAULT_
     pairs = clip_pairs(clips)
     train_idx, held = split_pairs(pairs, holdout, every=not split_by_time)
     cache = teacher_lib.default_cache_dir() if cache_dir == "default" else cache_dir
-    log(f"teacher: labelling {len(pairs)} pairs of {len(clips)} clip(s) with the refined model")
-    labels = teacher_lib.label_pairs(pred, clips, pairs, teacher, cache_dir=cache, progress=progress, stop=stop)
+    # the held-out pairs first (they are the check), then the others coarse to fine: labelling stops
+    # after LABEL_SHARE of the budget (not with max_steps), so a short budget learns from pairs
+    # spread over the whole footage instead of spending itself on labels
+    order = held + teacher_lib.spread(train_idx)
+    deadline = None if config.max_steps else t0 + LABEL_SHARE * minutes * 60.0
+    log(f"teacher: labelling up to {len(pairs)} pairs of {len(clips)} clip(s) with the refined model")
+    labels = teacher_lib.label_pairs(pred, clips, [pairs[i] for i in order], teacher, cache_dir=cache,
+                                     progress=progress, stop=stop, deadline=deadline, minimum=len(held) + 1)
+    held_set = set(held)
+    held = [j for j in range(len(labels)) if order[j] in held_set]
+    train_idx = [j for j in range(len(labels)) if order[j] not in held_set]
+    if len(labels) < len(pairs):
+        log(f"teacher: labelled {len(labels)} of {len(pairs)} pairs within {LABEL_SHARE:.0%} of the budget "
+            "(spread over the footage)")
     kept = int(labels.keep.sum())
     reasons = {}
     for r, k in zip(labels.reason, labels.keep):
@@ -134,7 +149,7 @@ def adapt_clips(clips: list[Clip], *, checkpoint=None, minutes: float = DEFAULT_
     after = heldout_error(model_, new_vars, footage, labels, held, clips)
     report = {
         "clips": [{"name": c.name, "frames": int(len(c.frames)), "size_hw": list(c.size_hw)} for c in clips],
-        "pairs": len(pairs), "pairs_learned_from": history["pairs_learned"],
+        "pairs": len(pairs), "pairs_labelled": len(labels), "pairs_learned_from": history["pairs_learned"],
         "pairs_held_out": len(held), "held_out_kept": int(sum(labels.keep[i] for i in held)),
         "teacher_kept": kept, "teacher_dropped": reasons, "teacher_seconds": labels.seconds,
         "heldout_error_before_px": before, "heldout_error_after_px": after,

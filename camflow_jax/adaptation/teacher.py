@@ -47,7 +47,7 @@ from camflow_jax.geometry import host
 from camflow_jax.io.atomic import atomic_file
 from camflow_jax.refine import RefineConfig
 
-__all__ = ["Labels", "TeacherSettings", "label_pairs", "label_flows", "model_fingerprint", "fb_weight",
+__all__ = ["Labels", "TeacherSettings", "label_pairs", "label_flows", "spread", "model_fingerprint", "fb_weight",
            "default_cache_dir", "CHUNK", "FB_SCALE", "MIN_TRUSTED", "CACHE_VERSION"]
 
 #: Pairs per cached chunk of labels.
@@ -209,11 +209,15 @@ def _trusted(out: dict, bases: np.ndarray, net_hw, settings: TeacherSettings) ->
 
 
 def label_pairs(predictor, clips: list[Clip], pairs: list, settings: TeacherSettings = TeacherSettings(), *,
-                cache_dir=None, progress: bool = True, stop=None) -> Labels:
+                cache_dir=None, progress: bool = True, stop=None, deadline: float | None = None,
+                minimum: int = 0) -> Labels:
     """Teacher labels of ``pairs`` (``(clip, t1, t2)`` into ``clips``) by ``predictor`` refined
     (module doc). ``cache_dir``: where chunks are kept (None: no cache; see
     :func:`default_cache_dir`). ``progress``: a bar on stderr with the labelling rate.
-    ``stop``: a callable polled between batches that raises to stop (a signal)."""
+    ``stop``: a callable polled between batches that raises to stop (a signal).
+    ``deadline``: a ``time.perf_counter()`` value after which no new chunk is started once
+    ``minimum`` pairs are labelled: the labels then cover a prefix of ``pairs`` (order them
+    so that a prefix is useful, :func:`spread`)."""
     net_hw = (predictor.height, predictor.width)
     fingerprint = model_fingerprint(predictor.variables)
     cache = None if cache_dir is None else Path(cache_dir)
@@ -227,6 +231,8 @@ def label_pairs(predictor, clips: list[Clip], pairs: list, settings: TeacherSett
     parts, seconds = [], 0.0
     try:
         for lo in range(0, len(pairs), CHUNK):
+            if deadline is not None and lo >= minimum and time.perf_counter() > deadline:
+                break
             chunk_pairs = pairs[lo:lo + CHUNK]
             path = None if cache is None else cache / _chunk_key(clips, chunk_pairs, fingerprint, settings, net_hw)
             got = None if path is None else _read_chunk(path)
@@ -258,9 +264,22 @@ def label_pairs(predictor, clips: list[Clip], pairs: list, settings: TeacherSett
     finally:
         if bar is not None:
             bar.close()
-    return Labels(list(pairs), *(np.concatenate([p[k] for p in parts]) for k in _FIELDS[:4]),
+    done = sum(len(p["keep"]) for p in parts)
+    return Labels(list(pairs[:done]), *(np.concatenate([p[k] for p in parts]) for k in _FIELDS[:4]),
                   np.concatenate([p["keep"] for p in parts]).astype(bool),
                   [r for p in parts for r in p["reason"]], seconds)
+
+
+def spread(indices: list) -> list:
+    """``indices`` reordered coarse to fine (every 16th, then the 8ths between, ... then the rest),
+    so that any prefix covers the whole footage evenly."""
+    seen, out = set(), []
+    for step in (16, 8, 4, 2, 1):
+        for j in range(0, len(indices), step):
+            if j not in seen:
+                seen.add(j)
+                out.append(indices[j])
+    return out
 
 
 def constant_depth_bases(predictor, input_hw) -> np.ndarray:
