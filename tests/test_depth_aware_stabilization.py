@@ -79,3 +79,15 @@ def test_cli_refuses_depth_flags_for_other_estimators(tmp_path, capsys):
                            "--depth", str(_depth_folder(tmp_path, 3, 32, 48)), "-q"])
     assert code == 2
     assert "--depth" in capsys.readouterr().err
+
+
+def test_an_all_nan_depth_file_is_named_not_the_predictors_argument(tmp_path):
+    """Issue 63: one all-NaN map in the --depth folder used to be reported as the Predictor's
+    ``depths2[0]``; the error names the file."""
+    from camflow_jax.data.depth import depth_files
+
+    folder = _depth_folder(tmp_path, 3, 60, 80)
+    np.save(folder / "0001.npy", np.full((60, 80), np.nan, np.float32))
+    est = estimators.CamFlowEstimator(_Recorder(), depth_files=depth_files(folder))
+    with pytest.raises(ValueError, match=r"depth file .*0001\.npy: only 0\.00% of the pixels hold a finite positive depth"):
+        est(*_frames(120, 160))

@@ -56,7 +56,7 @@ import numpy as np
 
 from camflow_jax.data import depth as depth_lib
 from camflow_jax.estimators import registry
-from camflow_jax.geometry import background, classical, host, plausibility
+from camflow_jax.geometry import background, checks, classical, host, plausibility
 from camflow_jax.io.cpus import usable_cpus
 
 __all__ = ["DEFAULT", "Estimator", "RegistryEstimator", "CamFlowEstimator", "make_estimator",
@@ -377,7 +377,7 @@ class CamFlowEstimator(Estimator):
                              f"at least {t + 2} frames")
         maps = []
         for f in self.depth_files[t:t + 2]:
-            d = depth_lib.read_depth(f)
+            d = checks.check_depth(depth_lib.read_depth(f), f"depth file {f}")  # the file named, not the Predictor's argument
             depth_lib.check_depth_aspect(d.shape, (h, w), f)
             maps.append(depth_lib.resize_depth(d, h, w))  # the predictor checks and fills it
         if self.intrinsics is not None:
