@@ -98,6 +98,24 @@ def test_a_blurred_image_2_gets_a_note_and_a_sharp_one_none():
     assert note and note.startswith("image 2 is much blurrier")
 
 
+
+def test_blur_on_a_large_image_gets_a_note():
+    """POOR (issue 63): texture was compared at 256 px, where a 4 px blur of a 1282 px wide image
+    is under 1 px (ratio 0.77 on this texture, over the 0.75 threshold: no note). The blur note
+    measures at BLUR_SIZE (768 px); a copy with a grey level or two of noise gets none."""
+    rng = np.random.default_rng(0)
+    x = sum(cv2.resize(rng.uniform(0, 1, (1110 // k, 1282 // k)).astype(np.float32), (1282, 1110),
+                       interpolation=cv2.INTER_CUBIC) for k in (1, 2, 4, 8, 16))  # texture at every scale
+    x = cv2.GaussianBlur(np.clip(255 * (x - x.min()) / (x.max() - x.min()), 0, 255).astype(np.uint8), (0, 0), 1.0)
+    blurred = cv2.GaussianBlur(x, (0, 0), 4.0)
+    assert plausibility.texture(blurred) / plausibility.texture(x) > plausibility.BLUR_RATIO  # the old, 256 px measure
+    note = plausibility.texture_note(x, blurred)
+    assert note and note.startswith("image 2 is much blurrier")
+    noisy = np.clip(x.astype(np.int16) + rng.integers(-2, 3, x.shape), 0, 255).astype(np.uint8)
+    assert plausibility.texture_note(x, noisy) is None
+    report = plausibility.report(x, blurred, {"flow_f": np.zeros(x.shape + (2,), np.float32)})
+    assert any(n.startswith("image 2 is much blurrier") for n in report["notes"])
+
 def test_a_scaling_display_matrix_is_named_as_a_scale_not_a_minus_zero_turn(monkeypatch):
     """POOR (issue 63): a scaling display matrix was refused as "turns the picture by -0.0 degrees"."""
     from camflow_jax.io import orientation

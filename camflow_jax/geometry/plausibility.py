@@ -37,7 +37,7 @@ from camflow_jax.geometry import classical, host, photometric
 __all__ = ["texture", "featureless", "alignment_errors", "worse_than_identity", "gradient_correlation",
            "aligned_correlation", "no_motion_fits", "forward_backward_error", "inconsistent", "texture_note",
            "report", "MIN_TEXTURE", "TEXTURE_SIZE", "WORSE_RATIO", "WORSE_MARGIN", "MIN_CORRELATION", "FIT_SIZE",
-           "FIT_SIGMA", "MIN_FIT_PIXELS", "FB_SIZE", "MAX_FB_ERROR", "BLUR_RATIO"]
+           "FIT_SIGMA", "MIN_FIT_PIXELS", "FB_SIZE", "MAX_FB_ERROR", "BLUR_RATIO", "BLUR_SIZE"]
 
 #: An image is featureless when the 99th percentile of its grey-level gradient magnitude
 #: (grey levels 0..255 per pixel at :data:`TEXTURE_SIZE`, after a 1-pixel Gaussian blur) is
@@ -70,20 +70,24 @@ FB_SIZE = 256
 #: fraction of the image's longer side (docs/estimation.md, "Plausibility checks"): correct refined
 #: answers on development pairs stay below 0.0052 but one in 100, contradictions 0.0165 and more.
 MAX_FB_ERROR = 0.01
-#: One image is much blurrier than the other when the ratio of their :func:`texture` is below
-#: this (a note: docs/estimation.md, "Plausibility checks"): unchanged development pairs give 0.87
-#: and more, image 2 blurred by 4 px at 576-768 px wide 0.56-0.67.
+#: One image is much blurrier than the other when the ratio of their :func:`texture` measured at
+#: :data:`BLUR_SIZE` is below this (a note: docs/estimation.md, "Plausibility checks"): unchanged
+#: pairs give 0.919 and more (the 100-pair benchmark, vtest), image 2 blurred by 4 px 0.25-0.54
+#: at 512-1282 px wide, by 2 px 0.43-0.76.
 BLUR_RATIO = 0.75
+#: The longer side (pixels) at which the blur note measures :func:`texture`: larger than
+#: :data:`TEXTURE_SIZE`, because shrinking a large image shrinks its blur with it (at 256 px, a
+#: 4 px blur of a 1282 px wide image is under 1 px and gave a ratio of 0.835: no note).
+BLUR_SIZE = 768
 
 
-def texture(img) -> float:
+def texture(img, size: int = TEXTURE_SIZE) -> float:
     """The 99th percentile of the grey-level gradient magnitude (per pixel, 0..255 scale) of
-    ``img`` (``[H, W]`` or ``[H, W, C]``), measured with its longer side shrunk to
-    :data:`TEXTURE_SIZE` (when larger) and after a Gaussian blur of 1 pixel. Non-finite pixels
-    count as 0 gradient."""
+    ``img`` (``[H, W]`` or ``[H, W, C]``), measured with its longer side shrunk to ``size``
+    (when larger) and after a Gaussian blur of 1 pixel. Non-finite pixels count as 0 gradient."""
     g = host.gray(img)
     g = np.where(np.isfinite(g), g, 0.0).astype(np.float32)
-    scale = TEXTURE_SIZE / max(g.shape)
+    scale = size / max(g.shape)
     if scale < 1.0:  # one scale for every resolution: a gradient per pixel halves when the size doubles
         g = cv2.resize(g, (max(1, round(g.shape[1] * scale)), max(1, round(g.shape[0] * scale))),
                        interpolation=cv2.INTER_AREA)
@@ -95,6 +99,13 @@ def texture(img) -> float:
 #: :func:`texture` of the last few images (a video frame is image 2 of one pair and image 1 of
 #: the next: measured once; a hit is exactly what :func:`texture` gives).
 _textures = classical.ContentCache(8)
+#: :func:`texture` at :data:`BLUR_SIZE` of the last few images (the blur note's measure).
+_sharpness = classical.ContentCache(8)
+
+
+def _sharp(img) -> float:
+    """:func:`texture` of ``img`` at :data:`BLUR_SIZE`."""
+    return _sharpness.get(img, lambda a: texture(a, BLUR_SIZE))
 
 
 def featureless(img1, img2) -> str | None:
@@ -233,16 +244,18 @@ def inconsistent(fb_error: float, shape) -> str | None:
 
 
 def texture_note(img1, img2) -> str | None:
-    """A note when one image of the pair is much blurrier than the other (:func:`texture` ratio
-    below :data:`BLUR_RATIO`): an estimate on such a pair can invent a little motion. None
-    otherwise (also for a featureless image, :func:`featureless`'s case)."""
-    return _texture_note(_textures.get(img1, texture), _textures.get(img2, texture))
+    """A note when one image of the pair is much blurrier than the other (the ratio of their
+    :func:`texture` at :data:`BLUR_SIZE` below :data:`BLUR_RATIO`): an estimate on such a pair
+    can invent a little motion. None otherwise (also for a featureless image,
+    :func:`featureless`'s case)."""
+    if _featureless(_textures.get(img1, texture), _textures.get(img2, texture)):
+        return None
+    return _texture_note(_sharp(img1), _sharp(img2))
 
 
 def _texture_note(t1: float, t2: float) -> str | None:
-    """:func:`texture_note` from the two images' :func:`texture`."""
-    if min(t1, t2) < MIN_TEXTURE:
-        return None
+    """:func:`texture_note` from the two images' :func:`texture` at :data:`BLUR_SIZE` (the
+    pair not featureless)."""
     if min(t1, t2) < BLUR_RATIO * max(t1, t2):
         blurry = "image 2" if t2 < t1 else "image 1"
         return (f"{blurry} is much blurrier than the other (texture {min(t1, t2):.1f} against {max(t1, t2):.1f} "
@@ -281,7 +294,7 @@ def report(img1, img2, out: dict, exposure: dict | None = None) -> dict:
     notes = [n for n in (
         (f"image 2's exposure differs from image 1's (shift {exposure['exposure_shift']:.2f} > "
          f"{photometric.MAX_SHIFT}): matched to image 1 first") if exposure["exposure_matched"] else None,
-        _texture_note(t1, t2)) if n]
+        None if _featureless(t1, t2) else _texture_note(_sharp(img1), _sharp(img2))) if n]
     return {"plausible": not reasons, "reasons": reasons, "notes": notes,
             "exposure_matched": bool(exposure["exposure_matched"]), "exposure_shift": float(exposure["exposure_shift"]),
             "fb_error": fb, "inconsistent": contradiction, "aligned_error": aligned, "input_error": inp, "correlation": corr}
