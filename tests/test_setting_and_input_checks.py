@@ -291,3 +291,18 @@ def test_a_camflow_run_without_depth_prints_our_note_only(tmp_path):
     proc = _cli(tmp_path, "camflow_jax.stabilize", "in.avi", "-o", "o.avi", "--estimator=camflow_net", "-y")
     assert proc.returncode == 0 and "UserWarning" not in proc.stderr, proc.stderr
     assert proc.stderr.count("no --depth") == 1
+
+
+@pytest.mark.parametrize("depth,words", [
+    (np.ones((4, 6), bool), r"depth1 is a boolean array \(a mask, not depth\)"),
+    (np.ones((4, 6), complex), "depth1 is a complex array"),
+    (np.ones((4, 6), object), "depth1 is an array of Python objects"),
+    ([[1.0, 2.0], [3.0]], r"depth1 is not an \[H, W\] array of numbers"),
+])
+def test_object_complex_bool_and_ragged_depth_are_refused_in_our_words(depth, words):
+    """POOR (issue 63): such depth arrays given to the Predictor met numpy's words (or dtype
+    names); one line naming the argument, as the Predictor's check says it."""
+    from camflow_jax.predictor import _check_depth
+
+    with pytest.raises(ValueError, match=words):
+        _check_depth(depth, (4, 6), "depth1")

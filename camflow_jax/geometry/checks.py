@@ -96,9 +96,16 @@ def check_depth(depth, name: str = "depth", hw: tuple[int, int] | None = None,
     ``hw``: the image size the depth must match. Invalid pixels are kept (the Predictor and the
     bases fill them); huge finite values are fine (the depth bases normalize by the median).
     """
-    d = np.asarray(depth)
+    try:
+        d = np.asarray(depth)
+    except (ValueError, TypeError) as e:  # ragged nested lists: numpy's words name no argument
+        raise ValueError(f"{name} is not an [H, W] array of numbers (rows of different lengths?): "
+                         "give depth as a numpy array of one float per pixel") from e
     if d.dtype.kind not in "uif":
-        raise ValueError(f"{name} must be numeric, got dtype {d.dtype}")
+        what = {"b": "a boolean array (a mask, not depth)", "c": "a complex array",
+                "O": "an array of Python objects"}.get(d.dtype.kind, f"a {d.dtype} array")
+        raise ValueError(f"{name} is {what}: depth must be an [H, W] map of real numbers "
+                         "(integers or floats, one per pixel)")
     d = d.astype(np.float32)
     if d.ndim == 3 and d.shape[-1] == 1:
         d = d[..., 0]
