@@ -306,3 +306,32 @@ def test_object_complex_bool_and_ragged_depth_are_refused_in_our_words(depth, wo
 
     with pytest.raises(ValueError, match=words):
         _check_depth(depth, (4, 6), "depth1")
+
+
+def test_a_cover_art_only_mp3_is_said_to_hold_no_video_stream(tmp_path, capsys):
+    """POOR (issue 63): an .mp3 whose only picture is its cover art was refused with "needs at
+    least 2 frames"; it holds no video, and the error says so, naming the file."""
+    import av
+    from av.stream import Disposition
+
+    from camflow_jax import stabilize
+
+    path = tmp_path / "song.mp3"
+    with av.open(str(path), "w") as c:  # audio plus a PNG marked as an attached picture, as taggers write it
+        audio = c.add_stream("mp3", rate=44100)
+        cover = c.add_stream("png")
+        cover.width, cover.height, cover.pix_fmt = 32, 32, "rgb24"
+        cover.disposition = Disposition.attached_pic
+        for p in [*cover.encode(av.VideoFrame.from_ndarray(np.zeros((32, 32, 3), np.uint8), format="rgb24")),
+                  *cover.encode()]:
+            c.mux(p)
+        frame = av.AudioFrame.from_ndarray(np.zeros((1, 44100), np.int16), format="s16", layout="mono")
+        frame.sample_rate = 44100
+        for p in [*audio.encode(frame), *audio.encode()]:
+            c.mux(p)
+    with av.open(str(path)) as c:  # the oracle: FFmpeg marks the picture stream as cover art
+        assert [s.disposition & Disposition.attached_pic for s in c.streams.video] == [Disposition.attached_pic]
+    assert stabilize.main([str(path), "-o", str(tmp_path / "out.mp4"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "song.mp3 as a video (it holds no video stream, only a still picture" in err, err
+    assert "2 frames" not in err and not (tmp_path / "out.mp4").exists()

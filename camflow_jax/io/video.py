@@ -102,6 +102,15 @@ def _av():
     return av
 
 
+def _is_cover_art(stream) -> bool:
+    """True for a video stream that is a picture attached to audio (FFmpeg's ``attached_pic``
+    disposition: an .mp3's or .m4a's cover art), not moving pictures."""
+    try:
+        return bool(int(stream.disposition) & int(_av().stream.Disposition.attached_pic))
+    except (AttributeError, TypeError, ValueError):  # an older PyAV without dispositions
+        return False
+
+
 def _natural_key(name: str):
     return [int(tok) if tok.isdigit() else tok.lower() for tok in re.split(r"(\d+)", name)]
 
@@ -239,6 +248,10 @@ class FrameSource:
         if not container.streams.video:
             container.close()
             raise ValueError(f"cannot open {self.path} as a video (it holds no video stream)")
+        if all(_is_cover_art(s) for s in container.streams.video):
+            container.close()  # an audio file's picture (an .mp3's cover art) is one still image
+            raise ValueError(f"cannot open {self.path} as a video (it holds no video stream, only a "
+                             "still picture attached to the audio, such as an album cover)")
         return container
 
     def _scan(self, default_fps: float) -> None:
