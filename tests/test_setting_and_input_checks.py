@@ -335,3 +335,15 @@ def test_a_cover_art_only_mp3_is_said_to_hold_no_video_stream(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "song.mp3 as a video (it holds no video stream, only a still picture" in err, err
     assert "2 frames" not in err and not (tmp_path / "out.mp4").exists()
+
+
+def test_refine_levels_beyond_the_working_size_are_refused_naming_the_setting():
+    """POOR (issue 63, from earlier rounds): RefineConfig(levels=8) built a pyramid whose coarsest
+    level was 3 px wide (288 / 2**7) and fell back silently; it is refused, naming the setting."""
+    from camflow_jax.refine import RefineConfig
+
+    with pytest.raises(ValueError, match=r"levels=8 halves the working size \(max_size 288 px\) 7 times: the "
+                                         r"coarsest level would be 2\.25 px, under 8 px; use at most 6 levels"):
+        RefineConfig(levels=8, iterations=(1,) * 8, strides=(1,) * 8, active=("all",) * 8)
+    RefineConfig(levels=6, iterations=(1,) * 6, strides=(1,) * 6, active=("all",) * 6)  # 9 px: accepted
+    assert RefineConfig.at_size(4608).levels == 7  # the largest working sizes keep their levels

@@ -20,6 +20,9 @@ OUT_OF_FRAME_WIDTHS = 3.0
 #: The noise test (:func:`pair_pyramids`) looks at the grey image halved until its longer side
 #: is at most this (the default working size), so ``noise_ratio`` means the same at every size.
 NOISE_SIZE = 288
+#: The smallest longer side (pixels) the coarsest pyramid level of ``max_size`` may have: ``levels``
+#: beyond it are refused (RefineConfig(levels=8) at 288 px would align 3 px images).
+MIN_COARSEST = 8
 
 
 #: The noise test's blocks (pixels a side); an image needs NOISE_BLOCK + 2 a side for one.
@@ -181,6 +184,13 @@ class RefineConfig:
     def __post_init__(self):
         if self.levels < 1:
             raise ValueError(f"refinement needs at least one level, got {self.levels}")
+        coarsest = self.max_size / 2 ** (self.levels - 1)
+        if coarsest < MIN_COARSEST:  # a level of a few pixels holds nothing to align (issue 63)
+            most = 1 + max(0, int(math.floor(math.log2(max(self.max_size, 1) / MIN_COARSEST))))
+            raise ValueError(f"refinement setting levels={self.levels} halves the working size (max_size "
+                             f"{self.max_size} px) {self.levels - 1} times: the coarsest level would be "
+                             f"{coarsest:.3g} px, under {MIN_COARSEST} px; use at most {most} levels, or a "
+                             "larger max_size (RefineConfig.at_size)")
         if len(self.iterations) != self.levels or any(int(i) < 0 for i in self.iterations):
             raise ValueError(f"iterations must give {self.levels} non-negative counts (coarsest "
                              f"first), got {self.iterations}")
