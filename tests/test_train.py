@@ -444,13 +444,14 @@ def test_device_feed_batches_are_render_batch_of_the_step():
     from camflow_jax import configs
     from camflow_jax.data import datasets
     from camflow_jax.data.synthetic import device
-    from camflow_jax.training import loop, steps
+    from camflow_jax.training import steps
+    from camflow_jax.training.feed import train_feed
 
     config = configs.load("smoke")
     config.batch_size, config.model.width, config.data.num_train = 4, 64, 8
     config.data.render, config.data.motion_scale, config.data.train_seed = "device", 1.5, 3
     source = datasets.training_source(config.data, config.model.height, config.model.width, "train")
-    feed = loop.train_feed(config, source, steps.make_mesh())
+    feed = train_feed(config, source, steps.make_mesh())
     it = iter(feed.dataset)
     it.set_state(json.dumps({"render": "device", "seed": 3, "next_step": 2}).encode())
     got = feed.put(next(it))
