@@ -144,6 +144,7 @@ def validate_config(config) -> None:
         raise ValueError(f"data.read_nice must be in 0..19 (0 = the trainer's priority), got {config.data.read_nice}")
     pipeline.resolve_num_workers(config.data.num_workers)  # >= 0, or -1 (auto): else a ValueError
     validate_render(config.data)
+    validate_heldout(config)
     validate_selftrain(config.selftrain)
     if config.get("stop_after_seconds", 0) < 0:
         raise ValueError("stop_after_seconds must be >= 0 (0 = no limit)")
@@ -155,6 +156,22 @@ def validate_config(config) -> None:
 
 
 RENDER_MODES = ("host", "device")
+
+
+def validate_heldout(config) -> None:
+    """``data.eval_path`` (GHOF-Cam, :mod:`camflow_jax.training.heldout`): an existing file, and
+    its depth maps (``data.eval_depth_dir``) when the model has depth bases; checked before
+    training rather than at the first evaluation."""
+    data = config.data
+    if not data.eval_path or data.num_eval <= 0:
+        return
+    if not Path(data.eval_path).is_file():
+        raise FileNotFoundError(f"data.eval_path: no GHOF-Cam file {data.eval_path}")
+    if config.bases.use_depth and not data.eval_depth_dir:
+        raise ValueError("data.eval_path with bases.use_depth=True needs data.eval_depth_dir (the GHOF-Cam depth "
+                         "maps of the ghof_cam benchmark), or bases.use_depth=False")
+    if data.eval_depth_dir and not Path(data.eval_depth_dir).is_dir():
+        raise FileNotFoundError(f"data.eval_depth_dir: no folder {data.eval_depth_dir}")
 
 
 def validate_selftrain(st) -> None:
