@@ -25,7 +25,41 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file (get_config()).", lock_config=True)
+
+class _ConfigFileFailed(Exception):
+    """A config file that does not load (not a ValueError: absl would prefix the flag to it)."""
+
+
+class _ConfigFileParser(flags.ArgumentParser):
+    """The ``--config`` flag's parser: the file executed by :func:`camflow_jax.configs.load_file`
+    (once per run; a failure named in one line, the file and the cause) and the config locked,
+    as ml_collections' own parser does."""
+
+    def parse(self, path):
+        from camflow_jax import configs
+
+        try:
+            config = configs.load_file(path)
+        except (OSError, ValueError) as e:
+            raise _ConfigFileFailed(" ".join(str(e).split())[:500]) from e
+        if callable(getattr(config, "lock", None)):
+            config.lock()  # --config.key overrides set only known keys
+        return config
+
+    def flag_type(self):
+        return "config object"
+
+
+def _define_config_flag() -> flags.FlagHolder:
+    """``--config=FILE`` and its ``--config.key=value`` overrides (ml_collections' config flag),
+    the file loaded by :class:`_ConfigFileParser`."""
+    holder = config_flags.DEFINE_config_file("config", None, "Training config file (get_config()).",
+                                             lock_config=True)
+    flags.FLAGS["config"].parser = _ConfigFileParser()
+    return holder
+
+
+_CONFIG = _define_config_flag()
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and summaries.")
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-process runs).")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes (multi-process runs).")
@@ -53,8 +87,7 @@ def main(argv):
         # Several processes save collectively: one stopping to save alone would wait forever, so
         # there a signal exits at once (the last finished checkpoint stays intact).
         with signals.GracefulStop(graceful=not distributed) as stop:
-            config = _CONFIG.value
-            config.get("seed")  # a config file that failed to load raises here
+            config = _CONFIG.value  # loaded and checked once by _parse_flags
             if distributed:
                 # CPU processes need a collectives backend for cross-process reductions; the option
                 # only concerns the CPU backend, and must be set before any backend is initialized.
@@ -119,37 +152,29 @@ def _closed_loop_noise(e) -> bool:
     return isinstance(e, RuntimeError) and str(e) == "Event loop is closed"
 
 
-def _config_path(argv) -> str | None:
-    """The value of --config in ``argv`` (``--config=F`` or ``--config F``)."""
-    for i, arg in enumerate(argv):
-        for spelling in ("--config", "-config"):
-            if arg.startswith(spelling + "="):
-                return arg.split("=", 1)[1]
-            if arg == spelling and i + 1 < len(argv):
-                return argv[i + 1]
-    return None
-
-
 def _parse_flags(argv):
     """absl's parser, but a bad flag, config file or ``--config.key`` exits with code 2 after one
-    line. The config file is checked first as strictly as ``--config.key`` overrides
-    (:func:`camflow_jax.configs.load`: it loads, defines get_config(), sets only known keys with
-    values of their type); unknown override keys are rejected because the config is locked."""
-    path = _config_path(argv[1:])
-    if path:
-        from camflow_jax import configs
+    line. The config file is executed once (:func:`camflow_jax.configs.load_file`), the
+    ``--config.key`` overrides set on it (unknown keys are refused: the config is locked), and the
+    result checked once (:func:`camflow_jax.configs.check`: known keys, values of their type, the
+    named choices); ``train_and_evaluate`` does not check that config again."""
+    from camflow_jax import configs
 
-        try:
-            configs.load(path)
-        except (OSError, ValueError) as e:
-            _fail(" ".join(str(e).split())[:500], 2)
     try:
-        return flags.FLAGS(argv)
+        parsed = flags.FLAGS(argv)
+    except _ConfigFileFailed as e:
+        _fail(str(e), 2)
     except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:
         msg = str(e).strip().strip('"')
         if isinstance(e, (AttributeError, KeyError)):
             msg = f"unknown config key {msg} (the config is locked: see configs/default.py for the keys)"
         _fail(msg.splitlines()[0] if msg else type(e).__name__, 2)
+    if _CONFIG.value is not None:
+        try:
+            configs.check(_CONFIG.value, config_flags.get_config_filename(flags.FLAGS["config"]))
+        except configs.ConfigError as e:
+            _fail(" ".join(str(e).split())[:500], 2)
+    return parsed
 
 
 if __name__ == "__main__":

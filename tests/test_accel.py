@@ -33,7 +33,7 @@ import pytest
 from camflow_jax.data.synthetic.scenes import SyntheticScenes
 from camflow_jax.models import checkpoint
 from camflow_jax.predictor import Predictor
-from camflow_jax.training import loop
+from camflow_jax.training import feed
 from helpers import with_devices
 from tools.bench import benchmarking
 
@@ -60,14 +60,14 @@ _TRAIN_EXPORT = r"""
 import json, sys
 import jax
 from jax.sharding import PartitionSpec as P
-from camflow_jax.training import loop
+from camflow_jax.training import feed
 from tools.bench import accel
 from tools.bench import benchmarking
 config = benchmarking.load_config("camflow_jax/configs/smoke.py", 64, 128, 4, arch="config")
 config.model.depths, config.model.num_heads = (1, 1, 1), (1, 1, 1)   # same code, fewer blocks
 config.model.precision = sys.argv[1]
 t = benchmarking.build_train(config)                  # the trainer's own setup functions
-host = next(iter(loop.make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
+host = next(iter(feed.make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
 batch = t["to_global"](host)
 mesh = batch["img1"].sharding.mesh
 res = {"devices": jax.device_count(), "batch_spec": str(batch["img1"].sharding.spec)}
@@ -262,7 +262,7 @@ def test_bf16_train_step_runs_and_its_loss_is_close_to_float32():
         config = benchmarking.load_config("camflow_jax/configs/smoke.py", 64, 128, 2, dtype, arch="config")
         config.model.depths, config.model.num_heads = (1, 1, 1), (1, 1, 1)
         t = benchmarking.build_train(config)
-        host = next(iter(loop.make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
+        host = next(iter(feed.make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
         state, out = t["p_train"](t["state"], t["to_global"](host), t["static"])
         terms[dtype] = {k: float(v) for k, v in jax.device_get(out).items()}
         params[dtype] = state["params"]

@@ -102,6 +102,20 @@ def test_synthetic_benchmark_end_to_end(tmp_path):
     assert set(meta["samples_per_category"].values()) == {1}
 
 
+def test_eval_options_and_keywords_give_the_same_run(tmp_path):
+    """``evaluate`` takes an :class:`EvalOptions`; keywords still work and replace its fields."""
+    from camflow_jax.evaluation.benchmark import EvalOptions, evaluate
+
+    opts = EvalOptions(num=2, size=(64, 128), progress=False, verbose=False)
+    by_options = evaluate("synthetic", "identity", opts)
+    by_keywords = evaluate("synthetic", "identity", num=2, size=(64, 128), progress=False, verbose=False)
+    assert by_options["results"] == by_keywords["results"]
+    replaced = evaluate("synthetic", "identity", opts, out_dir=tmp_path / "o")
+    assert replaced["results"] == by_options["results"] and (tmp_path / "o" / "results.json").is_file()
+    with pytest.raises(TypeError, match="nmu"):
+        evaluate("synthetic", "identity", opts, nmu=3)
+
+
 def test_batched_methods_give_the_rows_of_one_pair_at_a_time(monkeypatch):
     """A method whose estimator gathers batches (camflow on an accelerator) runs ``run_many`` on
     chunks of samples; the tables and the per-sample rows, in order, are those of one sample at a

@@ -177,6 +177,49 @@ def test_two_processes_match_single_process(tmp_path, cache, four_steps_one_devi
     _assert_same_run(wd, four_steps_one_device)
 
 
+def test_the_config_file_is_executed_once_and_its_overrides_apply(tmp_path, cache):
+    """One ``train`` invocation executes the config file once (its ``get_config()`` appends a
+    line to a file each time) and checks it once; ``--config.key`` overrides still apply."""
+    calls = tmp_path / "calls.txt"
+    cfg = tmp_path / "cfg.py"
+    cfg.write_text("from camflow_jax.configs import smoke\n"
+                   f"open({str(calls)!r}, 'a').write('get_config\\n')\n"
+                   "def get_config():\n"
+                   f"    open({str(calls)!r}, 'a').write('get_config()\\n')\n"
+                   "    return smoke.get_config()\n")
+    wd = tmp_path / "w"
+    assert TRAIN_FLAGS[0] == "--config=configs/smoke.py"
+    proc = subprocess.run([sys.executable, "-m", "camflow_jax.train", f"--workdir={wd}", f"--config={cfg}",
+                           *TRAIN_FLAGS[1:], "--config.num_steps=0"], cwd=ROOT, env=train_env(cache),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert calls.read_text().splitlines() == ["get_config", "get_config()"]
+    assert json.loads((wd / "config.json").read_text())["num_steps"] == 0
+    assert json.loads((wd / "summary.json").read_text())["final_step"] == 0
+
+
+def test_the_cli_checks_the_config_once(monkeypatch):
+    """The CLI checks the config with its overrides; ``validate_config`` does not walk that
+    unchanged config again, but does once it changed."""
+    from camflow_jax import configs
+    from camflow_jax.training import loop
+
+    walks, real = [], configs._check_node
+
+    def counted(node, ref, prefix, source):
+        walks.extend([source] if not prefix else [])  # a walk from the top
+        return real(node, ref, prefix, source)
+
+    monkeypatch.setattr(configs, "_check_node", counted)
+    c = configs.load("smoke")
+    loop.validate_config(c)
+    assert len(walks) == 1
+    c.model.precision = "nope"
+    with pytest.raises(configs.ConfigError, match="model.precision must be one of"):
+        loop.validate_config(c)
+    assert len(walks) == 2
+
+
 def test_unknown_config_key_is_rejected(tmp_path, cache):
     proc = run_train(tmp_path, "--config.optim.learnin_rate=1", cache=cache, check=False)
     assert_one_line_error(proc, "learnin_rate")
@@ -401,13 +444,14 @@ def test_device_feed_batches_are_render_batch_of_the_step():
     from camflow_jax import configs
     from camflow_jax.data import datasets
     from camflow_jax.data.synthetic import device
-    from camflow_jax.training import loop, steps
+    from camflow_jax.training import steps
+    from camflow_jax.training.feed import train_feed
 
     config = configs.load("smoke")
     config.batch_size, config.model.width, config.data.num_train = 4, 64, 8
     config.data.render, config.data.motion_scale, config.data.train_seed = "device", 1.5, 3
     source = datasets.training_source(config.data, config.model.height, config.model.width, "train")
-    feed = loop.train_feed(config, source, steps.make_mesh())
+    feed = train_feed(config, source, steps.make_mesh())
     it = iter(feed.dataset)
     it.set_state(json.dumps({"render": "device", "seed": 3, "next_step": 2}).encode())
     got = feed.put(next(it))

@@ -20,6 +20,7 @@ that the two folders name the same configs). From an installed package:
 import importlib
 import importlib.util
 import pkgutil
+import weakref
 from pathlib import Path
 
 #: Modules of this package that are not configs.
@@ -98,6 +99,9 @@ def check(config, source: str = "config"):
     Types: an int is accepted where a float is expected, a list where a tuple is; a default of
     None accepts any value. A key of ``default.CHOICES`` (``model.precision``) must be one of its
     names.
+
+    A config checked before and unchanged since (the CLI checks the file's config with its
+    overrides; ``training.loop.validate_config`` then asks again) is not walked twice.
     """
     import ml_collections
 
@@ -106,13 +110,21 @@ def check(config, source: str = "config"):
     if not isinstance(config, ml_collections.ConfigDict):
         raise ConfigError(f"{source}: get_config() must return an ml_collections.ConfigDict, "
                           f"got {type(config).__name__}")
+    fingerprint = repr(config.to_dict())
+    if _last_checked[0]() is config and _last_checked[1] == fingerprint:
+        return config
     _check_node(config, default.get_config(), "", source)
     for name, allowed in default.CHOICES.items():
         group, _, key = name.rpartition(".")
         node = config.get(group) if group else config
         if node is not None and key in node and node[key] not in allowed:
             raise ConfigError(f"{source}: config key {name} must be one of {list(allowed)}, got {node[key]!r}")
+    _last_checked[:] = [weakref.ref(config), fingerprint]
     return config
+
+
+#: The config :func:`check` passed last (a weak reference) and its contents then.
+_last_checked: list = [lambda: None, None]
 
 
 def _check_node(node, ref, prefix: str, source: str) -> None:

@@ -51,7 +51,13 @@ def get_config() -> ml_collections.ConfigDict:
         train_seed=0,           # synthetic: scenes of the training split
         eval_seed=1000,         # synthetic: held-out scenes (a different seed)
         num_train=100000,       # synthetic: size of the training split
-        num_eval=50,            # held-out pairs evaluated periodically and at the end
+        num_eval=50,            # held-out pairs evaluated periodically and at the end (0 = none): the
+                                # synthetic scenes of eval_seed, or num_eval GHOF-Cam pairs spread over
+                                # the file when eval_path is set (all when num_eval >= its 254)
+        eval_path="",           # GHOF-Cam.npy: the held-out set (camflow_jax/training/heldout.py);
+                                # "" = synthetic scenes, whatever the training data
+        eval_depth_dir="",      # eval_path's depth maps (the ghof_cam benchmark's depth_dir; needed
+                                # with bases.use_depth); "" = none
         render_height=0,        # synthetic render size; 0 = network size + 1/8 margin for crops
         render_width=0,
         resize_height=0,        # resize before the random crop (paper: 360x640); 0 = none

@@ -10,6 +10,10 @@ groups are loaded, the depth group starts fresh.
         --config.data.depth_pattern=depth{}.npy --config.init_from=ckpts/camflow_released \
         --workdir=workdirs/ghof
 
+Held out (``eval_baselines`` beside the model): GHOF-Cam with
+``--config.data.eval_path=GHOF-Cam.npy --config.data.eval_depth_dir=DEPTHS`` (the ``ghof_cam``
+benchmark's file and depth maps), else synthetic scenes.
+
 ``configs/ghof_release.py`` is the authors' camera-ready variant (lr 1e-4, batch 8).
 """
 

@@ -12,10 +12,12 @@ folder and moved in when complete.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -25,22 +27,14 @@ from camflow_jax.evaluation import metrics, protocols, reports
 from camflow_jax.io import interrupt
 from camflow_jax.io.atomic import check_writable
 
-__all__ = ["evaluate"]
+__all__ = ["EvalOptions", "evaluate"]
 
 
-def evaluate(dataset: str, methods: Sequence[str] | str, *, data=None, checkpoints=None,
-             num: int | None = None, seed: int = 1000, size: tuple[int, int] = (320, 576),
-             depth_dir=None, intrinsics=None, list_file: str | None = None, out_dir=None,
-             iqa_form: str = "masked", channel_order: str = "rgb", progress: bool = True,
-             source=None, verbose: bool = True, refine_size: int | None = None) -> dict:
-    """Runs ``methods`` on a benchmark and aggregates per-category tables.
+@dataclasses.dataclass(frozen=True)
+class EvalOptions:
+    """How :func:`evaluate` runs (every field keeps its default unless set).
 
-    Args:
-      dataset: one of :data:`camflow_jax.data.datasets.DATASETS`.
-      methods: names (list or comma-separated string): estimator registry names
-        (:mod:`camflow_jax.estimators.registry`), ``camflow:LABEL`` for a labelled ``checkpoints``
-        entry, and the evaluation-only oracles (:data:`.methods.ORACLES`); ``camflow``
-        gives two rows, ``camflow`` (refined) and ``camflow_net`` (the network alone).
+    Attributes:
       data: benchmark path (GHOF-Cam / GHOF ``.npy`` file, CAHomo folder); for ``synthetic``
         an optional folder of texture photos.
       checkpoints: for ``camflow``: ``"DIR"`` or ``"label=DIR,label2=DIR2"`` (or a list).
@@ -52,14 +46,54 @@ def evaluate(dataset: str, methods: Sequence[str] | str, *, data=None, checkpoin
       out_dir: if given, results.json / .csv / .md, per_sample.csv and meta.json go there.
       iqa_form: 'masked' (statistics over masked pixels) or 'zeroed' (the release's form).
       channel_order: colour order of the images as given to the network ('rgb' or 'bgr').
-      refine_size: the refined camflow rows refine at this longer side instead of 288 px
-        (:meth:`camflow_jax.refine.RefineConfig.at_size`; recorded in ``meta``).
+      progress: a progress bar on stderr.
       source: an already-built random-access source (overrides dataset/data loading).
       verbose: print the tables (:func:`.reports.benchmark_summary`).
+      refine_size: the refined camflow rows refine at this longer side instead of 288 px
+        (:meth:`camflow_jax.refine.RefineConfig.at_size`; recorded in ``meta``).
+    """
+
+    data: Any = None
+    checkpoints: Any = None
+    num: int | None = None
+    seed: int = 1000
+    size: tuple[int, int] = (320, 576)
+    depth_dir: Any = None
+    intrinsics: Any = None
+    list_file: str | None = None
+    out_dir: Any = None
+    iqa_form: str = "masked"
+    channel_order: str = "rgb"
+    progress: bool = True
+    source: Any = None
+    verbose: bool = True
+    refine_size: int | None = None
+
+
+def evaluate(dataset: str, methods: Sequence[str] | str, options: EvalOptions | None = None, **settings) -> dict:
+    """Runs ``methods`` on a benchmark and aggregates per-category tables.
+
+    Args:
+      dataset: one of :data:`camflow_jax.data.datasets.DATASETS`.
+      methods: names (list or comma-separated string): estimator registry names
+        (:mod:`camflow_jax.estimators.registry`), ``camflow:LABEL`` for a labelled ``checkpoints``
+        entry, and the evaluation-only oracles (:data:`.methods.ORACLES`); ``camflow``
+        gives two rows, ``camflow`` (refined) and ``camflow_net`` (the network alone).
+      options: an :class:`EvalOptions` (default: its defaults).
+      settings: :class:`EvalOptions` fields as keywords (``num=5, out_dir=...``), which replace
+        those of ``options``; an unknown name is a TypeError.
     Returns:
       ``{"results": {method: {category: {metric: value}}}, "counts": same shape with sample
       counts, "meta": {...}, "per_sample": [...]}``; categories include ``AVG``.
     """
+    unknown = sorted(set(settings) - {f.name for f in dataclasses.fields(EvalOptions)})
+    if unknown:
+        raise TypeError(f"evaluate() got unexpected keyword argument(s) {', '.join(unknown)} (see EvalOptions)")
+    o = dataclasses.replace(options or EvalOptions(), **settings)
+    data, checkpoints, num, seed, size = o.data, o.checkpoints, o.num, o.seed, o.size
+    depth_dir, intrinsics, list_file, out_dir = o.depth_dir, o.intrinsics, o.list_file, o.out_dir
+    iqa_form, channel_order, progress, source = o.iqa_form, o.channel_order, o.progress, o.source
+    verbose, refine_size = o.verbose, o.refine_size
     if dataset not in datasets.DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; choose from {datasets.DATASETS}")
     if isinstance(methods, str):

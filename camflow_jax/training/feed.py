@@ -12,7 +12,9 @@ iterator the checkpoints save and restore (grain's checkpoint handler: ``get_sta
   ``(seed, s)``, so the checkpoint keeps only the next step, and a resumed run renders what the
   uninterrupted run would have.
 
-This module gets plain values (the loop reads the config: ``loop.train_feed``).
+:func:`train_feed` reads the config and picks one (the loop calls it); :func:`make_train_dataset`
+is the host pipeline of a config alone (the benchmarks vary its read options);
+:func:`prepare_kwargs` what a config asks of each pair.
 """
 
 from __future__ import annotations
@@ -21,11 +23,17 @@ import dataclasses
 import json
 from typing import Callable, Iterable
 
+import grain
 import jax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
+from camflow_jax.data import pipeline
 from camflow_jax.data.synthetic import device as synthetic_device
+from camflow_jax.training.steps import host_to_global
 
-__all__ = ["Feed", "RenderedBatches", "RenderedIterator", "host_feed", "device_feed", "device_bank"]
+__all__ = ["Feed", "RenderedBatches", "RenderedIterator", "host_feed", "device_feed", "device_bank", "train_feed",
+           "make_train_dataset", "prepare_kwargs"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,3 +130,42 @@ class RenderedIterator:
 
     def start_prefetch(self) -> None:
         """Grain's handler calls this after a restore; rendering is dispatched on demand."""
+
+
+# ----------------------------------------------------------------------------------------------
+# From a training config
+# ----------------------------------------------------------------------------------------------
+
+def prepare_kwargs(config) -> dict:
+    """The :func:`camflow_jax.data.pipeline.prepare_pair` arguments a training config asks for."""
+    return dict(height=config.model.height, width=config.model.width,
+                resize=(config.data.resize_height, config.data.resize_width),
+                need_depth=bool(config.bases.use_depth))
+
+
+def make_train_dataset(config, source, **read_overrides) -> grain.IterDataset:
+    """This process's training batches; ``read_overrides`` (``read_threads``, ``prefetch``)
+    replace the config's read options (the benchmark varies them)."""
+    read = dict(read_threads=config.data.read_threads, prefetch=config.data.prefetch)
+    read.update({k: v for k, v in read_overrides.items() if v is not None})
+    return pipeline.train_dataset(
+        source, seed=config.seed, global_batch=config.batch_size, process_index=jax.process_index(),
+        process_count=jax.process_count(), prepare_kwargs=prepare_kwargs(config),
+        num_workers=config.data.num_workers, read_nice=config.data.read_nice, **read)
+
+
+def train_feed(config, source, mesh, **read_overrides) -> Feed:
+    """The training batches ``data.render`` asks for (:mod:`camflow_jax.training.feed`): the grain
+    pipeline of ``source`` put on ``mesh`` (``read_overrides`` as in :func:`make_train_dataset`),
+    or, with 'device', the scenes ``source`` would render (its seed and texture bank, the
+    render size, motion scale and categories) rendered on ``mesh``."""
+    data_sharding = NamedSharding(mesh, P("data"))
+    if config.data.render == "host":
+        return host_feed(make_train_dataset(config, source, **read_overrides),
+                                  lambda batch: host_to_global(batch, data_sharding))
+    scenes = source.scenes  # sources.SyntheticPairs(SyntheticScenes(...), "flow")
+    bank = device_bank(scenes.seed, scenes.num_textures, scenes.textures_dir)
+    return device_feed(mesh, bank, seed=scenes.seed, batch_size=config.batch_size,
+                                height=config.model.height, width=config.model.width,
+                                render_size=(scenes.height, scenes.width), motion_scale=scenes.motion_scale,
+                                categories=scenes.categories, need_depth=bool(config.bases.use_depth))

@@ -4,8 +4,9 @@ One code path for 1 CPU, N GPUs and multi-host TPU (docs/training.md, "What a st
 pieces live in their own modules: the jitted steps, optimizer and mesh in
 :mod:`camflow_jax.training.steps`; the train state, ``init_from``, restore and save in
 :mod:`camflow_jax.training.state`; the workdir's lock, metadata and metric files in
-:mod:`camflow_jax.training.workdir`. This module turns a config into a model and data, runs the loop,
-shows progress and evaluates on the held-out pairs.
+:mod:`camflow_jax.training.workdir`; the training batches a config asks for in
+:mod:`camflow_jax.training.feed`; the held-out evaluation in :mod:`camflow_jax.training.heldout`.
+This module checks a config, turns it into a model, runs the loop and shows progress.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import sys
 import time
 from pathlib import Path
 
-import grain
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -29,16 +29,16 @@ from camflow_jax.compilation import cache as compile_cache
 from camflow_jax.data import datasets, pipeline
 from camflow_jax.estimators import registry
 from camflow_jax.models import basis_set
-from camflow_jax.training import feed as feed_lib
 from camflow_jax.training import state
 from camflow_jax.training import workdir as workdir_lib
+from camflow_jax.training.feed import prepare_kwargs, train_feed
 from camflow_jax.training.heldout import HeldoutEvaluator
 from camflow_jax.training.signals import GracefulStop, StopRequested, TrainingInterrupted
 from camflow_jax.training.state import init_train_state
-from camflow_jax.training.steps import host_to_global, jit_steps, lr_schedule, make_mesh, make_optimizer
+from camflow_jax.training.steps import jit_steps, lr_schedule, make_mesh, make_optimizer
 
 # ----------------------------------------------------------------------------------------------
-# Config -> model, data
+# Config -> model (the data: camflow_jax.training.feed)
 # ----------------------------------------------------------------------------------------------
 
 def model_config_from(config) -> dict:
@@ -144,6 +144,7 @@ def validate_config(config) -> None:
         raise ValueError(f"data.read_nice must be in 0..19 (0 = the trainer's priority), got {config.data.read_nice}")
     pipeline.resolve_num_workers(config.data.num_workers)  # >= 0, or -1 (auto): else a ValueError
     validate_render(config.data)
+    validate_heldout(config)
     validate_selftrain(config.selftrain)
     if config.get("stop_after_seconds", 0) < 0:
         raise ValueError("stop_after_seconds must be >= 0 (0 = no limit)")
@@ -155,6 +156,22 @@ def validate_config(config) -> None:
 
 
 RENDER_MODES = ("host", "device")
+
+
+def validate_heldout(config) -> None:
+    """``data.eval_path`` (GHOF-Cam, :mod:`camflow_jax.training.heldout`): an existing file, and
+    its depth maps (``data.eval_depth_dir``) when the model has depth bases; checked before
+    training rather than at the first evaluation."""
+    data = config.data
+    if not data.eval_path or data.num_eval <= 0:
+        return
+    if not Path(data.eval_path).is_file():
+        raise FileNotFoundError(f"data.eval_path: no GHOF-Cam file {data.eval_path}")
+    if config.bases.use_depth and not data.eval_depth_dir:
+        raise ValueError("data.eval_path with bases.use_depth=True needs data.eval_depth_dir (the GHOF-Cam depth "
+                         "maps of the ghof_cam benchmark), or bases.use_depth=False")
+    if data.eval_depth_dir and not Path(data.eval_depth_dir).is_dir():
+        raise FileNotFoundError(f"data.eval_depth_dir: no folder {data.eval_depth_dir}")
 
 
 def validate_selftrain(st) -> None:
@@ -201,41 +218,6 @@ def with_step_count(config, num_train: int) -> tuple[ml_collections.ConfigDict, 
         config = config.copy_and_resolve_references()
         config.num_steps = int(config.num_epochs) * steps_per_epoch
     return config, steps_per_epoch
-
-
-def prepare_kwargs(config) -> dict:
-    """The :func:`camflow_jax.data.pipeline.prepare_pair` arguments a training config asks for."""
-    return dict(height=config.model.height, width=config.model.width,
-                resize=(config.data.resize_height, config.data.resize_width),
-                need_depth=bool(config.bases.use_depth))
-
-
-def make_train_dataset(config, source, **read_overrides) -> grain.IterDataset:
-    """This process's training batches; ``read_overrides`` (``read_threads``, ``prefetch``)
-    replace the config's read options (the benchmark varies them)."""
-    read = dict(read_threads=config.data.read_threads, prefetch=config.data.prefetch)
-    read.update({k: v for k, v in read_overrides.items() if v is not None})
-    return pipeline.train_dataset(
-        source, seed=config.seed, global_batch=config.batch_size, process_index=jax.process_index(),
-        process_count=jax.process_count(), prepare_kwargs=prepare_kwargs(config),
-        num_workers=config.data.num_workers, read_nice=config.data.read_nice, **read)
-
-
-def train_feed(config, source, mesh, **read_overrides) -> feed_lib.Feed:
-    """The training batches ``data.render`` asks for (:mod:`camflow_jax.training.feed`): the grain
-    pipeline of ``source`` put on ``mesh`` (``read_overrides`` as in :func:`make_train_dataset`),
-    or, with 'device', the scenes ``source`` would render (its seed and texture bank, the
-    render size, motion scale and categories) rendered on ``mesh``."""
-    data_sharding = NamedSharding(mesh, P("data"))
-    if config.data.render == "host":
-        return feed_lib.host_feed(make_train_dataset(config, source, **read_overrides),
-                                  lambda batch: host_to_global(batch, data_sharding))
-    scenes = source.scenes  # sources.SyntheticPairs(SyntheticScenes(...), "flow")
-    bank = feed_lib.device_bank(scenes.seed, scenes.num_textures, scenes.textures_dir)
-    return feed_lib.device_feed(mesh, bank, seed=scenes.seed, batch_size=config.batch_size,
-                                height=config.model.height, width=config.model.width,
-                                render_size=(scenes.height, scenes.width), motion_scale=scenes.motion_scale,
-                                categories=scenes.categories, need_depth=bool(config.bases.use_depth))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import numpy as np
 from camflow_jax import models
 from camflow_jax.predictor import Predictor
 from camflow_jax.training import loop
+from camflow_jax.training.feed import make_train_dataset
 from tools.bench import accel
 from tools.bench.benchmarking.common import BenchmarkOptions, apply_groups, load_config, parse_groups
 from tools.bench.benchmarking.training import build_train
@@ -103,5 +104,5 @@ def bench_roofline(opts: BenchmarkOptions) -> list[dict]:
 
 def _train_batch_shapes(config, t):
     """The train step's batch as ShapeDtypeStructs (one host batch's structure, not its data)."""
-    host = next(iter(loop.make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
+    host = next(iter(make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), dict(host))

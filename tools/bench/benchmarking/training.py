@@ -19,6 +19,7 @@ from camflow_jax import models
 from camflow_jax.data import datasets, pipeline
 from camflow_jax.models import basis_set
 from camflow_jax.training import loop, state, steps
+from camflow_jax.training.feed import make_train_dataset, train_feed
 from tools.bench.benchmarking.common import (
     BenchmarkOptions,
     arch_summary,
@@ -68,7 +69,7 @@ def train_setup(opts: BenchmarkOptions, config) -> dict:
     'lower_s', 'compile_s', 'flops', 'memory'}."""
     t = build_train(config)
     t0 = time.perf_counter()
-    host_batch = next(iter(loop.make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
+    host_batch = next(iter(make_train_dataset(config, t["source"], read_threads=0, prefetch=1)))
     first_batch_s = time.perf_counter() - t0
     fixed = t["to_global"](host_batch)  # one real batch, resident on the device(s)
     jax.block_until_ready(fixed)
@@ -129,7 +130,7 @@ def bench_train(opts: BenchmarkOptions, config) -> list[dict]:
     # replace the config's read options); with 'device', the batch rendered on the device(s)
     # (dispatched without blocking; the first call compiles the renderer).
     overrides = {"read_threads": opts.prefetch_threads, "prefetch": opts.prefetch_buffer}
-    feed = loop.train_feed(config, t["source"], t["mesh"], **overrides)
+    feed = train_feed(config, t["source"], t["mesh"], **overrides)
     it = iter(feed.dataset)
     t0 = time.perf_counter()
     batch = feed.put(next(it))
