@@ -124,7 +124,7 @@ def adapt_clips(clips: list[Clip], *, checkpoint=None, minutes: float = DEFAULT_
         if not k:
             key = r.split(":")[0].split(" (")[0]
             reasons[key] = reasons.get(key, 0) + 1
-    log(f"teacher: kept {kept} of {len(pairs)} pairs" + (f" (dropped: {reasons})" if reasons else "")
+    log(f"teacher: kept {kept} of {len(labels)} pairs" + (f" (dropped: {reasons})" if reasons else "")
         + (f"; {labels.seconds:.1f} s refining" if labels.seconds else " (read from the cache)"))
     if not any(labels.keep[i] for i in train_idx):
         raise ValueError(f"the teacher trusted none of the {len(train_idx)} pairs to learn from "
