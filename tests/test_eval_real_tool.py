@@ -320,3 +320,12 @@ def test_video_names_follow_the_registry():
     assert facts["camflow"] == "skipped: no model"
     a, b = facts["dis"](), facts["dis"]()
     assert a is not b and a.name == "dis" and a.calls == 0  # a fresh estimator per clip
+
+
+def test_a_mis_sized_ground_truth_is_named(tmp_path):
+    """POOR (issue 63): a ground truth of another size than the pair was not named."""
+    data = _stereo_folder(tmp_path)
+    gt = cv2.imread(str(data / "aloeGT.png"), cv2.IMREAD_UNCHANGED)
+    cv2.imwrite(str(data / "aloeGT.png"), gt[:-4])
+    with pytest.raises(ValueError, match=r"aloeGT\.png is \d+x\d+ but .*aloeL\.jpg is"):
+        opencv_doc.load_stereo(data)

@@ -35,6 +35,10 @@ def load_stereo(data) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     left, right = cv2.cvtColor(left, cv2.COLOR_BGR2RGB), cv2.cvtColor(right, cv2.COLOR_BGR2RGB)
     if gt.ndim == 3:
         gt = gt[..., 0]
+    for name, img in ((STEREO_FILES[1], right), (STEREO_FILES[2], gt)):
+        if img.shape[:2] != left.shape[:2]:
+            raise ValueError(f"{data / name} is {img.shape[1]}x{img.shape[0]} but {data / STEREO_FILES[0]} is "
+                             f"{left.shape[1]}x{left.shape[0]}: the pair and its ground truth must have one size")
     disp = gt.astype(np.float32)
     return left, right, disp, disp > 0
 
