@@ -239,17 +239,17 @@ def test_highfreq_rms_hand_computed():
 
 
 def test_motion_file_roundtrip(tmp_path):
-    m = pipeline.Motion(np.random.default_rng(0).normal(size=(4, 5, 6, 2)).astype(np.float32),
+    m = pipeline.ClipMotion(np.random.default_rng(0).normal(size=(4, 5, 6, 2)).astype(np.float32),
                         (20, 24), 25.0, "sift", {"failures": 1})
     m.save(tmp_path / "m.npz")
-    back = pipeline.Motion.load(str(tmp_path / "m.npz"))
+    back = pipeline.ClipMotion.load(str(tmp_path / "m.npz"))
     np.testing.assert_array_equal(back.flows, m.flows)
     assert back.frame_size == (20, 24) and back.fps == 25.0 and back.estimator == "sift"
     (tmp_path / "bad.npz").write_bytes(b"not a zip")
     with pytest.raises(ValueError, match="not a readable motion file"):
-        pipeline.Motion.load(str(tmp_path / "bad.npz"))
+        pipeline.ClipMotion.load(str(tmp_path / "bad.npz"))
     with pytest.raises(FileNotFoundError):
-        pipeline.Motion.load(str(tmp_path / "missing.npz"))
+        pipeline.ClipMotion.load(str(tmp_path / "missing.npz"))
 
 
 def test_config_validation():

@@ -326,7 +326,7 @@ def pair_motion_error(flows, pair_homographies, height: int, width: int,
     background motion.
 
     ``flows``: ``[T-1, h, w, 2]`` forward flows on any grid of the frame's aspect, in pixels of
-    that grid (e.g. the stabilizer's working grid, :class:`pipeline.Motion` ``flows``); they are
+    that grid (e.g. the stabilizer's working grid, :class:`pipeline.ClipMotion` ``flows``); they are
     compared at the grid's pixel centres (half-pixel convention) with the exact homographies'
     displacement, scaled to full pixels. ``mask`` ``[T-1, h, w]`` bool: only those pixels count
     (default all).

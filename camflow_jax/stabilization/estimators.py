@@ -59,7 +59,7 @@ from camflow_jax.estimators import registry
 from camflow_jax.geometry import background, checks, classical, host, plausibility
 from camflow_jax.io.cpus import usable_cpus
 
-__all__ = ["DEFAULT", "Estimator", "RegistryEstimator", "CamFlowEstimator", "make_estimator",
+__all__ = ["DEFAULT", "VideoEstimator", "RegistryEstimator", "CamFlowEstimator", "make_estimator",
            "inlier_homography"]
 
 #: The stabilizer's default estimator: Shi-Tomasi corners tracked by Lucas-Kanade. On the hard
@@ -88,8 +88,10 @@ FALLBACKS = ("ecc", "dis")
 ESTIMATORS = registry.NAMES + tuple(registry.ALIASES)
 
 
-class Estimator:
-    """Base class: subclasses implement ``_estimate`` and may return None for failure."""
+class VideoEstimator:
+    """Base class of the stabilizer's estimators, which measure a video's consecutive frame pairs
+    (the registry's :class:`camflow_jax.estimators.base.Estimator` measures one pair; these wrap
+    it): subclasses implement ``_estimate`` and may return None for failure."""
 
     name = "estimator"
 
@@ -165,10 +167,10 @@ class Estimator:
     def _estimate(self, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
         raise NotImplementedError
 
-    def fresh(self) -> "Estimator":
+    def fresh(self) -> "VideoEstimator":
         """A copy with zeroed counters sharing everything loaded (e.g. one model for many clips)."""
         new = copy.copy(self)
-        Estimator.__init__(new)
+        VideoEstimator.__init__(new)
         return new
 
     def stats(self) -> dict:
@@ -199,7 +201,7 @@ def default_workers() -> int:
 MAX_WORKERS = 4
 
 
-class RegistryEstimator(Estimator):
+class RegistryEstimator(VideoEstimator):
     """A registry estimator by name (``registry.get(name, forward_only=True, **options)``);
     feature estimators get ``threshold=FEATURE_THRESHOLD_PX`` and their family's
     :data:`FEATURE_STRETCH` unless ``options`` set them.
@@ -308,7 +310,7 @@ def inlier_homography(flow, weights=None, *, min_weight: float = 0.5, num_points
     return classical.robust_fit(src, dst, "ransac", threshold, max_iters=2000)[0]
 
 
-class CamFlowEstimator(Estimator):
+class CamFlowEstimator(VideoEstimator):
     """The registry's ``camflow`` (``refine=False``: ``camflow_net``) around a loaded predictor,
     with per-frame depth for CamFlow+.
 
@@ -478,7 +480,7 @@ class CamFlowEstimator(Estimator):
         return out
 
 
-def make_estimator(name: str, checkpoint: str | None = None, refine_size: int | None = None, **kwargs) -> Estimator:
+def make_estimator(name: str, checkpoint: str | None = None, refine_size: int | None = None, **kwargs) -> VideoEstimator:
     """A stabilization estimator from a registry name (:mod:`camflow_jax.estimators.registry`; the old
     ``sift`` / ``orb`` work with a FutureWarning: they are ``sift_ransac`` / ``orb_ransac``).
 

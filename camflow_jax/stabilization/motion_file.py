@@ -44,7 +44,7 @@ from camflow_jax.io.errors import EXPECTED_ERRORS, describe_error
 from camflow_jax.stabilization import fingerprint
 from camflow_jax.stabilization import render as render_lib
 
-__all__ = ["VERSION", "FORMATS", "MotionRecord", "fit_homography", "pair_homography",
+__all__ = ["VERSION", "FORMATS", "MotionRecord", "fit_homography_points", "pair_homography",
            "correction_homography", "homography_flows", "record_from_plan", "path_edits",
            "edit_problem", "pair_problem", "edited_source_map", "normalized", "check_extension", "write", "read"]
 
@@ -103,7 +103,7 @@ def _apply(h: np.ndarray, pts: np.ndarray) -> np.ndarray:
     return p[:, :2] / p[:, 2:3]
 
 
-def fit_homography(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, float]:
+def fit_homography_points(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, float]:
     """Least-squares homography (all points, no outlier rejection) and its RMS error (px)."""
     src = np.asarray(src, np.float64).reshape(-1, 2)
     dst = np.asarray(dst, np.float64).reshape(-1, 2)
@@ -135,7 +135,7 @@ def pair_homography(flow: np.ndarray, height: int, width: int) -> tuple[np.ndarr
     ys, xs = _grid(h, w)
     src = _full_pixels(xs, ys, height, width, h, w)
     f = flow[ys][:, xs].reshape(-1, 2) * np.array([width / w, height / h])
-    return fit_homography(src, src + f)
+    return fit_homography_points(src, src + f)
 
 
 def correction_homography(update: np.ndarray, height: int, width: int,
@@ -147,7 +147,7 @@ def correction_homography(update: np.ndarray, height: int, width: int,
     h, w = update.shape[:2]
     ys, xs = _grid(h, w)
     src = _full_pixels(xs, ys, height, width, h, w)
-    return fit_homography(src, render_lib.forward_points(src, update, height, width, zoom))
+    return fit_homography_points(src, render_lib.forward_points(src, update, height, width, zoom))
 
 
 def _zoom_matrix(zoom: float, height: int, width: int) -> np.ndarray:

@@ -49,7 +49,7 @@ from camflow_jax.stabilization import profiles as profiles_lib
 from camflow_jax.stabilization import render as render_lib
 from camflow_jax.stabilization.motion_file import edited_source_map
 
-__all__ = ["StabilizerConfig", "Motion", "Plan", "ahead", "working_size", "estimation_size", "smoothing_for_clip",
+__all__ = ["StabilizerConfig", "ClipMotion", "Plan", "ahead", "working_size", "estimation_size", "smoothing_for_clip",
            "complete_discontinuities", "estimate_motion", "fill_failed_pairs", "update_fields", "plan_stabilization",
            "render", "stabilize", "zoom_from_crop", "fallback_note", "MAX_BORDER_FRACTION"]
 
@@ -193,8 +193,9 @@ def complete_discontinuities(flow, gradient_threshold: float = 0.5,
 
 
 @dataclasses.dataclass
-class Motion:
-    """Estimated motion of a clip: forward flows on the working grid (working pixels)."""
+class ClipMotion:
+    """Estimated motion of a clip: forward flows on the working grid (working pixels). (One pair's
+    motion is :class:`camflow_jax.estimators.base.Motion`.)"""
 
     flows: np.ndarray            # [T-1, h, w, 2] float32
     frame_size: tuple[int, int]  # (H, W) of the input frames
@@ -219,7 +220,7 @@ class Motion:
             stats=dict(self.stats or {}), coefficients=self.coefficients))
 
     @classmethod
-    def load(cls, path: str) -> "Motion":
+    def load(cls, path: str) -> "ClipMotion":
         """The dense motion of an ``.npz`` motion file (:func:`.motion_file.read` validates)."""
 
         rec = motion_file.read(str(path))
@@ -231,7 +232,7 @@ class Motion:
 
 def estimate_motion(frames: Iterable[np.ndarray], estimator: Callable, config: StabilizerConfig,
                     fps: float = 30.0, progress: Callable | None = None,
-                    spill_dir: str | None = None) -> Motion:
+                    spill_dir: str | None = None) -> ClipMotion:
     """Pass 1: per-pair flows at the working resolution (frames are not kept).
 
     ``progress`` wraps the frame iterable (e.g. a tqdm partial) when given. ``spill_dir``: the
@@ -334,7 +335,7 @@ def estimate_motion(frames: Iterable[np.ndarray], estimator: Callable, config: S
     if path:
         stacked.flush()
         stacked = np.memmap(path, np.float32, "r", shape=(count, h, w, 2))
-    return Motion(stacked, tuple(size), fps,
+    return ClipMotion(stacked, tuple(size), fps,
                   getattr(estimator, "name", type(estimator).__name__), stats,
                   np.array(masked), coefficients)
 
@@ -491,7 +492,7 @@ def _reserve(path: str) -> None:
         os.close(fd)
 
 
-def plan_stabilization(motion: Motion, config: StabilizerConfig,
+def plan_stabilization(motion: ClipMotion, config: StabilizerConfig,
                        spill_dir: str | None = None) -> Plan:
     """Between the two streams: profiles, smoothing, update fields, zoom.
 
@@ -578,7 +579,7 @@ def fallback_note(fallbacks: list, num_frames: int) -> str | None:
 
 
 def stabilize(frames, estimator: Callable, config: StabilizerConfig | None = None,
-              fps: float = 30.0) -> tuple[list[np.ndarray], Plan, Motion]:
+              fps: float = 30.0) -> tuple[list[np.ndarray], Plan, ClipMotion]:
     """In-memory convenience: stabilizes a sequence (list / array / re-iterable) of RGB frames."""
     config = config or StabilizerConfig()
     motion = estimate_motion(frames, estimator, config, fps)

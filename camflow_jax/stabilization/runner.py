@@ -231,7 +231,7 @@ def _scratch_error(e: OSError, scratch: str | None, need: int | None) -> OSError
                    f"folder {tempfile.gettempdir()}{size}): set TMPDIR to a folder on a disk with room")
 
 
-def _recorded_motion(record, config, motion_path: str = "the motion file") -> pipeline.Motion:
+def _recorded_motion(record, config, motion_path: str = "the motion file") -> pipeline.ClipMotion:
     """The motion of a motion file: its dense flows (NPZ: exactly the original run's), else
     the flows of its per-pair homographies on the working grid. Dense flows on another grid
     than ``config``'s working grid for the frame size are refused (ValueError): rendered, they
@@ -246,7 +246,7 @@ def _recorded_motion(record, config, motion_path: str = "the motion file") -> pi
                          f"(the working grid of {record.frame_size[1]}x{record.frame_size[0]} "
                          f"frames at work_scale {config.work_scale:g}, max_work_side "
                          f"{config.max_work_side}); the file was written for another grid")
-    return pipeline.Motion(flows, tuple(record.frame_size), record.fps, record.estimator,
+    return pipeline.ClipMotion(flows, tuple(record.frame_size), record.fps, record.estimator,
                            dict(record.stats or {}), coefficients=record.coefficients)
 
 

@@ -55,7 +55,7 @@ def part1():
               flush=True)
 
 
-class FailOn(estimators.Estimator):
+class FailOn(estimators.VideoEstimator):
     """``inner``'s motion, except on the pairs in ``fail``: a failure, with no fallback."""
 
     fallbacks = ()
