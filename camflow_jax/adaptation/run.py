@@ -20,6 +20,7 @@ import numpy as np
 from camflow_jax.adaptation import finetune as ft
 from camflow_jax.adaptation import teacher as teacher_lib
 from camflow_jax.adaptation.footage import Clip, clip_pairs, read_clips, split_pairs
+from camflow_jax.geometry import host
 from camflow_jax.io import atomic
 from camflow_jax.io.atomic import strict_json
 
@@ -77,8 +78,6 @@ def heldout_error(model, variables, footage, labels, held, clips) -> float | Non
         scale = np.array([W0 / w, H0 / h], np.float32)
         for net, coeffs in ((ff[j], labels.coeffs_f[i]), (fb[j], labels.coeffs_b[i])):
             lab = teacher_lib.label_flows(coeffs, bases)
-            from camflow_jax.geometry import host
-
             valid = host.warp_validity(lab) > 0
             e = np.hypot(*((net - lab) * scale).transpose(2, 0, 1))
             errs.append(float(e[valid].mean()) if valid.any() else np.nan)

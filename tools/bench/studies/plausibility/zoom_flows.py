@@ -80,3 +80,13 @@ def main():
 
 if __name__ == "__main__":
     main()
+
+
+def load_outputs(description: str):
+    """What the zoom studies read, from the command line's ``--work`` folder: ``(bench, flows,
+    probes, probe images, vtest frame 1)`` (the benchmark of seed 1000, this module's two files)."""
+    ap = argparse.ArgumentParser(description=description)
+    add_work_arg(ap)
+    a = ap.parse_args()
+    ims, vtest1 = probe_images()
+    return load_bench(a.work, 1000), np.load(bench_flows_path(a.work)), np.load(probes_path(a.work)), ims, vtest1

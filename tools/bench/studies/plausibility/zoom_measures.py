@@ -9,14 +9,13 @@ Needs ``WORK/bench1000.npz`` (:mod:`.render_benchmark`) and ``WORK/zoom_bench_fl
 
 Usage: python -m tools.bench.studies.plausibility.zoom_measures [--work DIR]
 """
-import argparse
 
 import cv2
 import numpy as np
 
 from camflow_jax.geometry import plausibility as PL
-from tools.bench.studies.plausibility._common import add_work_arg, load_bench, zoom_about_centre
-from tools.bench.studies.plausibility.zoom_flows import bench_flows_path, probe_images, probes_path
+from tools.bench.studies.plausibility._common import zoom_about_centre
+from tools.bench.studies.plausibility.zoom_flows import load_outputs
 
 NAMES = ["ratio", "c256s1", "c512s1", "c256s2", "al", "in"]
 
@@ -29,13 +28,7 @@ def meas(a, c, f):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_work_arg(ap)
-    a = ap.parse_args()
-    b = load_bench(a.work, 1000)
-    F = np.load(bench_flows_path(a.work))
-    P = np.load(probes_path(a.work))
-    ims, vtest1 = probe_images()
+    b, F, P, ims, vtest1 = load_outputs(__doc__.splitlines()[0])
     n = len(F["f"])
     rows = np.array([meas(b["img1"][i], b["img2"][i], F["f"][i]) for i in range(n)])
     epe = np.array([np.linalg.norm(F["f"][i] - b["flow_f"][i], axis=-1)[b["valid_f"][i] > 0].mean() for i in range(n)])

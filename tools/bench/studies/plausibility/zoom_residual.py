@@ -9,15 +9,14 @@ Needs ``WORK/bench1000.npz`` (:mod:`.render_benchmark`) and ``WORK/zoom_bench_fl
 
 Usage: python -m tools.bench.studies.plausibility.zoom_residual [--work DIR]
 """
-import argparse
 import time
 
 import cv2
 import numpy as np
 
 from camflow_jax.geometry import host
-from tools.bench.studies.plausibility._common import add_work_arg, load_bench, zoom_about_centre
-from tools.bench.studies.plausibility.zoom_flows import bench_flows_path, probe_images, probes_path
+from tools.bench.studies.plausibility._common import zoom_about_centre
+from tools.bench.studies.plausibility.zoom_flows import load_outputs
 
 
 def resid(dis, a, c, f, size=256):
@@ -42,13 +41,7 @@ def resid(dis, a, c, f, size=256):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_work_arg(ap)
-    a = ap.parse_args()
-    b = load_bench(a.work, 1000)
-    F = np.load(bench_flows_path(a.work))
-    P = np.load(probes_path(a.work))
-    ims, vtest1 = probe_images()
+    b, F, P, ims, vtest1 = load_outputs(__doc__.splitlines()[0])
     dis = cv2.DISOpticalFlow_create(cv2.DISOPTICAL_FLOW_PRESET_MEDIUM)
     n = len(F["f"])
     t = time.time()
