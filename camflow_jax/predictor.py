@@ -455,8 +455,37 @@ class Predictor:
         if cfg is None:
             return out
         _, _, depth1, depth2, K, _ = args
-        out.update(self.refiner(img1, img2, depth1, depth2, K, out, cfg))
+        out.update(self._retried(self.refiner(img1, img2, depth1, depth2, K, out, cfg),
+                                 img1, img2, depth1, depth2, K, out, cfg))
         return out
+
+    def _retried(self, new, img1, img2, depth1, depth2, K, out, cfg) -> dict:
+        """The refined results ``new`` of a landscape pair, or, where its two directions contradict
+        each other in part of the image (:func:`plausibility.forward_backward_errors` worse than
+        :data:`plausibility.MAX_FB_REGION` of the longer side) and ``cfg.retry_starts`` adds
+        starts, the refinement run again with them (from the network's ``out``) when its
+        directions agree better. ``refine_info["retry"]`` records a retry: the worst part's error
+        before and after, the starts, whether it was kept."""
+        extra = tuple(s for s in cfg.retry_starts if s not in cfg.starts)
+        if not extra or "flow_b" not in new:
+            return new
+        limit = plausibility.MAX_FB_REGION * max(img1.shape[:2])
+        worst = plausibility.forward_backward_errors(new["flow_f"], new["flow_b"])[1]
+        if not worst > limit:
+            return new
+        again = self.refiner(img1, img2, depth1, depth2, K, out, dataclasses.replace(
+            cfg, starts=cfg.starts + extra, retry_starts=()))
+        after = plausibility.forward_backward_errors(again["flow_f"], again["flow_b"])[1]
+        kept = bool(after < worst)
+        res = again if kept else new
+        info = res["refine_info"]
+        info["retry"] = {"region_error_before": float(worst), "region_error_after": float(after),
+                         "starts": list(cfg.starts + extra), "kept": kept}
+        said = (f"the directions contradicted each other in part of the image ({worst:.1f} px): refined again "
+                f"from the starts {', '.join(cfg.starts + extra)}, " + (f"which agree better ({after:.1f} px)" if kept
+                                                                       else f"no better ({after:.1f} px); the first kept"))
+        info["note"] = "; ".join(x for x in (info["note"], said) if x)
+        return res
 
     # --------------------------------------------------------------------------- public call
     def __call__(self, img1, img2, depth1=None, depth2=None, intrinsics=None, refine=None,
@@ -612,12 +641,15 @@ class Predictor:
 
         def one(j):
             o = {k: np.asarray(v[j]) for k, v in out.items()}
+            p, x = pairs[j], inputs[j]
             if cfg is not None and ref is not None:
-                o.update(self.refiner.finish({k: v[j] for k, v in ref.items()}, o, hosts[j], cfg))
+                new = self.refiner.finish({k: v[j] for k, v in ref.items()}, o, hosts[j], cfg)
+                with jax.default_device(default_device):
+                    o.update(self._retried(new, p[0], p[1], x[2], x[3], x[4], o, cfg))
             elif cfg is not None:  # a pair on its own: its two directions in two threads on a multi-core CPU
-                p, x = pairs[j], inputs[j]
                 with jax.default_device(default_device):  # None: JAX's own default
-                    o.update(self.refiner(p[0], p[1], x[2], x[3], x[4], o, cfg))
+                    o.update(self._retried(self.refiner(p[0], p[1], x[2], x[3], x[4], o, cfg),
+                                           p[0], p[1], x[2], x[3], x[4], o, cfg))
             return self._upright(o, pairs_in[chunk[j]], cfg)
 
         # Pairs in threads: a batch's refined results (host work), or on a multi-core CPU the pairs'

@@ -90,6 +90,30 @@ def test_forward_backward_error_of_an_exact_pair_is_zero_and_of_a_contradictory_
     assert np.isnan(plausibility.forward_backward_error(far, -far))  # nothing stays in the frame
 
 
+def test_forward_backward_errors_find_a_contradiction_confined_to_one_part_of_the_image():
+    """The forward flow of a homography against its exact inverse, except in the top-right
+    sixteenth of image 2, where the backward flow is off by a 30 px translation: the median over
+    the frame stays near 0 (most pixels agree), the worst cell is that corner, at 30 px (closed
+    form: F_f(x) + F_b(x + F_f(x)) = the 30 px offset there), and the report's reason names it.
+    The same pair without the offset: no cell above a tenth of a pixel, no reason."""
+    h, w = 240, 400
+    H = np.array([[1.02, 0.01, 4.0], [-0.008, 0.99, -3.0], [1e-5, -2e-5, 1.0]])
+    f = host.homography_flow(H, h, w)
+    b = host.homography_flow(np.linalg.inv(H), h, w)
+    whole, worst, cell = plausibility.forward_backward_errors(f, b)
+    assert whole < 0.05 and worst < 0.1 and plausibility.inconsistent(whole, (h, w), worst, cell) is None
+    bad = b.copy()
+    bad[: h // 4 - 10, 3 * w // 4 + 10:] += np.float32([30.0, 0.0])  # well inside image 2's top-right cell
+    whole, worst, cell = plausibility.forward_backward_errors(f, bad)
+    assert whole < 0.05  # 1 of 16 cells: the median does not see it
+    assert worst == pytest.approx(30.0, abs=0.5)
+    y0, y1, x0, x1 = cell
+    assert y0 == 0 and x1 == w  # the top-right cell of image 1 (its pixels land in image 2's)
+    reason = plausibility.inconsistent(whole, (h, w), worst, cell)
+    assert reason and "in part of the image" in reason and f"rows {y0}-{y1}, columns {x0}-{x1}" in reason
+    assert worst > plausibility.MAX_FB_REGION * w
+
+
 def test_a_blurred_image_2_gets_a_note_and_a_sharp_one_none():
     x = np.rint(_scene(180, 280)).astype(np.uint8)
     x = np.clip(x.astype(float) + np.random.default_rng(1).normal(0, 6, x.shape), 0, 255).astype(np.uint8)

@@ -253,7 +253,8 @@ def _change(img, k):
     return np.clip(np.rint(img * float(k)), 0, 255).astype(np.uint8)
 
 
-REPORT_KEYS = {"plausible", "reasons", "notes", "exposure_matched", "exposure_shift", "fb_error", "inconsistent",
+REPORT_KEYS = {"plausible", "reasons", "notes", "exposure_matched", "exposure_shift", "fb_error", "fb_region_error",
+               "inconsistent",
                "aligned_error", "input_error", "correlation"}
 
 
@@ -313,3 +314,39 @@ def test_a_valid_darkened_pair_is_not_refused_and_says_it_was_matched(shipped):
     assert not dark.fallback and "exposure differs" in dark.note, dark.note
     epe = [np.linalg.norm(m.flow_f - s["flow_f"], axis=-1)[s["valid_f"] > 0].mean() for m in (ok, dark)]
     assert epe[1] < epe[0] + 0.5, epe
+
+
+def test_a_zoom_the_network_misses_in_part_of_the_image_is_refined_again_and_found(shipped):
+    """Image 2 = image 1 zoomed 1.25x about its centre (exact flow: 0.25 (x - c), closed form).
+    With the retry off, the network starts the forward refinement in a wrong basin for part of
+    the image: the answer is off there by many pixels, and the two directions contradict each other
+    in that part (the worst cell above MAX_FB_REGION), which the report says. By default the
+    Predictor refines such a pair again with the homography and zero starts and keeps the result
+    whose directions agree: it is within half a pixel of the exact zoom."""
+    from camflow_jax.refine import RefineConfig
+
+    img = SyntheticScenes(seed=44, num_samples=1, height=192, width=320, categories=("RE",))[0]["img1"]
+    img = np.clip(np.asarray(img), 0, 255).astype(np.uint8)
+    h, w = img.shape[:2]
+    s = 1.25
+    img2 = cv2.warpAffine(img, cv2.getRotationMatrix2D((w / 2, h / 2), 0, s), (w, h), flags=cv2.INTER_LINEAR,
+                          borderMode=cv2.BORDER_REFLECT)
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    truth = np.stack([(s - 1) * (xx - w / 2), (s - 1) * (yy - h / 2)], -1)
+    inside = (np.abs(xx + truth[..., 0] - (w - 1) / 2) <= (w - 1) / 2) & (np.abs(yy + truth[..., 1] - (h - 1) / 2) <= (h - 1) / 2)
+
+    def err(o):
+        return float(np.linalg.norm(o["flow_f"] - truth, axis=-1)[inside].mean())
+
+    off = shipped(img, img2, refine=RefineConfig(retry_starts=()))
+    assert err(off) > 5.0 and "retry" not in off["refine_info"]
+    rep = off["plausibility"]
+    assert rep["fb_region_error"] > plausibility.MAX_FB_REGION * w
+    assert rep["inconsistent"] and not rep["plausible"]  # here the whole frame's median is over its limit too
+    on = shipped(img, img2)
+    assert err(on) < 0.5
+    retry = on["refine_info"]["retry"]
+    assert retry["kept"] and retry["region_error_after"] < retry["region_error_before"]
+    assert "refined again" in on["refine_info"]["note"] and on["plausibility"]["plausible"]
+    batch = shipped.predict_batch([img], [img2])[0]
+    assert err(batch) < 0.5 and batch["refine_info"]["retry"]["kept"]

@@ -35,9 +35,10 @@ import numpy as np
 from camflow_jax.geometry import classical, host, photometric
 
 __all__ = ["texture", "featureless", "alignment_errors", "worse_than_identity", "gradient_correlation",
-           "aligned_correlation", "no_motion_fits", "forward_backward_error", "inconsistent", "texture_note",
-           "report", "MIN_TEXTURE", "TEXTURE_SIZE", "WORSE_RATIO", "WORSE_MARGIN", "MIN_CORRELATION", "FIT_SIZE",
-           "FIT_SIGMA", "MIN_FIT_PIXELS", "FB_SIZE", "MAX_FB_ERROR", "BLUR_RATIO", "BLUR_SIZE"]
+           "aligned_correlation", "no_motion_fits", "forward_backward_error", "forward_backward_errors", "inconsistent",
+           "texture_note", "report", "MIN_TEXTURE", "TEXTURE_SIZE", "WORSE_RATIO", "WORSE_MARGIN", "MIN_CORRELATION",
+           "FIT_SIZE", "FIT_SIGMA", "MIN_FIT_PIXELS", "FB_SIZE", "MAX_FB_ERROR", "FB_GRID", "FB_CELL_SHARE",
+           "MAX_FB_REGION", "BLUR_RATIO", "BLUR_SIZE"]
 
 #: An image is featureless when the 99th percentile of its grey-level gradient magnitude
 #: (grey levels 0..255 per pixel at :data:`TEXTURE_SIZE`, after a 1-pixel Gaussian blur) is
@@ -70,6 +71,17 @@ FB_SIZE = 256
 #: fraction of the image's longer side (docs/estimation.md, "Plausibility checks"): correct refined
 #: answers on development pairs stay below 0.0052 but one in 100, contradictions 0.0165 and more.
 MAX_FB_ERROR = 0.01
+#: The forward-backward error is also judged part by part: the image is cut into FB_GRID x FB_GRID
+#: cells, and a cell's error is the median over its pixels that stay in the frame. A miss confined
+#: to a part of the image (a 1.2x zoom whose answer bends one corner: the median over the whole
+#: frame stays small) shows there.
+FB_GRID = 4
+#: A cell is judged when at least this share of its pixels stays in the frame.
+FB_CELL_SHARE = 0.25
+#: The two directions contradict each other in part of the image when the worst cell's error
+#: exceeds this fraction of the longer side (docs/estimation.md, "Plausibility checks"; chosen on
+#: the development pairs of seed 7).
+MAX_FB_REGION = 0.05
 #: One image is much blurrier than the other when the ratio of their :func:`texture` measured at
 #: :data:`BLUR_SIZE` is below this (a note: docs/estimation.md, "Plausibility checks"): unchanged
 #: pairs give 0.919 and more (the 100-pair benchmark, vtest), image 2 blurred by 4 px 0.25-0.54
@@ -220,26 +232,55 @@ def forward_backward_error(flow_f, flow_b, *, size: int = FB_SIZE) -> float:
     (:func:`camflow_jax.geometry.host.warp_validity`) of |F_f(x) + F_b(x + F_f(x))|, measured
     with the longer side shrunk to ``size`` (both flows area-averaged and rescaled) and scaled
     back. 0 for a homography and its inverse; NaN when no pixel stays inside."""
+    return forward_backward_errors(flow_f, flow_b, size=size)[0]
+
+
+def forward_backward_errors(flow_f, flow_b, *, size: int = FB_SIZE) -> tuple[float, float, tuple | None]:
+    """:func:`forward_backward_error` and the same error part by part: ``(whole, worst cell,
+    (y0, y1, x0, x1) of that cell in input pixels)``. The image is cut into :data:`FB_GRID` x
+    :data:`FB_GRID` cells; a cell with at least :data:`FB_CELL_SHARE` of its pixels staying in
+    the frame gets the median of theirs. ``(nan, nan, None)`` when no pixel stays inside; the
+    worst cell NaN when no cell is judged."""
     f, b = np.asarray(flow_f, np.float32), np.asarray(flow_b, np.float32)
     H, W = f.shape[:2]
     scale = min(1.0, size / max(H, W))
     if scale < 1.0:
         h, w = max(1, round(H * scale)), max(1, round(W * scale))
         f, b = host.resize_flow(f, h, w), host.resize_flow(b, h, w)
+    h, w = f.shape[:2]
     valid = host.warp_validity(f) > 0
     if not valid.any():
-        return float("nan")
+        return float("nan"), float("nan"), None
+    back = max(H, W) / max(h, w)
     err = np.linalg.norm(f + host.warp(b, f, exact=False), axis=-1)
-    return float(np.median(err[valid]) * max(H, W) / max(f.shape[:2]))
+    worst, cell = float("nan"), None
+    for i in range(FB_GRID):
+        for j in range(FB_GRID):
+            y0, y1, x0, x1 = i * h // FB_GRID, (i + 1) * h // FB_GRID, j * w // FB_GRID, (j + 1) * w // FB_GRID
+            m = valid[y0:y1, x0:x1]
+            if m.size == 0 or m.mean() < FB_CELL_SHARE:
+                continue
+            e = float(np.median(err[y0:y1, x0:x1][m]) * back)
+            if not e <= worst:  # the first judged cell, or a worse one
+                worst, cell = e, (i * H // FB_GRID, (i + 1) * H // FB_GRID, j * W // FB_GRID, (j + 1) * W // FB_GRID)
+    return float(np.median(err[valid]) * back), worst, cell
 
 
-def inconsistent(fb_error: float, shape) -> str | None:
+def inconsistent(fb_error: float, shape, region_error: float = float("nan"), region=None) -> str | None:
     """The reason to distrust an answer whose :func:`forward_backward_error` ``fb_error`` exceeds
-    :data:`MAX_FB_ERROR` of the longer side of ``shape`` (``[H, W, ...]``), or None."""
+    :data:`MAX_FB_ERROR` of the longer side of ``shape`` (``[H, W, ...]``), or whose worst cell
+    (``region_error``, ``region``: :func:`forward_backward_errors`) exceeds :data:`MAX_FB_REGION`
+    of it; None otherwise."""
     limit = MAX_FB_ERROR * max(shape[:2])
     if np.isfinite(fb_error) and fb_error > limit:
         return (f"its two directions contradict each other (forward-backward error {fb_error:.2f} px > "
                 f"{limit:.2f} px, {MAX_FB_ERROR:g} of the longer side)")
+    limit = MAX_FB_REGION * max(shape[:2])
+    if np.isfinite(region_error) and region_error > limit and region is not None:
+        y0, y1, x0, x1 = region
+        return (f"its two directions contradict each other in part of the image (forward-backward error "
+                f"{region_error:.2f} px in rows {y0}-{y1}, columns {x0}-{x1} > {limit:.2f} px, {MAX_FB_REGION:g} "
+                "of the longer side): the motion there may be wrong")
     return None
 
 
@@ -270,14 +311,16 @@ def report(img1, img2, out: dict, exposure: dict | None = None) -> dict:
     ``exposure`` is its record, None: measured here):
 
     ``{"plausible": bool, "reasons": [str], "notes": [str], "exposure_matched": bool,
-    "exposure_shift": float, "fb_error": float or None, "inconsistent": str or None,
+    "exposure_shift": float, "fb_error": float or None, "fb_region_error": float or None,
+    "inconsistent": str or None,
     "aligned_error": float, "input_error": float, "correlation": float}``. ``reasons`` (each makes the answer implausible, in this
     order): a featureless image (:func:`featureless`), worse than no motion
     (:func:`worse_than_identity`), no motion fits (:func:`no_motion_fits`), the two directions
     contradict each other (:func:`inconsistent`; only with ``flow_b``). ``notes`` say what the
     answer may not explain without making it implausible: an exposure difference matched, one
     image much blurrier (:func:`texture_note`). ``fb_error``: :func:`forward_backward_error`
-    (None without ``flow_b``); ``inconsistent``: the forward-backward reason where it is one (the
+    (None without ``flow_b``), ``fb_region_error`` its worst part (:func:`forward_backward_errors`);
+    ``inconsistent``: the forward-backward reason where it is one (the
     estimators' checks note it rather than fall back: a pair with strong parallax, Aloe's stereo
     pair, has directions that disagree although its forward answer is right)."""
     if exposure is None:
@@ -286,8 +329,9 @@ def report(img1, img2, out: dict, exposure: dict | None = None) -> dict:
     g1, g2 = host.gray(img1), host.gray(img2)
     aligned, inp = alignment_errors(g1, g2, flow_f)
     corr = aligned_correlation(g1, g2, flow_f)
-    fb = None if out.get("flow_b") is None else forward_backward_error(flow_f, out["flow_b"])
-    contradiction = None if fb is None else inconsistent(fb, flow_f.shape)
+    fb, fb_region, region = (None, None, None) if out.get("flow_b") is None else forward_backward_errors(
+        flow_f, out["flow_b"])
+    contradiction = None if fb is None else inconsistent(fb, flow_f.shape, fb_region, region)
     t1, t2 = _textures.get(img1, texture), _textures.get(img2, texture)
     reasons = [r for r in (_featureless(t1, t2), _worse(aligned, inp), no_motion_fits(g1, g2, flow_f, correlation=corr),
                            contradiction) if r]
@@ -297,4 +341,4 @@ def report(img1, img2, out: dict, exposure: dict | None = None) -> dict:
         None if _featureless(t1, t2) else _texture_note(_sharp(img1), _sharp(img2))) if n]
     return {"plausible": not reasons, "reasons": reasons, "notes": notes,
             "exposure_matched": bool(exposure["exposure_matched"]), "exposure_shift": float(exposure["exposure_shift"]),
-            "fb_error": fb, "inconsistent": contradiction, "aligned_error": aligned, "input_error": inp, "correlation": corr}
+            "fb_error": fb, "fb_region_error": fb_region, "inconsistent": contradiction, "aligned_error": aligned, "input_error": inp, "correlation": corr}

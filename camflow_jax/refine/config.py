@@ -128,6 +128,12 @@ class RefineConfig:
     starts: which candidate starts to try ("network", "zero", "homography": a feature
       homography when the caller can compute one); the first is the reference for
       ``cost_before``.
+    retry_starts: starts added (to ``starts``) for a second refinement of a pair whose refined
+      directions contradict each other in part of the image (the Predictor's check:
+      :func:`camflow_jax.geometry.plausibility.forward_backward_errors` worse than
+      ``MAX_FB_REGION``): the network can start the refinement in a wrong basin for part of the
+      image (a 1.2x zoom), where the homography or zero start reaches the right one. The retry is
+      kept when its directions agree better (``refine_info["retry"]``). ``()``: no retry.
     select_after: with several starts, each runs only up to this level (0 = the coarsest), and
       the one with the lowest robust cost there goes on alone (None: every start runs to the
       finest level and the final cost decides; the cheaper choice only skips the losers'
@@ -173,6 +179,7 @@ class RefineConfig:
     tol: float = 0.02
     active: tuple[int | str, ...] = ("homography > homography+depth0", "homography+depth0+depth1", "all")
     starts: tuple[str, ...] = ("network",)
+    retry_starts: tuple[str, ...] = ("homography", "zero")
     select_after: int | None = None
     noise_presmooth: float | None = 2.0
     noise_ratio: float = 0.17
@@ -224,10 +231,13 @@ class RefineConfig:
         known = {"network", "zero", "homography"}
         if not self.starts or any(s not in known for s in self.starts) or len(set(self.starts)) != len(self.starts):
             raise ValueError(f"starts must be distinct names from {sorted(known)}, got {self.starts}")
+        if any(s not in known for s in self.retry_starts) or len(set(self.retry_starts)) != len(self.retry_starts):
+            raise ValueError(f"retry_starts must be distinct names from {sorted(known)} (or empty), got {self.retry_starts}")
         object.__setattr__(self, "iterations", tuple(int(i) for i in self.iterations))
         object.__setattr__(self, "strides", tuple(int(i) for i in self.strides))
         object.__setattr__(self, "active", tuple(a if isinstance(a, str) else int(a) for a in self.active))
         object.__setattr__(self, "starts", tuple(self.starts))
+        object.__setattr__(self, "retry_starts", tuple(self.retry_starts))
         object.__setattr__(self, "detail_size", None if self.detail_size is None else int(self.detail_size))
         object.__setattr__(self, "detail_iterations", int(self.detail_iterations))
         object.__setattr__(self, "detail_stride", int(self.detail_stride))
