@@ -24,7 +24,13 @@ import numpy as np
 from camflow_jax.geometry import plausibility
 from camflow_jax.predictor import Predictor
 from camflow_jax.refine import RefineConfig
-from tools.bench.studies.plausibility._common import add_work_arg, load_bench, read_image, vtest_frames, zoom_about_centre
+from tools.bench.studies.plausibility._common import (
+    add_work_arg,
+    load_bench,
+    read_image,
+    vtest_frames,
+    zoom_about_centre,
+)
 
 OFF = RefineConfig(retry_starts=())
 
@@ -102,10 +108,13 @@ def probes(pred):
                           "plausible": bool(o["plausibility"]["plausible"]),
                           "epe": None if truth is None else epe(o["flow_f"], *truth)}
         res[name] = row
-        fmt = (lambda r: f"worst {r['worst_cell']:.4f}" + ("" if r["epe"] is None else f" EPE {r['epe']:.3f}")
-               + (" retried" if r["retry"] else ""))
-        print(f"{name}: off {fmt(row['off'])} | on {fmt(row['on'])}", flush=True)
+        print(f"{name}: off {_said(row['off'])} | on {_said(row['on'])}", flush=True)
     return res
+
+
+def _said(r) -> str:
+    return (f"worst {r['worst_cell']:.4f}" + ("" if r["epe"] is None else f" EPE {r['epe']:.3f}")
+            + (" retried" if r["retry"] else ""))
 
 
 def main():
