@@ -43,7 +43,7 @@ import os
 from collections.abc import Sequence
 
 from camflow_jax.cli import harness
-from camflow_jax.compilation import cache as compile_cache
+from camflow_jax.compilation import cache
 from camflow_jax.data.datasets import DATASETS, load_dataset
 from camflow_jax.estimators import registry
 from camflow_jax.evaluation.benchmark import evaluate
@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    compile_cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
+    cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
     return harness.run_cli(lambda: _run(args), verbose=args.verbose)
 
 

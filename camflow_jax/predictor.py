@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from camflow_jax import refine as refine_lib
-from camflow_jax.compilation import cache as compile_cache
+from camflow_jax.compilation import cache
 from camflow_jax.compilation.exported import ExportedJit
 from camflow_jax.compilation.memo import BoundedMemo
 from camflow_jax.geometry import device, host, photometric, plausibility
@@ -245,7 +245,7 @@ class Predictor:
     def __init__(self, model, variables, static_bases, model_config: Mapping[str, Any] | None = None,
                  *, channel_order: str = "rgb", refine: "bool | refine_lib.RefineConfig" = True,
                  confidence: bool = False, precision: str | None = None, dtype: str | None = None):
-        compile_cache.enable()  # before anything compiles (the user's JAX settings win)
+        cache.enable()  # before anything compiles (the user's JAX settings win)
         if hasattr(model_config, "to_dict"):  # ml_collections.ConfigDict
             model_config = model_config.to_dict()
         cfg = dict(model_config or {})
@@ -334,7 +334,7 @@ class Predictor:
         """Loads ``path`` (inference checkpoint or training workdir) via
         :func:`camflow_jax.models.checkpoint.load_model`."""
         path = os.fspath(path)
-        compile_cache.enable()  # the loader may compute (and compile) the static bases
+        cache.enable()  # the loader may compute (and compile) the static bases
         if not os.path.exists(path):
             raise FileNotFoundError(
                 f"checkpoint not found: {path}. Train one (python -m camflow_jax.train "

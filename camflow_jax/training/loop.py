@@ -25,7 +25,7 @@ from jax.sharding import PartitionSpec as P
 
 from camflow_jax import configs, models
 from camflow_jax.adaptation import run as adaptation
-from camflow_jax.compilation import cache as compile_cache
+from camflow_jax.compilation import cache
 from camflow_jax.data import datasets, pipeline
 from camflow_jax.estimators import registry
 from camflow_jax.models import basis_set
@@ -235,7 +235,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir, stop: Gracefu
     The compiled steps are kept in JAX's persistent compilation cache, in a per-user folder
     unless the user set up JAX's own (:func:`camflow_jax.compilation.cache.enable`): a run
     resumed, or started again at the same settings, does not compile them again."""
-    compile_cache.enable()
+    cache.enable()
     t_start, is_main = time.time(), jax.process_index() == 0
     validate_config(config)
     workdir = Path(workdir).absolute()

@@ -21,7 +21,7 @@ import os
 import sys
 
 from camflow_jax.cli import harness
-from camflow_jax.compilation import cache as compile_cache
+from camflow_jax.compilation import cache
 from camflow_jax.estimators import registry
 from camflow_jax.io import atomic
 from camflow_jax.stabilization import estimators as stab_estimators
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
                         "(camflow_jax.adaptation, M minutes, labels included), as stabilize --adapt does")
     p.add_argument("--out", help="JSON file for all rows")
     args = p.parse_args(argv)
-    compile_cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
+    cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
 
     def body() -> int:
         from camflow_jax.stabilization import clips
