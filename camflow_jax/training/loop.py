@@ -24,7 +24,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from camflow_jax import configs, models
-from camflow_jax.adaptation import run as adaptation
+from camflow_jax.adaptation import run as adapt_run
 from camflow_jax.compilation import cache
 from camflow_jax.data import datasets, pipeline
 from camflow_jax.estimators import registry
@@ -242,7 +242,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir, stop: Gracefu
     workdir_lib.prepare(workdir)
     if config.selftrain.rounds:  # rounds of label -> fine-tune -> relabel (configs/selftrain.py)
         with workdir_lib.locked(workdir, enabled=is_main):
-            reports = adaptation.self_train_config(config, workdir, log=workdir_lib.log)
+            reports = adapt_run.self_train_config(config, workdir, log=workdir_lib.log)
         return {"selftrain": [{k: r.get(k) for k in ("round", "heldout_error_before_px", "heldout_error_after_px")}
                               for r in reports], "wall_seconds": time.time() - t_start}
     stop = stop if stop is not None else GracefulStop()  # not entered: never requested

@@ -49,7 +49,7 @@ import numpy as np
 
 from camflow_jax.estimators import registry
 from camflow_jax.stabilization import clips as clips_lib
-from camflow_jax.stabilization import estimators as est_lib
+from camflow_jax.stabilization import estimators as stab_estimators
 from camflow_jax.stabilization import metrics as metrics_lib
 from camflow_jax.stabilization import pipeline
 from camflow_jax.stabilization.plots import COLORS, stacked_axes
@@ -531,7 +531,7 @@ def main(argv=None) -> int:
         if args.checkpoint and "camflow" not in names:
             names.append("camflow")
         # one estimator per name (a network loads once), a fresh copy of it per clip
-        factories = {n: est_lib.make_estimator(n, args.checkpoint).fresh for n in names}
+        factories = {n: stab_estimators.make_estimator(n, args.checkpoint).fresh for n in names}
         rows = run_benchmark(factories, tuple(args.kinds.split(",")), args.frames, h, w,
                              tuple(int(s) for s in args.seeds.split(",")),
                              with_metrics=not args.no_metrics)
