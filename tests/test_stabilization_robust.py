@@ -17,7 +17,7 @@ import pytest
 
 from camflow_jax.geometry import classical
 from camflow_jax.stabilization import clips, estimators, metrics, pipeline, render
-from tools.bench import stabilization
+from tools.bench import stabilization, timing
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -302,7 +302,7 @@ def test_wall_time_comparison_runs_both_command_lines(tmp_path):
     for side in ("ours", "vidstab"):
         assert stabilization.decode_video(str(tmp_path / f"tiny_{side}.mp4")).shape[0] == 10
     with pytest.raises(OSError, match=r"failed \(3\)"):
-        stabilization.time_command([sys.executable, "-c", "import sys; sys.exit(3)"])
+        timing.time_command([sys.executable, "-c", "import sys; sys.exit(3)"])
 
 
 def test_wall_time_tool_bad_arguments_exit_2(tmp_path):

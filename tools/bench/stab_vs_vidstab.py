@@ -25,6 +25,7 @@ from camflow_jax.compilation import cache
 from camflow_jax.estimators import registry
 from camflow_jax.io import atomic
 from camflow_jax.stabilization import estimators as stab_estimators
+from tools.bench.timing import load_average
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -89,18 +90,18 @@ def main(argv=None) -> int:
             named.update(stabilization.hard_clips(video, args.frames, args.size, args.seed, fps,
                                                   args.synthetic_size, args.synthetic_frames))
         factories = {n: stab_estimators.make_estimator(n, checkpoint=args.checkpoint).fresh for n in names}
-        load0 = stabilization.load_average()
+        load0 = load_average()
         rows = stabilization.compare_with_vidstab(named, factories, vidstab=not args.no_vidstab, floor=args.floor,
                                                   ecc=args.ecc_score,
                                                   log=lambda m: print(m, file=sys.stderr, flush=True))
         if args.adapt_minutes:
             rows += _adapted_rows(named, args)
         print(stabilization.comparison_table(rows))
-        print(f"load average before: {load0}, after: {stabilization.load_average()}")
+        print(f"load average before: {load0}, after: {load_average()}")
         if args.out:
             atomic.write_text_atomic(args.out, json.dumps(
                 {"rows": rows, "video": video, "load_before": load0,
-                 "load_after": stabilization.load_average()}, indent=1, default=float))
+                 "load_after": load_average()}, indent=1, default=float))
         return 0
 
     return harness.run_cli(body)

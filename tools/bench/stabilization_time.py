@@ -24,6 +24,7 @@ import sys
 import numpy as np
 
 from tools.bench import stabilization
+from tools.bench.timing import load_average, time_command
 
 __all__ = ["CLIPS", "write_h264", "compare_wall_time"]
 
@@ -59,12 +60,12 @@ def compare_wall_time(video: str, workdir: str, clips: dict | None = None, runs:
                     "-y", "-q", *extra]
         vs = stabilization.vidstab_commands(src, os.path.join(workdir, f"{name}_vidstab.mp4"),
                                             os.path.join(workdir, f"{name}.trf"), lossless=False)
-        load0, ours, vid = stabilization.load_average(), [], []
+        load0, ours, vid = load_average(), [], []
         for k in range(runs):
-            ours.append(stabilization.time_command(ours_cmd))
-            vid.append(sum(stabilization.time_command(c) for c in vs))
+            ours.append(time_command(ours_cmd))
+            vid.append(sum(time_command(c) for c in vs))
             log(f"{name} run {k + 1}: ours {ours[-1]:.2f} s, vid.stab {vid[-1]:.2f} s")
         rows.append({"clip": name, "frames": frames, "size": list(size), "extra": list(extra), "ours_s": ours,
                      "vidstab_s": vid, "ratio": ours[-1] / vid[-1], "load_before": load0,
-                     "load_after": stabilization.load_average()})
+                     "load_after": load_average()})
     return rows
