@@ -71,9 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from camflow_jax.compilation import cache as compile_cache
+    from camflow_jax.compilation import cache
 
-    compile_cache.enable()
+    cache.enable()
     return harness.run_cli(lambda: _run(args), verbose=args.verbose)
 
 

@@ -62,7 +62,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from camflow_jax.cli import harness
-from camflow_jax.compilation import cache as compile_cache
+from camflow_jax.compilation import cache
 from camflow_jax.data.depth import read_depth
 from camflow_jax.estimators import registry
 from camflow_jax.estimators.outputs import OUTPUT_FILES, check_result, estimate_pair, read_image, write_outputs
@@ -126,7 +126,7 @@ def _make_estimator(args):
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    compile_cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
+    cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
     return harness.run_cli(lambda: _run(args), verbose=args.verbose)
 
 

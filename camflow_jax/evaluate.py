@@ -43,13 +43,12 @@ import os
 from collections.abc import Sequence
 
 from camflow_jax.cli import harness
-from camflow_jax.compilation import cache as compile_cache
+from camflow_jax.compilation import cache
 from camflow_jax.data.datasets import DATASETS, load_dataset
 from camflow_jax.estimators import registry
 from camflow_jax.evaluation.benchmark import evaluate
 from camflow_jax.evaluation.methods import ORACLES, parse_checkpoints
-from camflow_jax.evaluation.reports import BENCHMARK_FILES as OUTPUT_FILES
-from camflow_jax.evaluation.reports import benchmark_summary, write_benchmark
+from camflow_jax.evaluation.reports import BENCHMARK_FILES, benchmark_summary, write_benchmark
 from camflow_jax.io import atomic, errors
 
 __all__ = ["evaluate", "build_parser", "main"]
@@ -106,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    compile_cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
+    cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
     return harness.run_cli(lambda: _run(args), verbose=args.verbose)
 
 
@@ -114,7 +113,7 @@ def _run(args) -> int:
     # every --checkpoint entry well formed and present, said before anything is loaded
     ckpts = [path for _, path in parse_checkpoints(args.checkpoint, must_exist=True)]
     if args.out is not None:  # refused or unwritable: said before the evaluation runs
-        atomic.check_output_dir(args.out, OUTPUT_FILES, args.overwrite,
+        atomic.check_output_dir(args.out, BENCHMARK_FILES, args.overwrite,
                                    inputs=[args.data, args.depth_dir, args.list_file] + ckpts)
     methods = args.methods
     harness.check_refine_size(args.refine_size, args.no_refine)
@@ -132,7 +131,7 @@ def _run(args) -> int:
                    refine_size=args.refine_size)
     if args.out is not None:
         # Without -y the move into place also refuses results another run wrote meanwhile.
-        with atomic.atomic_dir(args.out, OUTPUT_FILES, overwrite=args.overwrite) as tmp:
+        with atomic.atomic_dir(args.out, BENCHMARK_FILES, overwrite=args.overwrite) as tmp:
             write_benchmark(tmp, run)
     print(benchmark_summary(run))
     if args.out is not None:

@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from camflow_jax import refine as refine_lib
-from camflow_jax.compilation import cache as compile_cache
+from camflow_jax.compilation import cache
 from camflow_jax.compilation.exported import ExportedJit
 from camflow_jax.compilation.memo import BoundedMemo
 from camflow_jax.geometry import device, host, photometric, plausibility
@@ -60,7 +60,7 @@ from camflow_jax.models import precision as precision_lib
 from camflow_jax.models.camflow import DEPTH_GROUP, preprocess
 from camflow_jax.refine.pairs import PairRefiner
 
-__all__ = ["Predictor", "rotate_to_landscape", "flow_from_rotated", "homography_from_rotated"]
+__all__ = ["Predictor", "default_intrinsics", "rotate_to_landscape", "flow_from_rotated", "homography_from_rotated"]
 
 DEFAULT_SIZE = (320, 576)
 #: Pairs per call of :meth:`Predictor.predict_batch` by default.
@@ -68,6 +68,14 @@ BATCH_SIZE = 8
 
 
 # ----------------------------------------------------------------------------- rotation maths
+def default_intrinsics(height: int, width: int) -> np.ndarray:
+    """The intrinsics ``[fx, fy, cx, cy]`` a depth model assumes for a ``height x width`` image
+    given none: a focal length of the longer side (a 53 degree field of view across it) and the
+    principal point at the centre."""
+    f = max(height, width)
+    return np.array([f, f, (width - 1) / 2.0, (height - 1) / 2.0], np.float32)
+
+
 def rotate_to_landscape(x: np.ndarray) -> np.ndarray:
     """``np.rot90`` (counter-clockwise) of ``[H, W, ...]``: pixel (x, y) -> (y, W - 1 - x)."""
     return np.ascontiguousarray(np.rot90(np.asarray(x), k=1, axes=(0, 1)))
@@ -237,7 +245,7 @@ class Predictor:
     def __init__(self, model, variables, static_bases, model_config: Mapping[str, Any] | None = None,
                  *, channel_order: str = "rgb", refine: "bool | refine_lib.RefineConfig" = True,
                  confidence: bool = False, precision: str | None = None, dtype: str | None = None):
-        compile_cache.enable()  # before anything compiles (the user's JAX settings win)
+        cache.enable()  # before anything compiles (the user's JAX settings win)
         if hasattr(model_config, "to_dict"):  # ml_collections.ConfigDict
             model_config = model_config.to_dict()
         cfg = dict(model_config or {})
@@ -326,7 +334,7 @@ class Predictor:
         """Loads ``path`` (inference checkpoint or training workdir) via
         :func:`camflow_jax.models.checkpoint.load_model`."""
         path = os.fspath(path)
-        compile_cache.enable()  # the loader may compute (and compile) the static bases
+        cache.enable()  # the loader may compute (and compile) the static bases
         if not os.path.exists(path):
             raise FileNotFoundError(
                 f"checkpoint not found: {path}. Train one (python -m camflow_jax.train "
@@ -353,7 +361,7 @@ class Predictor:
         W0, C]``, depths ``[B, H0, W0]`` and intrinsics ``[B, 4]`` (placeholders without a depth
         group). Outputs with a leading axis B, at the input size; ``forward_only``: no ``*_b``.
         ``full_bases``: ``static_bases`` is already a depth model's full set ``[N, h, w, 2]``,
-        shared by both images of every pair (a constant depth's, :meth:`_constant_depth_set`),
+        shared by both images of every pair (a constant depth's, :meth:`constant_depth_bases`),
         and the depths and intrinsics are placeholders."""
         h, w = self.height, self.width
         H0, W0 = img1.shape[1:3]
@@ -415,7 +423,7 @@ class Predictor:
             if depth1 is None:
                 depth1 = depth2 = np.ones((H0, W0), np.float32)
             if K is None:
-                K = np.array([max(H0, W0), max(H0, W0), (W0 - 1) / 2.0, (H0 - 1) / 2.0], np.float32)
+                K = default_intrinsics(H0, W0)
         else:
             depth1 = depth2 = np.zeros((1, 1), np.float32)
             K = np.zeros(4, np.float32)
@@ -425,23 +433,29 @@ class Predictor:
         img = (lambda x: x) if img1.dtype == img2.dtype == np.uint8 else f32
         return img(img1), img(img2), f32(depth1), f32(depth2), f32(K), f32(K)
 
-    def _constant_depth_set(self, input_hw, K, value):
-        """A depth model's full basis set ``[N, h, w, 2]`` for a depth holding ``value`` everywhere (1 where
-        none is given), the same for every pair of an input size and intrinsics ``K``: built once and kept (a
-        few at a time). The network then skips building the depth group for each image (~6 ms a pair at
-        360x480 on a 2-core CPU; docs/performance.md, "Preprocessing, and the constant depth")."""
-        hw, K = tuple(input_hw), np.asarray(K, np.float32)
+    def constant_depth_bases(self, input_hw, K=None, value: float = 1.0):
+        """The full basis set ``[N, h, w, 2]`` (a device array) the network uses for a pair of size
+        ``input_hw = (H0, W0)`` whose depth holds ``value`` everywhere: the set of a pair given
+        no depth (1 everywhere), the same for every pair of an input size and intrinsics ``K``
+        (None: :func:`default_intrinsics`, what a pair given no intrinsics gets). Built once and
+        kept (a few at a time): the network then skips building the depth group for each image
+        (~6 ms a pair at 360x480 on a 2-core CPU; docs/performance.md, "Preprocessing, and the
+        constant depth"). A model without a depth group: its static bases."""
+        if not self.num_depth:
+            return self.static_bases
+        hw = tuple(int(v) for v in input_hw)
+        K = default_intrinsics(*hw) if K is None else np.asarray(K, np.float32)
         return self._constant_depth_cache.get((hw, K.tobytes(), value), lambda: self._basis_set(
             self.static_bases, np.full(hw, value, np.float32), K, input_hw=hw))
 
     def _forward_bases(self, args, constant):
         """(bases, network arguments) of a pair's :meth:`_network_inputs` ``args``: with depths holding one
         value ``constant`` (:func:`camflow_jax.geometry.host.constant_value`, the refiner's rule too), that depth's kept
-        set (:meth:`_constant_depth_set`) and placeholder depths; else the static bases and ``args``."""
+        set (:meth:`constant_depth_bases`) and placeholder depths; else the static bases and ``args``."""
         if not self.num_depth or constant is None:
             return self.static_bases, args
         z = np.zeros((1, 1), np.float32)
-        return self._constant_depth_set(args[0].shape[:2], args[4], constant), args[:2] + (z, z, args[4], args[5])
+        return self.constant_depth_bases(args[0].shape[:2], args[4], constant), args[:2] + (z, z, args[4], args[5])
 
     def _predict_landscape(self, img1, img2, depth1, depth2, K, cfg=None, confidence=True, forward_only=False):
         """Network outputs for a landscape pair at its own resolution (numpy dict)."""

@@ -229,12 +229,10 @@ def _adapt_first(args, has_motion: bool, stack) -> None:
     args.checkpoint = folder
 
 
-def _stabilize(args, runner, est, config, with_metrics, with_plots) -> dict:
-    return runner.stabilize_video(
-        args.input, args.output, est, config, overwrite=args.overwrite, fps=args.fps,
-        with_metrics=with_metrics, with_plots=with_plots, report=args.report,
-        export_motion=args.export_motion, motion_path=args.path,
-        progress=not args.quiet, checked=True, ignore_fingerprint=args.ignore_fingerprint)
+def _stabilize(args, runner, est, config, outputs) -> dict:
+    motion = runner.MotionOptions(motion_path=args.path, ignore_fingerprint=args.ignore_fingerprint)
+    return runner.stabilize_video(args.input, args.output, est, config, outputs, motion, fps=args.fps,
+                                  progress=not args.quiet, checked=True)
 
 
 def main(argv=None) -> int:
@@ -255,16 +253,18 @@ def _run(args) -> int:
                                            min_radius=min(3, args.smoothing),
                                            strength=args.strength),
         crop=args.crop, max_zoom=args.max_zoom, border=args.border)
-    paths = runner.report_paths(args.output, args.report)
     with_metrics = args.metrics and not args.no_metrics
-    with_plots = with_metrics and not args.no_plots
-    wanted = [paths["json"]] + ([paths["path_plot"], paths["tracks_plot"]] if with_plots else [])
+    outputs = runner.OutputOptions(report=args.report, with_metrics=with_metrics,
+                                   with_plots=with_metrics and not args.no_plots,
+                                   export_motion=args.export_motion, overwrite=args.overwrite)
+    paths = runner.report_paths(args.output, outputs.report)
+    wanted = [paths["json"]] + ([paths["path_plot"], paths["tracks_plot"]] if outputs.with_plots else [])
     named = "--report " + args.report if args.report else "-o " + args.output
-    runner.check_distinct(args.output, paths, args.export_motion, with_plots,
+    runner.check_distinct(args.output, paths, outputs.export_motion, outputs.with_plots,
                           names=("-o", f"named after {named}", "--export-motion"))
-    runner.check_outputs(args.input, args.output, wanted + [args.export_motion],
-                         args.overwrite, inputs=[args.path, args.depth, args.checkpoint,
-                                                 args.estimator.partition(":")[2] or None])
+    runner.check_outputs(args.input, args.output, wanted + [outputs.export_motion],
+                         outputs.overwrite, inputs=[args.path, args.depth, args.checkpoint,
+                                                    args.estimator.partition(":")[2] or None])
     if args.export_motion:
         motion_file.check_extension(args.export_motion)
     if args.ignore_fingerprint and not args.path:
@@ -278,7 +278,7 @@ def _run(args) -> int:
         est = None if has_motion else _estimator(args, estimators)
         if est is not None and args.adapt:
             est.predictor  # loaded while the adapted checkpoint's scratch folder exists
-        result = _stabilize(args, runner, est, config, with_metrics, with_plots)
+        result = _stabilize(args, runner, est, config, outputs)
     for w in result.get("notes", []):
 
         print(f"note: {w}", file=sys.stderr)

@@ -49,7 +49,7 @@ def _epe(flow, truth):
 
 def test_labels_of_a_homography_clip_follow_the_known_homographies(clip, loaded, labelled):
     clips, pairs, labels, _ = labelled
-    bases = teacher.constant_depth_bases(loaded[4], (H, W))
+    bases = np.asarray(loaded[4].constant_depth_bases((H, W)), np.float32)
     assert labels.keep.all(), labels.reason
     for i, (_, t, _) in enumerate(pairs):
         Hm = clip.pair_homographies[t]
@@ -106,7 +106,7 @@ def test_adaptation_lowers_the_network_error_against_the_exact_motion(clip, load
     the clip's pairs (the renderer's homographies, not the teacher)."""
     model, variables, static, _, pred = loaded
     clips, pairs, labels, _ = labelled
-    footage = ft.Footage.of(pred, clips, [teacher.constant_depth_bases(pred, (H, W))])
+    footage = ft.Footage.of(pred, clips, [np.asarray(pred.constant_depth_bases((H, W)), np.float32)])
     cfg = ft.AdaptConfig(max_steps=25, synthetic_batch=0, batch_size=4, learning_rate=3e-4)
     new, history = ft.finetune(model, variables, static, pred.depth_sigmas, footage, labels,
                                list(range(len(pairs))), cfg, progress=False)

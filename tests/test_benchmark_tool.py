@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tools.bench import benchmarking
+from tools.bench import benchmarking, timing
 from tools.bench.benchmarking import release as release_bench
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,14 +78,32 @@ def test_report_structure_and_file(report):
     assert data["render"] == "host"  # the config's data.render (--render device: the device feed)
 
 
+def test_the_timing_core_times_calls_in_turn_and_records_the_host_without_jax():
+    """tools.bench.timing, the one core every mode times with: interleaved calls run in their
+    order round after round, each timed once per round (wall and CPU); the host's record and the
+    load need no JAX (the stabilizer's modes and the accelerator check run without it)."""
+    order = []
+    wall, cpu = timing.interleaved({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, 3)
+    assert order == ["a", "b"] * 3
+    assert all(len(v) == 3 and min(v) >= 0 for v in (*wall.values(), *cpu.values()))
+    wall, cpu = timing.repeat(lambda: time.sleep(0.01), 2)
+    assert len(wall) == len(cpu) == 2 and min(wall) >= 0.01 and max(cpu) < min(wall)
+    assert len(timing.load_average()) == 3
+    code = ("import sys; from tools.bench import timing; h = timing.host_info(); timing.load_average(); "
+            "print(sorted(k for k in ('cpu_count', 'cpu_model', 'python', 'os', 'date_utc') if k in h), "
+            "'jax' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert out.split() == ["['cpu_count',", "'cpu_model',", "'date_utc',", "'os',", "'python']", "False"], out
+
+
 def test_cpu_model_is_the_first_model_name_line(tmp_path):
     f = tmp_path / "cpuinfo"
     f.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9B14 96-Core\n\n"
                  "processor\t: 1\nmodel name\t: Other\n")
-    assert benchmarking.cpu_model(str(f)) == "AMD EPYC 9B14 96-Core"
+    assert timing.cpu_model(str(f)) == "AMD EPYC 9B14 96-Core"
     f.write_text("processor\t: 0\nmodel name\t:\n")  # present but empty
-    assert benchmarking.cpu_model(str(f)) is None
-    assert benchmarking.cpu_model(str(tmp_path / "missing")) is None
+    assert timing.cpu_model(str(f)) is None
+    assert timing.cpu_model(str(tmp_path / "missing")) is None
 
 
 def test_timing_summary_against_hand_computed_values():

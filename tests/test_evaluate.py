@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from camflow_jax import evaluate as ev
-from camflow_jax.data.synthetic import scenes as synthetic
+from camflow_jax.data.synthetic import scenes
 from camflow_jax.evaluation import methods, protocols
 
 try:
@@ -84,7 +84,7 @@ def test_synthetic_benchmark_end_to_end(tmp_path):
     out = ev.evaluate("synthetic", "identity,gt_homography,dis", num=5, seed=1000, size=(64, 128),
                       out_dir=tmp_path / "syn", progress=False, verbose=False)
     res = out["results"]
-    src = synthetic.SyntheticScenes(seed=1000, num_samples=5, height=64, width=128)
+    src = scenes.SyntheticScenes(seed=1000, num_samples=5, height=64, width=128)
     per = {}
     for i in range(5):
         s = src[i]
@@ -284,7 +284,7 @@ def test_dataset_registry_refuses_unknown_and_missing_data():
     with pytest.raises(ValueError, match="--data is required"):
         datasets.load_dataset("ghof")
     src = datasets.load_dataset("synthetic", num=2, size=(64, 128))
-    assert len(src) == 2 and datasets.categories(src) == synthetic.CATEGORIES
+    assert len(src) == 2 and datasets.categories(src) == scenes.CATEGORIES
 
 
 def test_one_json_writer_marks_or_refuses_non_finite_values(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 
 from camflow_jax import configs, models
 from camflow_jax.data import depth as depth_lib
-from camflow_jax.data import sources as train_sources
+from camflow_jax.data import sources
 from camflow_jax.models import checkpoint
 from camflow_jax.training import loop, state, steps
 
@@ -167,7 +167,7 @@ def test_training_source_refuses_depth_of_another_aspect(tmp_path):
     np.save(s / "gyro_homo.npy", np.tile(np.eye(3, dtype=np.float32), (6, 1, 1)))
     np.save(s / "depth1.npy", np.ones((60, 60), np.float32))
     np.save(s / "depth2.npy", np.ones((30, 40), np.float32))
-    src = train_sources.GhofTrain(tmp_path, "depth{}.npy")
+    src = sources.GhofTrain(tmp_path, "depth{}.npy")
     with pytest.raises(ValueError, match="depth1.npy: depth is 60x60"):
         src[0]
 

@@ -372,6 +372,37 @@ def test_failure_note_says_what_was_used():
     assert old.endswith("; the identity motion was used there")
 
 
+def test_stabilize_video_takes_its_settings_as_options_or_keywords(tmp_path):
+    """Issue 61: the run's settings are two groups, OutputOptions (what it writes) and
+    MotionOptions (where the motion comes from); their fields as keywords still work and replace
+    the options' fields; an unknown keyword is a TypeError naming it, before any work."""
+    from camflow_jax.stabilization import runner
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i, f in enumerate(clips.planar_clip(8, 32, 48, seed=3).frames):
+        cv2.imwrite(str(folder / f"{i:03d}.png"), f[..., ::-1])
+    still = lambda a, b: np.zeros(a.shape[:2] + (2,), np.float32)  # noqa: E731
+    cfg = pipeline.StabilizerConfig(crop="none")
+    opts = runner.OutputOptions(report=str(tmp_path / "r1"), export_motion=str(tmp_path / "m1.json"))
+    by_options = runner.stabilize_video(str(folder), str(tmp_path / "o1"), still, cfg, opts, progress=False)
+    by_keywords = runner.stabilize_video(str(folder), str(tmp_path / "o2"), still, cfg, progress=False,
+                                         report=str(tmp_path / "r2"), export_motion=str(tmp_path / "m2.json"))
+    replaced = runner.stabilize_video(str(folder), str(tmp_path / "o3"), still, cfg, opts, progress=False,
+                                      report=str(tmp_path / "r3"), export_motion=None)
+    for k in (1, 2):
+        assert (tmp_path / f"r{k}.json").is_file() and (tmp_path / f"m{k}.json").is_file()
+    assert (tmp_path / "r3.json").is_file() and not (tmp_path / "m3.json").exists() and "motion_file" not in replaced
+    assert by_options["zoom"] == by_keywords["zoom"] == replaced["zoom"]
+    loaded = runner.stabilize_video(str(folder), str(tmp_path / "o4"), None, cfg,
+                                    motion_options=runner.MotionOptions(motion_path=str(tmp_path / "m1.json")),
+                                    progress=False)
+    assert loaded["motion_source"] == f"loaded from {tmp_path / 'm1.json'}"
+    with pytest.raises(TypeError, match="with_metric"):
+        runner.stabilize_video(str(folder), str(tmp_path / "o5"), still, cfg, with_metric=True)
+    assert not (tmp_path / "o5").exists()
+
+
 def test_a_degenerate_correction_is_rendered_with_the_zoom_alone(tmp_path):
     """Issue 44: a 1e9 px pair motion (here from a library estimator) with --crop none rendered
     every frame black with exit code 0; the frames whose correction would be mostly black are

@@ -16,9 +16,8 @@ import numpy as np
 import pytest
 
 from camflow_jax.geometry import classical
-from camflow_jax.stabilization import clips, metrics, pipeline, render
-from camflow_jax.stabilization import estimators as est_lib
-from tools.bench import stabilization as benchmark
+from camflow_jax.stabilization import clips, estimators, metrics, pipeline, render
+from tools.bench import stabilization, timing
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,7 +74,7 @@ def test_inlier_homography_ignores_a_pasted_patch():
     flow[patch] = clips.homography_flow_np(H_obj, h, w)[patch]
     weights = np.where(patch, 0.05, 0.9).astype(np.float32)
     for wts in (weights, None):  # with the refinement's weights, and by RANSAC alone
-        H = est_lib.inlier_homography(flow, wts)
+        H = estimators.inlier_homography(flow, wts)
         assert _corner_error(H, H_bg, h, w) < 0.05
     # a naive least-squares fit of the same flow is pulled by the patch (the test can fail)
     src = np.stack(np.meshgrid(np.arange(w), np.arange(h)), -1).reshape(-1, 2).astype(np.float32)
@@ -83,10 +82,10 @@ def test_inlier_homography_ignores_a_pasted_patch():
     assert _corner_error(H_ls, H_bg, h, w) > 0.5
 
 
-@pytest.mark.parametrize("name", [est_lib.DEFAULT, "sift_ransac"])
+@pytest.mark.parametrize("name", [estimators.DEFAULT, "sift_ransac"])
 def test_default_estimator_ignores_moving_object_in_a_pair(name):
     clip = clips.moving_object_clip(6, 120, 200, seed=0)
-    est = est_lib.make_estimator(name)
+    est = estimators.make_estimator(name)
     for t in range(5):
         est(clip.frames[t], clip.frames[t + 1])
         H = est.last_homography
@@ -94,7 +93,7 @@ def test_default_estimator_ignores_moving_object_in_a_pair(name):
         assert _corner_error(H, clip.pair_homographies[t], 120, 200) < 0.5, t
 
 
-@pytest.mark.parametrize("name", [est_lib.DEFAULT, "sift_ransac"])
+@pytest.mark.parametrize("name", [estimators.DEFAULT, "sift_ransac"])
 def test_moving_object_path_error_within_20_percent_of_the_clean_clip(name):
     """Whole pipeline on a small clip (96x160): the stabilized path's HF residual against the
     exact path with a 25 % moving object. Both estimators stabilize it and measure the camera,
@@ -105,7 +104,7 @@ def test_moving_object_path_error_within_20_percent_of_the_clean_clip(name):
     res = {}
     for obj in (False, True):
         clip = clips.moving_object_clip(30, 96, 160, seed=0, with_object=obj)
-        motion = pipeline.estimate_motion(list(clip.frames), est_lib.make_estimator(name), cfg, clip.fps)
+        motion = pipeline.estimate_motion(list(clip.frames), estimators.make_estimator(name), cfg, clip.fps)
         plan = pipeline.plan_stabilization(motion, cfg)
         d_in, d_out = clips.residual_motion(clip.jitter, plan.updates, 96, 160, plan.zoom)
         res[obj] = (clips.highfreq_rms(d_in), clips.highfreq_rms(d_out),
@@ -135,7 +134,7 @@ def test_fit_updates_to_zoom_closed_form_for_a_translation():
 
 def test_auto_crop_no_black_border_and_more_area_than_a_fixed_crop():
     clip = clips.planar_clip(30, 96, 160, seed=2, jitter=0.02, jitter_deg=0.7)
-    est = est_lib.make_estimator("sift_ransac")
+    est = estimators.make_estimator("sift_ransac")
     motion = pipeline.estimate_motion(list(clip.frames), est, pipeline.StabilizerConfig(), clip.fps)
     kept = {}
     for crop, max_zoom in (("auto", 1.5), ("auto", 1.05), ("0.8", 1.5)):
@@ -171,16 +170,16 @@ def test_output_residual_identity_and_perfect_stabilization():
     base = cv2.resize(rng.uniform(0, 255, (24, 40, 3)).astype(np.float32), (160, 96),
                       interpolation=cv2.INTER_CUBIC).clip(0, 255).astype(np.uint8)
     clip = clips.shake_video(np.stack([base] * 12), seed=2, fps=10.0, jitter=0.015)
-    ident = benchmark.output_residual(clip.frames, clip.frames, clip.jitter)
+    ident = stabilization.output_residual(clip.frames, clip.frames, clip.jitter)
     assert ident["hf_out_px"] == pytest.approx(ident["hf_in_px"], rel=0.05)
     assert ident["hf_in_px"] > 1.0
-    # undoing each J_t exactly leaves no shake (benchmark.perfect_output: the measure's floor)
-    perfect = benchmark.perfect_output(clip.frames, clip.jitter)
+    # undoing each J_t exactly leaves no shake (stabilization.perfect_output: the measure's floor)
+    perfect = stabilization.perfect_output(clip.frames, clip.jitter)
     # an integer shift undone is numpy slicing: J moves smooth (x, y) to shaky (x + 3, y - 2)
     J = np.array([[1.0, 0, 3], [0, 1, -2], [0, 0, 1]])
-    (back,) = benchmark.perfect_output([base], [J])
+    (back,) = stabilization.perfect_output([base], [J])
     np.testing.assert_array_equal(back[2:, :-3], base[:-2, 3:])
-    fixed = benchmark.output_residual(clip.frames, perfect, clip.jitter)
+    fixed = stabilization.output_residual(clip.frames, perfect, clip.jitter)
     assert fixed["hf_out_px"] < 0.1 * fixed["hf_in_px"]
 
 
@@ -193,17 +192,17 @@ def test_ecc_scoring_sees_through_a_zoomed_dark_noisy_perfect_output():
     h, w = clip.frames.shape[1:3]
     A = cv2.getRotationMatrix2D(((w - 1) / 2, (h - 1) / 2), 0.0, 1.1)
     out = [cv2.warpAffine(f, A, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT)
-           for f in benchmark.perfect_output(clip.frames, clip.jitter)]
-    sift = benchmark.output_residual(clip.frames, out, clip.jitter)
-    both = benchmark.output_residual(clip.frames, out, clip.jitter, ecc=True)
+           for f in stabilization.perfect_output(clip.frames, clip.jitter)]
+    sift = stabilization.output_residual(clip.frames, out, clip.jitter)
+    both = stabilization.output_residual(clip.frames, out, clip.jitter, ecc=True)
     assert both["hf_out_ecc_px"] < 0.01 and both["hf_out_ecc_px"] < sift["hf_out_px"] / 3
     assert both["ecc_failures"] == sift["failures"] == 0
     assert both["hf_out_px"] == sift["hf_out_px"] and "hf_out_ecc_px" not in sift  # SIFT's column kept
-    row = benchmark.score_output(clip.frames, out, clip.fps, clip.jitter, ecc=True)
+    row = stabilization.score_output(clip.frames, out, clip.fps, clip.jitter, ecc=True)
     assert row["hf_out_ecc_px"] == pytest.approx(both["hf_out_ecc_px"])
-    table = benchmark.comparison_table([dict(row, clip="dark", method="perfect")])
+    table = stabilization.comparison_table([dict(row, clip="dark", method="perfect")])
     assert "| ECC-scored HF px |" in table and f"| {row['hf_out_ecc_px']:.3f} |" in table
-    assert "ECC-scored" not in benchmark.comparison_table([dict(sift, clip="dark", method="m")])
+    assert "ECC-scored" not in stabilization.comparison_table([dict(sift, clip="dark", method="m")])
 
 
 def test_ecc_refine_recovers_a_known_homography_from_a_start_off_by_a_pixel():
@@ -233,12 +232,12 @@ def test_tool_bad_size_exits_2():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("ffmpeg") is None or not benchmark.ffmpeg_has_vidstab(),
+@pytest.mark.skipif(shutil.which("ffmpeg") is None or not stabilization.ffmpeg_has_vidstab(),
                     reason="needs ffmpeg with vid.stab (apt-get install ffmpeg)")
 def test_compare_with_vidstab_small():
     named = {"obj": clips.moving_object_clip(24, 96, 160, seed=0)}
-    rows = benchmark.compare_with_vidstab(
-        named, {"sift_ransac": lambda: est_lib.make_estimator("sift_ransac")}, log=None)
+    rows = stabilization.compare_with_vidstab(
+        named, {"sift_ransac": lambda: estimators.make_estimator("sift_ransac")}, log=None)
     assert [r["method"] for r in rows] == ["vid.stab", "sift_ransac"]
     for r in rows:
         assert r["hf_out_px"] < r["hf_in_px"]
@@ -250,8 +249,8 @@ def test_compare_with_vidstab_small():
 def test_compare_with_vidstab_path_in_estimator_name():
     # a registry name such as camflow:/dir/ckpt names the estimator; its slashes are no folders
     named = {"obj": clips.moving_object_clip(10, 64, 96, seed=0)}
-    rows = benchmark.compare_with_vidstab(
-        named, {"x:/no/such/dir": lambda: est_lib.make_estimator("sift_ransac")}, vidstab=False, log=None,
+    rows = stabilization.compare_with_vidstab(
+        named, {"x:/no/such/dir": lambda: estimators.make_estimator("sift_ransac")}, vidstab=False, log=None,
         floor=True)
     assert [r["method"] for r in rows] == ["perfect", "x:/no/such/dir"]
     perfect, ours = rows
@@ -261,7 +260,7 @@ def test_compare_with_vidstab_path_in_estimator_name():
     # the plan's arithmetic and the SIFT measure of the decoded output agree on a clean clip
     # (0.145 against 0.153 px here, the input 1.58)
     assert abs(ours["hf_exact_px"] - ours["hf_out_px"]) < 0.05
-    assert "| perfect |" in benchmark.comparison_table(rows)
+    assert "| perfect |" in stabilization.comparison_table(rows)
 
 
 def test_the_hard_sets_degradations_keep_the_ground_truth_and_do_what_they_say():
@@ -285,7 +284,7 @@ def test_the_hard_sets_degradations_keep_the_ground_truth_and_do_what_they_say()
         clips.degrade(clip, gain=0)
 
 
-@pytest.mark.skipif(shutil.which("ffmpeg") is None or not benchmark.ffmpeg_has_vidstab(),
+@pytest.mark.skipif(shutil.which("ffmpeg") is None or not stabilization.ffmpeg_has_vidstab(),
                     reason="needs ffmpeg with vid.stab (apt-get install ffmpeg)")
 def test_wall_time_comparison_runs_both_command_lines(tmp_path):
     """Issue 42's wall-time measure on a tiny clip: both sides run as command lines on the same
@@ -294,16 +293,16 @@ def test_wall_time_comparison_runs_both_command_lines(tmp_path):
 
     src = tmp_path / "still.mp4"
     st.write_h264(clips.planar_clip(12, 64, 96, seed=1).frames, str(src), 30.0)
-    assert benchmark.decode_video(str(src)).shape == (12, 64, 96, 3)
+    assert stabilization.decode_video(str(src)).shape == (12, 64, 96, 3)
     rows = st.compare_wall_time(str(src), str(tmp_path), clips={"tiny": (10, (48, 64))}, runs=1,
                                 extra=("--no-plots",), log=lambda m: None)
     (row,) = rows
     assert row["clip"] == "tiny" and len(row["ours_s"]) == len(row["vidstab_s"]) == 1
     assert row["ours_s"][0] > 0 and row["vidstab_s"][0] > 0 and row["ratio"] == row["ours_s"][0] / row["vidstab_s"][0]
     for side in ("ours", "vidstab"):
-        assert benchmark.decode_video(str(tmp_path / f"tiny_{side}.mp4")).shape[0] == 10
+        assert stabilization.decode_video(str(tmp_path / f"tiny_{side}.mp4")).shape[0] == 10
     with pytest.raises(OSError, match=r"failed \(3\)"):
-        benchmark.time_command([sys.executable, "-c", "import sys; sys.exit(3)"])
+        timing.time_command([sys.executable, "-c", "import sys; sys.exit(3)"])
 
 
 def test_wall_time_tool_bad_arguments_exit_2(tmp_path):

@@ -10,7 +10,7 @@ import cv2
 import numpy as np
 import pytest
 
-from camflow_jax.data.synthetic import files as synthetic_files
+from camflow_jax.data.synthetic import files
 from camflow_jax.data.synthetic import scenes as S
 from camflow_jax.data.synthetic.render import render_view
 
@@ -396,7 +396,7 @@ def test_write_samples_writes_samples_and_sheet(tmp_path):
     out = tmp_path / "out"
     source = S.SyntheticScenes(seed=0, num_samples=2, height=64, width=128, num_textures=N_TEX)
     seen = []
-    sheet = synthetic_files.write_samples(source, out, 0, 2, 64, progress=lambda n, sec: seen.append(n))
+    sheet = files.write_samples(source, out, 0, 2, 64, progress=lambda n, sec: seen.append(n))
     assert sheet == str(out / "contact_sheet.png") and seen == [1, 2]
     names = sorted(os.listdir(out))
     assert names == ["contact_sheet.png", "sample_00000.npz", "sample_00000_img1.png",
@@ -409,7 +409,7 @@ def test_write_samples_writes_samples_and_sheet(tmp_path):
         np.testing.assert_array_equal(png, z["img1"])
     sheet = cv2.imread(str(out / "contact_sheet.png"))
     assert sheet.shape[1] == 5 * 64 + 4 * 2 and sheet.shape[0] > 2 * 32
-    timed = list(synthetic_files.time_categories(("RE",), 1, height=64, width=128, num_textures=N_TEX))
+    timed = list(files.time_categories(("RE",), 1, height=64, width=128, num_textures=N_TEX))
     assert [r["category"] for r in timed] == ["RE"] and len(timed[0]["wall_s"]) == len(timed[0]["cpu_s"]) == 1
 
 

@@ -166,12 +166,11 @@ def test_same_scene_matches_the_host_renderer(batches, textures):
 
 
 def test_batch_layout_is_the_host_pipelines(batches, bank):
-    from camflow_jax.data import pipeline
-    from camflow_jax.data import sources as train_sources
+    from camflow_jax.data import pipeline, sources
     from camflow_jax.data.synthetic import SyntheticScenes
 
-    src = train_sources.SyntheticPairs(SyntheticScenes(seed=0, num_samples=4, height=H, width=W, num_textures=1,
-                                                       homography=False), "flow")
+    src = sources.SyntheticPairs(SyntheticScenes(seed=0, num_samples=4, height=H, width=W, num_textures=1,
+                                                 homography=False), "flow")
     for need_depth in (False, True):
         pairs = [pipeline.prepare_pair(src[i], H, W, need_depth=need_depth) for i in range(2)]
         host = {k: np.stack([p[k] for p in pairs]) for k in pairs[0]}

@@ -66,15 +66,15 @@ def test_training_with_worker_processes_that_cannot_use_jax(tmp_path, cache):
 _READ_ALL = f"""
 import sys
 import numpy as np
-from camflow_jax.data import pipeline, sources as train_sources
+from camflow_jax.data import pipeline, sources
 from camflow_jax.data.synthetic.scenes import SyntheticScenes
 
 ghof, cahomo, frames = sys.argv[1:]
-sources = {{"ghof": train_sources.GhofTrain(ghof, "depth{{}}.npy"), "cahomo": train_sources.CahomoTrain(cahomo),
-           "frames": train_sources.FramePairs(frames),
-           "synthetic": train_sources.SyntheticPairs(SyntheticScenes(seed=0, num_samples=2, height=40, width=72))}}
+by_name = {{"ghof": sources.GhofTrain(ghof, "depth{{}}.npy"), "cahomo": sources.CahomoTrain(cahomo),
+           "frames": sources.FramePairs(frames),
+           "synthetic": sources.SyntheticPairs(SyntheticScenes(seed=0, num_samples=2, height=40, width=72))}}
 kw = dict(height=32, width=64, resize=(36, 72))
-for name, src in sources.items():
+for name, src in by_name.items():
     need_depth = name in ("ghof", "synthetic")
     for i in range(len(src)):
         pair = pipeline.prepare_pair(src[i], rng=np.random.default_rng(i), need_depth=need_depth, **kw)

@@ -31,7 +31,7 @@ if str(ROOT) not in sys.path:  # camflow_jax from this checkout, installed or no
     sys.path.insert(0, str(ROOT))
 
 from camflow_jax.cli import harness  # noqa: E402
-from camflow_jax.compilation import cache as compile_cache  # noqa: E402
+from camflow_jax.compilation import cache  # noqa: E402
 from camflow_jax.estimators import registry  # noqa: E402
 from camflow_jax.evaluation import reports  # noqa: E402
 from camflow_jax.io import atomic  # noqa: E402
@@ -73,7 +73,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    compile_cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
+    cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
     return harness.run_cli(lambda: _run(args, argv), verbose=args.verbose)
 
 

@@ -28,12 +28,12 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import numpy as np
 
-    from camflow_jax.compilation import cache as compile_cache
+    from camflow_jax.compilation import cache
     from camflow_jax.data.synthetic.scenes import SyntheticScenes
     from camflow_jax.models import checkpoint
     from camflow_jax.predictor import Predictor
 
-    compile_cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
+    cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
     src = Path(args.workdir)
     try:
         model, variables, bases, model_config = checkpoint.load_model(src)

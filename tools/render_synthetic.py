@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # camflow_jax from this checkout, installed or not
     sys.path.insert(0, str(ROOT))
 
-from camflow_jax.data.synthetic import files as synthetic_files  # noqa: E402
+from camflow_jax.data.synthetic import files  # noqa: E402
 from camflow_jax.data.synthetic.scenes import CATEGORIES, SyntheticScenes  # noqa: E402
 
 
@@ -71,7 +71,7 @@ def benchmark(args) -> int:
     OpenCV is limited to one thread here; run under ``taskset -c 0`` for a strict one-core figure.
     """
     print(f"{args.height}x{args.width}, {args.num} samples per category, seed {args.seed}")
-    for r in synthetic_files.time_categories(args.categories, args.num, seed=args.seed, start=args.start,
+    for r in files.time_categories(args.categories, args.num, seed=args.seed, start=args.start,
                                              height=args.height, width=args.width,
                                              textures_dir=args.textures_dir, num_textures=args.num_textures):
         wall, cpu = r["wall_s"], r["cpu_s"]
@@ -99,7 +99,7 @@ def main(argv=None) -> int:
     def progress(n, seconds_each):
         print(f"\r{n}/{args.num} samples ({seconds_each * 1000:.0f} ms each)", end="", flush=True)
 
-    sheet = synthetic_files.write_samples(source, args.out, args.start, args.num, args.sheet_width, progress)
+    sheet = files.write_samples(source, args.out, args.start, args.num, args.sheet_width, progress)
     print()
     print(f"wrote {args.num} samples and {sheet}")
     return 0

@@ -128,7 +128,7 @@ def adapt_clips(clips: list[Clip], *, checkpoint=None, minutes: float = DEFAULT_
     if not any(labels.keep[i] for i in train_idx):
         raise ValueError(f"the teacher trusted none of the {len(train_idx)} pairs to learn from "
                          f"(dropped: {reasons or 'none kept'}): footage too uniform, too dark or too short to learn from")
-    footage = ft.Footage.of(pred, clips, [teacher_lib.constant_depth_bases(pred, c.size_hw) for c in clips])
+    footage = ft.Footage.of(pred, clips, [np.asarray(pred.constant_depth_bases(c.size_hw), np.float32) for c in clips])
     before = heldout_error(model_, variables, footage, labels, held, clips)
     synthetic = None
     if config.synthetic_batch:

@@ -249,7 +249,7 @@ def label_pairs(predictor, clips: list[Clip], pairs: list, settings: TeacherSett
                     for (c, _, _), out in zip(sub, outs):
                         hw = clips[c].size_hw
                         if hw not in bases_of:
-                            bases_of[hw] = constant_depth_bases(predictor, hw)
+                            bases_of[hw] = np.asarray(predictor.constant_depth_bases(hw), np.float32)
                         rows.append(_trusted(out, bases_of[hw], net_hw, settings))
                     if bar is not None:
                         bar.update(len(sub))
@@ -280,17 +280,6 @@ def spread(indices: list) -> list:
                 seen.add(j)
                 out.append(indices[j])
     return out
-
-
-def constant_depth_bases(predictor, input_hw) -> np.ndarray:
-    """The basis set ``[N, h, w, 2]`` the predictor uses for a pair of ``input_hw`` without
-    depth (a depth model's constant-depth set at the default intrinsics; the static bases for a
-    model without a depth group), as numpy."""
-    H0, W0 = input_hw
-    if not predictor.num_depth:
-        return np.asarray(predictor.static_bases, np.float32)
-    K = np.array([max(H0, W0), max(H0, W0), (W0 - 1) / 2.0, (H0 - 1) / 2.0], np.float32)
-    return np.asarray(predictor._constant_depth_set((H0, W0), K, 1.0), np.float32)
 
 
 def cache_size(cache_dir) -> int:

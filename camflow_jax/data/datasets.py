@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from camflow_jax.data import benchmarks, sources
-from camflow_jax.data.synthetic import scenes as synthetic
+from camflow_jax.data.synthetic.scenes import CATEGORIES, SyntheticScenes
 
 __all__ = ["Dataset", "REGISTRY", "DATASETS", "TRAIN_DATASETS", "training_source", "load_dataset", "categories"]
 
@@ -56,8 +56,8 @@ def _cahomo(data, *, depth_dir=None, intrinsics=None, list_file=None, **_):
 
 def _synthetic(data, *, num=None, seed=1000, size=(320, 576), **_):
     n = 100 if num is None else int(num)
-    return synthetic.SyntheticScenes(seed=seed, num_samples=n, height=int(size[0]), width=int(size[1]),
-                                     textures_dir=data)
+    return SyntheticScenes(seed=seed, num_samples=n, height=int(size[0]), width=int(size[1]),
+                           textures_dir=data)
 
 
 def _synthetic_train(data_cfg, height: int, width: int, split: str):
@@ -65,9 +65,9 @@ def _synthetic_train(data_cfg, height: int, width: int, split: str):
     rw = data_cfg.render_width or (width + width // 8)
     seed, n = ((data_cfg.train_seed, data_cfg.num_train) if split == "train"
                else (data_cfg.eval_seed, data_cfg.num_eval))
-    scenes = synthetic.SyntheticScenes(seed=seed, num_samples=n, height=rh, width=rw,
-                                       motion_scale=data_cfg.get("motion_scale", 1.0),
-                                       homography=data_cfg.label == "homography")
+    scenes = SyntheticScenes(seed=seed, num_samples=n, height=rh, width=rw,
+                             motion_scale=data_cfg.get("motion_scale", 1.0),
+                             homography=data_cfg.label == "homography")
     return sources.SyntheticPairs(scenes, data_cfg.label)
 
 
@@ -118,5 +118,5 @@ def categories(source) -> tuple[str, ...]:
     """The table columns of a source (its ``categories``; the synthetic ones otherwise)."""
     cats = getattr(source, "categories", None)
     if cats is None:
-            cats = synthetic.CATEGORIES
+            cats = CATEGORIES
     return tuple(cats)

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from camflow_jax import export as export_lib
 from camflow_jax.cli import harness
-from camflow_jax.compilation import cache as compile_cache
+from camflow_jax.compilation import cache
 from camflow_jax.export import onnx as onnx_lib
 from camflow_jax.export import stablehlo
 from camflow_jax.io import atomic
@@ -111,7 +111,7 @@ def _formats(text: str) -> tuple[str, ...]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    compile_cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
+    cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
     return harness.run_cli(lambda: _run(args), verbose=args.verbose)
 
 

@@ -47,8 +47,8 @@ import dataclasses
 import cv2
 import numpy as np
 
-from camflow_jax.data.synthetic import scenes as synthetic
 from camflow_jax.data.synthetic.render import cast_rays, render_view, rotation_matrix
+from camflow_jax.data.synthetic.scenes import sample_intrinsics, sample_scene
 from camflow_jax.data.synthetic.textures import procedural_texture, procedural_textures
 from camflow_jax.stabilization.render import forward_points
 
@@ -367,8 +367,8 @@ def parallax_clip(num_frames: int = 60, height: int = 96, width: int = 160, seed
     _check_sizes(num_frames, height, width)
     rng = np.random.default_rng([seed, 613])
     textures = procedural_textures(seed, 8, 512)
-    K = synthetic.sample_intrinsics(rng, height, width)
-    scene = synthetic.sample_scene(rng, textures, K, height, width)
+    K = sample_intrinsics(rng, height, width)
+    scene = sample_scene(rng, textures, K, height, width)
     depth0, _ = cast_rays(scene, np.eye(3), np.zeros(3), K, height, width)
     z_near = float(np.percentile(depth0, 2))
     fx, fy, cx, cy = (float(v) for v in K)

@@ -8,7 +8,9 @@ memmaps in a temporary folder (removed at the end), so RAM does not grow with th
 Outputs next to OUTPUT (or under ``report``): ``<stem>.json`` (settings, timings, warnings; the
 metrics with ``with_metrics``), and with ``with_plots`` ``<stem>_path.png`` (camera path
 before/after; needs the metrics) and ``<stem>_tracks.png`` (tracked-point trajectories).
-Nothing existing is replaced unless ``overwrite``.
+Nothing existing is replaced unless ``overwrite``. A run's settings come in two groups:
+:class:`OutputOptions` (what it writes: the report, metrics, plots, motion file, overwrite) and
+:class:`MotionOptions` (where the motion comes from: the estimator, or a motion file).
 
 Safety (docs/what_the_tools_refuse.md): an output that is the input by file identity (the same
 path, a symlink or a hard link to it, or a file that would land in the input frame folder) is
@@ -37,7 +39,7 @@ from camflow_jax.io.video import IMAGE_EXTENSIONS, FrameSink, FrameSource, outpu
 from camflow_jax.stabilization import fingerprint, motion_file, pipeline, plots, render
 from camflow_jax.stabilization import metrics as metrics_lib
 
-__all__ = ["report_paths", "check_distinct", "check_outputs", "stabilize_video"]
+__all__ = ["OutputOptions", "MotionOptions", "report_paths", "check_distinct", "check_outputs", "stabilize_video"]
 
 
 
@@ -106,31 +108,96 @@ def _jsonable(x):
     return x
 
 
+@dataclasses.dataclass(frozen=True)
+class OutputOptions:
+    """What a :func:`stabilize_video` run writes beside the stabilized frames, and whether it may
+    replace what exists (every field keeps its default unless set).
+
+    Attributes:
+      report: the prefix of the JSON report and the plots (default: the output path without its
+        extension; :func:`report_paths`).
+      with_metrics: the report scores the written output against the input
+        (:func:`camflow_jax.stabilization.metrics.video_metrics`; docs/stabilization_metrics.md).
+      low_hz: the metrics' low band, in Hz (the stability score's cutoff).
+      with_plots: the camera-path plot (needs ``with_metrics``) and the tracked-points plot.
+      export_motion: write the motion file there (JSON, CSV or NPZ by extension;
+        :mod:`camflow_jax.stabilization.motion_file`).
+      overwrite: replace existing outputs (never the input, whatever this says).
+    """
+
+    report: str | None = None
+    with_metrics: bool = False
+    low_hz: float = 1.0
+    with_plots: bool = False
+    export_motion: str | None = None
+    overwrite: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class MotionOptions:
+    """Where a :func:`stabilize_video` run's motion comes from: the estimator, on the input (the
+    default), or a motion file.
+
+    Attributes:
+      motion_path: a motion file to render with: its smoothed path, and its motion instead of
+        estimating when it has one (:mod:`camflow_jax.stabilization.motion_file`).
+      ignore_fingerprint: a motion file exported from another video (its source fingerprint,
+        :mod:`camflow_jax.stabilization.fingerprint`) is refused (ValueError) unless this, which
+        makes it a warning.
+    """
+
+    motion_path: str | None = None
+    ignore_fingerprint: bool = False
+
+
+def _options(output_options: OutputOptions | None, motion_options: MotionOptions | None,
+             settings: dict) -> tuple[OutputOptions, MotionOptions]:
+    """The two groups with ``settings`` (fields of either, as keywords) replacing their fields;
+    an unknown name is a TypeError naming it."""
+    out_fields = {f.name for f in dataclasses.fields(OutputOptions)}
+    motion_fields = {f.name for f in dataclasses.fields(MotionOptions)}
+    unknown = sorted(set(settings) - out_fields - motion_fields)
+    if unknown:
+        raise TypeError(f"stabilize_video() got unexpected keyword argument(s) {', '.join(unknown)} "
+                        "(see OutputOptions and MotionOptions)")
+    output_options = dataclasses.replace(output_options or OutputOptions(),
+                                         **{k: v for k, v in settings.items() if k in out_fields})
+    motion_options = dataclasses.replace(motion_options or MotionOptions(),
+                                         **{k: v for k, v in settings.items() if k in motion_fields})
+    return output_options, motion_options
+
+
 def stabilize_video(input_path: str, output_path: str, estimator,
-                    config: pipeline.StabilizerConfig | None = None, *, overwrite: bool = False,
-                    fps: float | None = None, with_metrics: bool = False, with_plots: bool = False,
-                    report: str | None = None, export_motion: str | None = None,
-                    motion_path: str | None = None, progress: bool = True,
-                    low_hz: float = 1.0, checked: bool = False,
-                    ignore_fingerprint: bool = False) -> dict:
+                    config: pipeline.StabilizerConfig | None = None,
+                    output_options: OutputOptions | None = None, motion_options: MotionOptions | None = None,
+                    *, fps: float | None = None, progress: bool = True, checked: bool = False,
+                    **settings) -> dict:
     """Stabilizes ``input_path`` (video or frame folder) into ``output_path``; returns the report.
 
-    ``estimator`` is a callable from :mod:`camflow_jax.stabilization.estimators` (ignored when
-    ``motion_path`` has the motion). ``export_motion``: write the motion file there (JSON,
-    CSV or NPZ by extension); ``motion_path``: a motion file to render with (its smoothed path,
-    and its motion instead of estimating when it has one; :mod:`.motion_file`).
-    ``checked``: outputs were already checked by the caller. A ``motion_path`` file exported
-    from another video (its source fingerprint, :mod:`.fingerprint`) is refused (ValueError)
-    unless ``ignore_fingerprint``, which makes it a warning.
+    Args:
+      estimator: a callable from :mod:`camflow_jax.stabilization.estimators` (ignored when the
+        motion file of ``motion_options`` has the motion).
+      config: the stabilizer's settings (default: :class:`~.pipeline.StabilizerConfig`'s).
+      output_options: what the run writes (:class:`OutputOptions`; default: its defaults, the
+        report alone, nothing replaced).
+      motion_options: where the motion comes from (:class:`MotionOptions`; default: the estimator).
+      fps: the input's frame rate, replacing its own (its timestamps are then not kept).
+      progress: progress bars on stderr.
+      checked: the outputs were already checked by the caller (:func:`check_distinct`,
+        :func:`check_outputs`; the CLI checks them before building the estimator).
+      settings: fields of :class:`OutputOptions` or :class:`MotionOptions` as keywords
+        (``with_metrics=True, motion_path=...``), which replace those of the options given; an
+        unknown name is a TypeError.
     """
     config = config or pipeline.StabilizerConfig()
-    paths = report_paths(output_path, report)
-    wanted = [paths["json"]] + ([paths["path_plot"], paths["tracks_plot"]] if with_plots else [])
-    if export_motion:
-        wanted.append(export_motion)
+    outputs, motion_from = _options(output_options, motion_options, settings)
+    paths = report_paths(output_path, outputs.report)
+    wanted = [paths["json"]] + ([paths["path_plot"], paths["tracks_plot"]] if outputs.with_plots else [])
+    if outputs.export_motion:
+        wanted.append(outputs.export_motion)
     if not checked:
-        check_distinct(output_path, paths, export_motion, with_plots)
-        check_outputs(input_path, output_path, wanted, overwrite)
+        check_distinct(output_path, paths, outputs.export_motion, outputs.with_plots)
+        check_outputs(input_path, output_path, wanted, outputs.overwrite)
     source = FrameSource(input_path, default_fps=fps or 30.0)
     if min(source.height, source.width) < MIN_FRAME_SIDE:
         # e.g. 120x1: the estimator's own error (DIS's, for a method the user did not choose) named
@@ -155,9 +222,7 @@ def stabilize_video(input_path: str, output_path: str, estimator,
     scratch = None
     try:
         with atomic.scratch_folder("camflow_stabilize_") as scratch:
-            options = _Options(overwrite, with_metrics, with_plots, export_motion, motion_path, low_hz,
-                               ignore_fingerprint)
-            return _run(source, output_path, estimator, config, paths, options, scratch, bar, stamps)
+            return _run(source, output_path, estimator, config, paths, outputs, motion_from, scratch, bar, stamps)
     except OSError as e:
         err = _scratch_error(e, scratch, need)  # scratch None: the folder could not be made
         if err is e:
@@ -300,20 +365,6 @@ def _first_frame(source) -> np.ndarray | None:
             close()
 
 
-@dataclasses.dataclass(frozen=True)
-class _Options:
-    """A run's settings beyond its input, output, estimator and config (:func:`stabilize_video`'s
-    keywords of the same names)."""
-
-    overwrite: bool = False
-    with_metrics: bool = False
-    with_plots: bool = False
-    export_motion: str | None = None
-    motion_path: str | None = None
-    low_hz: float = 1.0
-    ignore_fingerprint: bool = False
-
-
 @dataclasses.dataclass
 class _Log:
     """What a run reports beside its results: timings (ms per frame by phase), warnings, notes."""
@@ -337,32 +388,33 @@ class _Written:
     tracking_s: float
 
 
-def _run(source, output_path, estimator, config, paths, options: _Options, scratch, bar, stamps=None) -> dict:
+def _run(source, output_path, estimator, config, paths, outputs: OutputOptions, motion_from: MotionOptions,
+         scratch, bar, stamps=None) -> dict:
     """One run in its phases: the motion file (checked against the input), the motion (estimated
     in pass 1, or loaded), the plan, pass 2 (render and write), the report; every output is moved
     into place together at the end (:class:`camflow_jax.io.atomic.AtomicOutputs`)."""
     stamps = stamps if stamps is not None else source
     log = _Log(notes=[source.rotation_note] if getattr(source, "rotation_note", None) else [])
     t0 = time.perf_counter()
-    record, check = _open_motion_file(source, options, stamps)
-    motion, kept = _estimate_or_load(source, estimator, config, record, options.motion_path, scratch, bar)
+    record, check = _open_motion_file(source, motion_from, stamps)
+    motion, kept = _estimate_or_load(source, estimator, config, record, motion_from.motion_path, scratch, bar)
     n = motion.num_frames
     log.warnings += _motion_warnings(source, motion, config, output_path)
     log.timings["estimate_ms_per_frame"] = 1000 * (time.perf_counter() - t0) / n
     t0 = time.perf_counter()
-    plan, exported, path_report = _plan(source, motion, config, record, options.motion_path,
-                                        options.export_motion, scratch)
+    plan, exported, path_report = _plan(source, motion, config, record, motion_from.motion_path,
+                                        outputs.export_motion, scratch)
     log.timings["smooth_ms_per_frame"] = 1000 * (time.perf_counter() - t0) / n
     # Every output goes to a temporary file / folder next to it; all are moved into place, the
     # video first, when the block ends without an exception (and removed when it ends with one).
     # Without overwrite the move refuses an output another run created meanwhile.
-    with atomic.AtomicOutputs(options.overwrite) as outputs:
+    with atomic.AtomicOutputs(outputs.overwrite) as staged:
         if output_kind(output_path) == "video":
-            target = outputs.file(output_path)
+            target = staged.file(output_path)
         else:
-            target = outputs.dir(output_path, _is_frame)
+            target = staged.dir(output_path, _is_frame)
         again = kept.frames() if kept.complete(n) else source  # decoded again only when not kept
-        written = _write_frames(source, target, plan, again, n, check, options, bar)
+        written = _write_frames(source, target, plan, again, n, check, outputs, bar)
         note = pipeline.fallback_note(plan.fallbacks, n)
         if note:
             log.warnings.append(note)
@@ -373,39 +425,39 @@ def _run(source, output_path, estimator, config, paths, options: _Options, scrat
         log.timings["render_ms_per_frame"] = 1000 * written.render_s / n
         log.timings["tracking_ms_per_frame"] = 1000 * written.tracking_s / n
         m = None
-        if options.with_metrics:
+        if outputs.with_metrics:
             # Scored on what the user gets: the written output decoded again (after the codec),
             # against the input (docs/stabilization_metrics.md).
             t0 = time.perf_counter()
-            m = metrics_lib.video_metrics(target, input_path=source.path, fps=source.fps, low_hz=options.low_hz)
+            m = metrics_lib.video_metrics(target, input_path=source.path, fps=source.fps, low_hz=outputs.low_hz)
             log.timings["metrics_ms_per_frame"] = 1000 * (time.perf_counter() - t0) / n
         result = _result(source, output_path, config, motion, plan, written, log)
         if m is not None:
             result["metrics"] = {"input": m["input"], "output": m["output"],
                                  "homography_failures": m["failures"]}
-        plotted = _write_plots(outputs, paths, options.with_plots, m, written, source.fps, motion.estimator)
+        plotted = _write_plots(staged, paths, outputs.with_plots, m, written, source.fps, motion.estimator)
         if plotted:
             result["plots"] = {k: os.path.abspath(v) for k, v in plotted.items()}
         if path_report is not None:
             result["path"] = path_report
-        if options.export_motion:
+        if outputs.export_motion:
             exported.source = fingerprint.build(source.path, fingerprint.timing(stamps, n), written.signatures)
-            motion_file.write(outputs.file(options.export_motion), exported)
-            result["motion_file"] = os.path.abspath(options.export_motion)
+            motion_file.write(staged.file(outputs.export_motion), exported)
+            result["motion_file"] = os.path.abspath(outputs.export_motion)
         result["report"] = os.path.abspath(paths["json"])
         report = {k: v for k, v in result.items() if k != "report"}
-        tmp = outputs.file(paths["json"])
+        tmp = staged.file(paths["json"])
         with open(tmp, "w") as f:
             f.write(atomic.strict_json(_jsonable(report), indent=2))
     del plan, motion  # release the memmaps before the scratch folder goes
     return result
 
 
-def _open_motion_file(source, options: _Options, stamps):
-    """``(record, check)``: the motion file ``options.motion_path`` read (None without one) and
+def _open_motion_file(source, motion_from: MotionOptions, stamps):
+    """``(record, check)``: the motion file ``motion_from.motion_path`` read (None without one) and
     its fingerprint check, started (None without a file). A file made for another frame size, or
     bound to another video, is refused here, before any work."""
-    motion_path = options.motion_path
+    motion_path = motion_from.motion_path
     record = motion_file.read(motion_path) if motion_path else None
     if record is not None and tuple(record.frame_size) != (source.height, source.width):
         raise ValueError(f"{motion_path} was made for {record.frame_size[1]}x"
@@ -414,7 +466,7 @@ def _open_motion_file(source, options: _Options, stamps):
     check = None
     if record is not None:  # bound to its video: refused before any work when it is another's
         check = fingerprint.Check(record.source, motion_path, source.path, record.num_frames,
-                                  options.ignore_fingerprint)
+                                  motion_from.ignore_fingerprint)
         check.start(fingerprint.timing(stamps, record.num_frames),
                     _first_frame(source) if record.source is not None else None,
                     source.count_hint)
@@ -519,14 +571,14 @@ def _plan(source, motion, config, record, motion_path, export_motion, scratch):
     return plan, exported, path_report
 
 
-def _write_frames(source, target, plan, frames, n: int, check, options: _Options, bar) -> _Written:
+def _write_frames(source, target, plan, frames, n: int, check, outputs: OutputOptions, bar) -> _Written:
     """Pass 2: ``frames`` (pass 1's, kept, or ``source`` decoded again) rendered by ``plan`` and
     written to ``target``; the fingerprint's frames sampled (``export_motion``), the motion
     file's check fed, the points tracked (``with_plots``)."""
     track_in = track_out = None
     borders = []
     t_render = t_tracking = 0.0
-    sampled = set(fingerprint.sample_indices(n)) if options.export_motion else set()
+    sampled = set(fingerprint.sample_indices(n)) if outputs.export_motion else set()
     signatures = {}
     with FrameSink(target, source.fps, overwrite=True, pts=source.pts,
                    time_base=source.time_base, audio_from=_audio_from(source)) as sink:
@@ -542,7 +594,7 @@ def _write_frames(source, target, plan, frames, n: int, check, options: _Options
                     check.frame(t, frame)
                 t2 = time.perf_counter()
                 t_render += t2 - t1
-                if options.with_plots:
+                if outputs.with_plots:
                     if track_in is None:
                         track_in = plots.PointTracker(3)
                         track_in.update(frame)
@@ -588,17 +640,18 @@ def _result(source, output_path, config, motion, plan, written: _Written, log: _
     }
 
 
-def _write_plots(outputs, paths, with_plots, m, written: _Written, fps, estimator_name) -> dict:
+def _write_plots(staged, paths, with_plots, m, written: _Written, fps, estimator_name) -> dict:
     """The plots asked for (``with_plots``): the camera path (needs the metrics ``m``) and the
-    tracked points, each to its temporary file of ``outputs``; ``{kind: final path}``."""
+    tracked points, each to its temporary file of ``staged`` (the run's
+    :class:`~camflow_jax.io.atomic.AtomicOutputs`); ``{kind: final path}``."""
     plotted = {}
     if m is not None and with_plots:
-        tmp = outputs.file(paths["path_plot"])
+        tmp = staged.file(paths["path_plot"])
         plots.plot_camera_path(m["path_input"], m["path_output"], fps,
                                tmp, f"camera path ({estimator_name})")
         plotted["path_plot"] = paths["path_plot"]
     if with_plots and written.track_in is not None:
-        tmp = outputs.file(paths["tracks_plot"])
+        tmp = staged.file(paths["tracks_plot"])
         plots.plot_trajectories(written.track_in.tracks, written.track_out.tracks, fps,
                                 tmp, f"tracked points ({estimator_name})")
         plotted["tracks_plot"] = paths["tracks_plot"]

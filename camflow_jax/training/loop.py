@@ -24,8 +24,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from camflow_jax import configs, models
-from camflow_jax.adaptation import run as adaptation
-from camflow_jax.compilation import cache as compile_cache
+from camflow_jax.adaptation import run as adapt_run
+from camflow_jax.compilation import cache
 from camflow_jax.data import datasets, pipeline
 from camflow_jax.estimators import registry
 from camflow_jax.models import basis_set
@@ -235,14 +235,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir, stop: Gracefu
     The compiled steps are kept in JAX's persistent compilation cache, in a per-user folder
     unless the user set up JAX's own (:func:`camflow_jax.compilation.cache.enable`): a run
     resumed, or started again at the same settings, does not compile them again."""
-    compile_cache.enable()
+    cache.enable()
     t_start, is_main = time.time(), jax.process_index() == 0
     validate_config(config)
     workdir = Path(workdir).absolute()
     workdir_lib.prepare(workdir)
     if config.selftrain.rounds:  # rounds of label -> fine-tune -> relabel (configs/selftrain.py)
         with workdir_lib.locked(workdir, enabled=is_main):
-            reports = adaptation.self_train_config(config, workdir, log=workdir_lib.log)
+            reports = adapt_run.self_train_config(config, workdir, log=workdir_lib.log)
         return {"selftrain": [{k: r.get(k) for k in ("round", "heldout_error_before_px", "heldout_error_after_px")}
                               for r in reports], "wall_seconds": time.time() - t_start}
     stop = stop if stop is not None else GracefulStop()  # not entered: never requested

@@ -1,6 +1,8 @@
 """The measurements the docs report, outside the installed package (setup.cfg installs
 ``camflow_jax*`` only). They call the library's public functions; the library never imports them.
 
+* :mod:`.timing`: the one timing core every mode records the machine, the load and its timings
+  with;
 * :mod:`.benchmarking`: speed, FLOPs and memory of inference, the train step and the refinement;
 * :mod:`.accel`: accelerator readiness without one (``jax.export`` for cuda/tpu, rooflines);
 * :mod:`.accelerator_check`: the accelerator check's steps (``python tools/accelerator_check.py``);

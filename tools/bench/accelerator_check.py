@@ -36,12 +36,13 @@ import dataclasses
 import importlib.util
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from tools.bench import timing
 
 #: The repository root: the steps run from there.
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,8 +148,7 @@ def run_plan(steps: list[Step], out, *, budget_s: float = DEFAULT_BUDGET_S, root
     env = dict(os.environ if env is None else env)
     env.setdefault("PYTHONUNBUFFERED", "1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
-    report = {"machine": {"python": platform.python_version(), "platform": platform.platform(),
-                          "cpu_count": os.cpu_count()}, "budget_s": budget_s, "steps": []}
+    report = {"machine": timing.host_info(), "budget_s": budget_s, "steps": []}
     start = time.monotonic()
     with open(out / "accelerator_check.log", "w") as log:
         for step in steps:

@@ -36,7 +36,7 @@ from camflow_jax.adaptation.footage import Clip
 from camflow_jax.geometry import host
 from camflow_jax.predictor import Predictor
 from camflow_jax.stabilization import clips as clips_lib
-from tools.bench import opencv_doc
+from tools.bench import opencv_doc, timing
 
 VIDEOS = {"vtest": "vtest.avi", "tree": "tree.avi", "megamind": "Megamind.avi"}
 
@@ -127,7 +127,7 @@ def main(argv=None) -> int:
     model, variables, static, model_config, pred0 = loaded
     cfg = ft.AdaptConfig(learning_rate=a.lr, trainable=a.trainable, max_steps=a.steps, synthetic_batch=a.synthetic)
     train = [Clip(a.clip, clip.frames[:n_train], fps)]
-    res = {"args": vars(a), "machine": os.uname().nodename, "load_before": os.getloadavg()}
+    res = {"args": vars(a), "machine": timing.host_info(), "load_before": timing.load_average()}
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
 
     def evaluate(mdl, v, tag):
@@ -177,7 +177,7 @@ def main(argv=None) -> int:
             res["summary"]["bench_before"], res["summary"]["bench_after"] = \
                 res["before"]["bench_net"], res["after"]["bench_net"]
         print(json.dumps(res["summary"], indent=1))
-    res["load_after"] = os.getloadavg()
+    res["load_after"] = timing.load_average()
     with open(a.out, "w") as fh:
         json.dump(res, fh, indent=1, default=float)
     return 0

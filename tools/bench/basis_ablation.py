@@ -27,10 +27,10 @@ def main(argv=None) -> int:
     p.add_argument("--eval-only", action="store_true", help="evaluate existing workdirs only")
     args = p.parse_args(argv)
     from camflow_jax import configs
-    from camflow_jax.compilation import cache as compile_cache
+    from camflow_jax.compilation import cache
     from tools.bench.ablation import run_ablation
 
-    compile_cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
+    cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
 
     run_ablation(configs.load(args.config), args.workdir, out=args.out,
                  variants=[v.strip() for v in args.variants.split(",") if v.strip()], steps=args.steps,

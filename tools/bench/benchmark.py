@@ -161,7 +161,7 @@ import os
 import sys
 from pathlib import Path
 
-from camflow_jax.compilation import cache as compile_cache
+from camflow_jax.compilation import cache
 from camflow_jax.export import MissingDependency
 from tools.bench import benchmarking
 from tools.bench.benchmarking import MODES
@@ -238,9 +238,9 @@ def parse_args(argv=None):
 def main(argv=None):
     opts = vars(parse_args(argv))
     if opts.pop("compile_cache"):
-        compile_cache.enable()  # as the trainer and the Predictor do: a program compiled before is read back
+        cache.enable()  # as the trainer and the Predictor do: a program compiled before is read back
     else:
-        os.environ[compile_cache.OPT_OUT_ENV] = "1"
+        os.environ[cache.OPT_OUT_ENV] = "1"
     try:
         benchmarking.run(benchmarking.BenchmarkOptions(**opts),
                          on_result=lambda r: print(json.dumps(r), flush=True))

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from camflow_jax.compilation import cache as compile_cache
+from camflow_jax.compilation import cache
 from tools.bench import figures, opencv_doc
 
 
@@ -18,7 +18,7 @@ def main(argv=None) -> int:
     p.add_argument("--data", default=opencv_doc.OPENCV_DOC)
     p.add_argument("-o", "--out", default="docs/images/refinement_aloe.png")
     args = p.parse_args(argv)
-    compile_cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
+    cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
     if not (Path(args.data) / opencv_doc.STEREO_FILES[0]).exists():
         print(f"error: {args.data}: {opencv_doc.MISSING_DATA}", file=sys.stderr)
         return 2

@@ -23,6 +23,7 @@ from camflow_jax.data.synthetic.scenes import SyntheticScenes
 from camflow_jax.models import build_model, init_variables
 from camflow_jax.models.precision import POLICIES
 from camflow_jax.predictor import Predictor
+from tools.bench.timing import interleaved
 
 __all__ = ["compare_policies", "forward_times"]
 
@@ -98,12 +99,8 @@ def forward_times(height: int, width: int, rounds: int, groups=(12, 12), policie
         fns[name], programs[name] = (compiled, variables), _program(compiled)
         for _ in range(2):
             jax.block_until_ready(compiled(variables, g1, g2, bases))
-    times = {name: [] for name in policies}
-    for _ in range(rounds):
-        for name, (compiled, variables) in fns.items():
-            t0 = time.perf_counter()
-            jax.block_until_ready(compiled(variables, g1, g2, bases))
-            times[name].append(time.perf_counter() - t0)
+    times, _ = interleaved({name: (lambda c=compiled, v=variables: jax.block_until_ready(c(v, g1, g2, bases)))
+                            for name, (compiled, variables) in fns.items()}, rounds)
     first = policies[0]
     return {"size": [height, width], "groups": list(groups), "rounds": rounds,
             "median_s": {k: round(statistics.median(v), 4) for k, v in times.items()},

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 from camflow_jax.predictor import Predictor
 from tools.bench import precision
 from tools.bench.benchmarking import machine_info
+from tools.bench.timing import load_average
 
 
 def main(argv=None) -> int:
@@ -36,12 +36,12 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="also write the result here")
     args = p.parse_args(argv)
     pred = Predictor.load(args.checkpoint)
-    res = {"machine": {**machine_info(), "loadavg_before": list(os.getloadavg())},
+    res = {"machine": {**machine_info(), "loadavg_before": load_average()},
            **precision.compare_policies(pred, args.pairs, refined=args.refined)}
     if args.speed_rounds:
         h, w = (int(v) for v in args.speed_size.lower().split("x"))
         res["speed"] = precision.forward_times(h, w, args.speed_rounds)
-    res["machine"]["loadavg_after"] = list(os.getloadavg())
+    res["machine"]["loadavg_after"] = load_average()
     text = json.dumps(res, indent=2)
     print(text)
     if args.out:

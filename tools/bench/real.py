@@ -42,7 +42,7 @@ from camflow_jax.evaluation import metrics
 from camflow_jax.geometry import device, host
 from camflow_jax.predictor import Predictor
 from camflow_jax.stabilization import clips, pipeline
-from camflow_jax.stabilization import estimators as est_lib
+from camflow_jax.stabilization import estimators as stab_estimators
 from camflow_jax.stabilization import metrics as metrics_lib
 from camflow_jax.stabilization.clips import apply_homography_np
 from tools.bench import opencv_doc
@@ -142,9 +142,9 @@ def video_estimators(names: Sequence[str], model, note: str, refine_size: int | 
             if model is None:
                 out[name] = note
                 continue
-            est = est_lib.CamFlowEstimator(model, refine=name == "camflow", refine_size=size)
+            est = stab_estimators.CamFlowEstimator(model, refine=name == "camflow", refine_size=size)
         else:
-            est = est_lib.make_estimator(name, refine_size=size)
+            est = stab_estimators.make_estimator(name, refine_size=size)
         out[name] = est.fresh
     return out
 

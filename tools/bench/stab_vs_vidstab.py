@@ -21,10 +21,11 @@ import os
 import sys
 
 from camflow_jax.cli import harness
-from camflow_jax.compilation import cache as compile_cache
+from camflow_jax.compilation import cache
 from camflow_jax.estimators import registry
 from camflow_jax.io import atomic
 from camflow_jax.stabilization import estimators as stab_estimators
+from tools.bench.timing import load_average
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -65,54 +66,54 @@ def main(argv=None) -> int:
                         "(camflow_jax.adaptation, M minutes, labels included), as stabilize --adapt does")
     p.add_argument("--out", help="JSON file for all rows")
     args = p.parse_args(argv)
-    compile_cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
+    cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
 
     def body() -> int:
         from camflow_jax.stabilization import clips
-        from camflow_jax.stabilization import estimators as est_lib
-        from tools.bench import stabilization as benchmark
+        from tools.bench import stabilization
 
         names = [registry.resolve(n)[0] for n in args.estimators.split(",") if n]
-        video = args.video or benchmark.find_vtest()
+        video = args.video or stabilization.find_vtest()
         if video is None:
             raise FileNotFoundError("vtest.avi not found (apt-get install opencv-doc) and no --video given")
         if not os.path.isfile(video):
             raise FileNotFoundError(f"video not found: {video}")
         fps = 10.0 if os.path.basename(video) == "vtest.avi" else 30.0
         named = {"vtest_shaken": clips.shake_video(
-            benchmark.decode_video(video, args.frames, args.size), args.seed, fps=fps)}
+            stabilization.decode_video(video, args.frames, args.size), args.seed, fps=fps)}
         if not args.no_synthetic:
             h, w = args.synthetic_size
             for obj in (True, False):
                 named["moving_object" if obj else "no_object"] = clips.moving_object_clip(
                     args.synthetic_frames, h, w, seed=args.seed, with_object=obj)
         if args.hard:
-            named.update(benchmark.hard_clips(video, args.frames, args.size, args.seed, fps,
-                                              args.synthetic_size, args.synthetic_frames))
-        factories = {n: est_lib.make_estimator(n, checkpoint=args.checkpoint).fresh for n in names}
-        load0 = benchmark.load_average()
-        rows = benchmark.compare_with_vidstab(named, factories, vidstab=not args.no_vidstab, floor=args.floor,
-                                              ecc=args.ecc_score,
-                                              log=lambda m: print(m, file=sys.stderr, flush=True))
+            named.update(stabilization.hard_clips(video, args.frames, args.size, args.seed, fps,
+                                                  args.synthetic_size, args.synthetic_frames))
+        factories = {n: stab_estimators.make_estimator(n, checkpoint=args.checkpoint).fresh for n in names}
+        load0 = load_average()
+        rows = stabilization.compare_with_vidstab(named, factories, vidstab=not args.no_vidstab, floor=args.floor,
+                                                  ecc=args.ecc_score,
+                                                  log=lambda m: print(m, file=sys.stderr, flush=True))
         if args.adapt_minutes:
-            rows += _adapted_rows(named, args, benchmark, est_lib)
-        print(benchmark.comparison_table(rows))
-        print(f"load average before: {load0}, after: {benchmark.load_average()}")
+            rows += _adapted_rows(named, args)
+        print(stabilization.comparison_table(rows))
+        print(f"load average before: {load0}, after: {load_average()}")
         if args.out:
             atomic.write_text_atomic(args.out, json.dumps(
                 {"rows": rows, "video": video, "load_before": load0,
-                 "load_after": benchmark.load_average()}, indent=1, default=float))
+                 "load_after": load_average()}, indent=1, default=float))
         return 0
 
     return harness.run_cli(body)
 
 
-def _adapted_rows(named: dict, args, benchmark, est_lib) -> list[dict]:
+def _adapted_rows(named: dict, args) -> list[dict]:
     """camflow with the network adapted to each clip before it stabilizes that clip."""
     import tempfile
 
     from camflow_jax.adaptation import run as adapt_run
     from camflow_jax.adaptation.footage import Clip
+    from tools.bench import stabilization
 
     rows = []
     loaded = adapt_run.load_model(args.checkpoint)
@@ -122,9 +123,9 @@ def _adapted_rows(named: dict, args, benchmark, est_lib) -> list[dict]:
                 [Clip(cname, clip.frames[:300])], minutes=args.adapt_minutes, model=loaded, progress=False,
                 log=lambda m: print(m, file=sys.stderr, flush=True))
             adapt_run.save(tmp, variables, model_config, loaded[2], report, overwrite=True)
-            factory = est_lib.make_estimator("camflow", checkpoint=tmp).fresh
-            for row in benchmark.compare_with_vidstab({cname: clip}, {"camflow+adapt": factory}, vidstab=False,
-                                                      log=lambda m: print(m, file=sys.stderr, flush=True)):
+            factory = stab_estimators.make_estimator("camflow", checkpoint=tmp).fresh
+            for row in stabilization.compare_with_vidstab({cname: clip}, {"camflow+adapt": factory}, vidstab=False,
+                                                          log=lambda m: print(m, file=sys.stderr, flush=True)):
                 row.update(adapt_seconds=report["total_seconds"], adapt_steps=report["steps"],
                            adapt_heldout_before_px=report["heldout_error_before_px"],
                            adapt_heldout_after_px=report["heldout_error_after_px"])

@@ -29,15 +29,14 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     def body() -> int:
-        from tools.bench import stabilization as bench
-        from tools.bench import stabilization_time
+        from tools.bench import stabilization, stabilization_time
 
-        video = args.video or bench.find_vtest()
+        video = args.video or stabilization.find_vtest()
         if video is None:
             raise FileNotFoundError("vtest.avi not found (apt-get install opencv-doc) and no --video given")
         if not os.path.isfile(video):
             raise FileNotFoundError(f"video not found: {video}")
-        if not bench.ffmpeg_has_vidstab():
+        if not stabilization.ffmpeg_has_vidstab():
             raise FileNotFoundError("this ffmpeg has no vid.stab filters (vidstabdetect)")
         with tempfile.TemporaryDirectory(prefix="stab_wall_time_") as work:
             rows = stabilization_time.compare_wall_time(video, work, runs=args.runs, seed=args.seed,

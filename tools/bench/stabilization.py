@@ -49,15 +49,16 @@ import numpy as np
 
 from camflow_jax.estimators import registry
 from camflow_jax.stabilization import clips as clips_lib
-from camflow_jax.stabilization import estimators as est_lib
+from camflow_jax.stabilization import estimators as stab_estimators
 from camflow_jax.stabilization import metrics as metrics_lib
 from camflow_jax.stabilization import pipeline
 from camflow_jax.stabilization.plots import COLORS, stacked_axes
+from tools.bench.timing import load_average, time_command
 
 __all__ = ["evaluate_clip", "hard_clips", "run_benchmark", "markdown_table", "plot_paths", "main",
            "VTEST_CANDIDATES", "find_vtest", "ffmpeg_has_vidstab", "decode_video",
-           "encode_lossless", "time_command", "vidstab_commands", "run_vidstab", "output_residual", "score_output",
-           "compare_with_vidstab", "comparison_table", "load_average"]
+           "encode_lossless", "vidstab_commands", "run_vidstab", "output_residual", "score_output",
+           "compare_with_vidstab", "comparison_table"]
 
 #: Where Debian's opencv-doc package puts OpenCV's sample video of walking people.
 VTEST_CANDIDATES = ("/usr/share/doc/opencv-doc/examples/data/vtest.avi",
@@ -187,14 +188,6 @@ def plot_paths(rows: list[dict], filename: str, fps: float = 30.0, title: str = 
     fig.savefig(filename, dpi=80)
 
 
-def load_average() -> list[float]:
-    """The 1, 5 and 15 minute load averages (timings on a shared machine are indicative)."""
-    try:
-        return [float(v) for v in os.getloadavg()]
-    except OSError:
-        return [float("nan")] * 3
-
-
 def find_vtest() -> str | None:
     """Path of OpenCV's ``vtest.avi`` if installed (``apt-get install opencv-doc``), else None."""
     for p in VTEST_CANDIDATES:
@@ -218,17 +211,6 @@ def ffmpeg_has_vidstab() -> bool:
     except (FileNotFoundError, subprocess.CalledProcessError):
         return False
     return "vidstabdetect" in out and "vidstabtransform" in out
-
-
-def time_command(cmd: list[str], env: dict | None = None) -> float:
-    """Wall seconds of ``cmd`` from start to exit; OSError naming the program and its last
-    stderr line if it fails."""
-    t0 = time.perf_counter()
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if res.returncode != 0:
-        last = (res.stderr.strip().splitlines() or ["(no message)"])[-1]
-        raise OSError(f"{os.path.basename(cmd[0])} {' '.join(cmd[1:3])} ... failed ({res.returncode}): {last}")
-    return time.perf_counter() - t0
 
 
 #: The hard set's degradations (:func:`hard_clips`): a dark, noisy video (gain, noise std in grey
@@ -531,7 +513,7 @@ def main(argv=None) -> int:
         if args.checkpoint and "camflow" not in names:
             names.append("camflow")
         # one estimator per name (a network loads once), a fresh copy of it per clip
-        factories = {n: est_lib.make_estimator(n, args.checkpoint).fresh for n in names}
+        factories = {n: stab_estimators.make_estimator(n, args.checkpoint).fresh for n in names}
         rows = run_benchmark(factories, tuple(args.kinds.split(",")), args.frames, h, w,
                              tuple(int(s) for s in args.seeds.split(",")),
                              with_metrics=not args.no_metrics)

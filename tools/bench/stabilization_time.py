@@ -23,7 +23,8 @@ import sys
 
 import numpy as np
 
-from tools.bench import stabilization as bench
+from tools.bench import stabilization
+from tools.bench.timing import load_average, time_command
 
 __all__ = ["CLIPS", "write_h264", "compare_wall_time"]
 
@@ -36,7 +37,7 @@ def write_h264(frames, path: str, fps: float, crf: int = 18) -> None:
     would hand a user their video."""
     frames = np.ascontiguousarray(np.asarray(frames, np.uint8))
     t_len, h, w = frames.shape[:3]
-    cmd = [bench._ffmpeg(), "-v", "error", "-y", "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{w}x{h}",
+    cmd = [stabilization._ffmpeg(), "-v", "error", "-y", "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{w}x{h}",
            "-r", f"{fps:g}", "-i", "-", "-c:v", "libx264", "-crf", str(crf), "-pix_fmt", "yuv420p", path]
     res = subprocess.run(cmd, input=frames.tobytes(), capture_output=True)
     if res.returncode != 0:
@@ -53,17 +54,18 @@ def compare_wall_time(video: str, workdir: str, clips: dict | None = None, runs:
     rows = []
     for name, (frames, size) in (clips or CLIPS).items():
         src = os.path.join(workdir, f"{name}.mp4")
-        write_h264(clips_lib.shake_video(bench.decode_video(video, frames, size), seed, fps=fps).frames, src, fps)
+        shaken = clips_lib.shake_video(stabilization.decode_video(video, frames, size), seed, fps=fps)
+        write_h264(shaken.frames, src, fps)
         ours_cmd = [sys.executable, "-m", "camflow_jax.stabilize", src, "-o", os.path.join(workdir, f"{name}_ours.mp4"),
                     "-y", "-q", *extra]
-        vs = bench.vidstab_commands(src, os.path.join(workdir, f"{name}_vidstab.mp4"),
-                                    os.path.join(workdir, f"{name}.trf"), lossless=False)
-        load0, ours, vid = bench.load_average(), [], []
+        vs = stabilization.vidstab_commands(src, os.path.join(workdir, f"{name}_vidstab.mp4"),
+                                            os.path.join(workdir, f"{name}.trf"), lossless=False)
+        load0, ours, vid = load_average(), [], []
         for k in range(runs):
-            ours.append(bench.time_command(ours_cmd))
-            vid.append(sum(bench.time_command(c) for c in vs))
+            ours.append(time_command(ours_cmd))
+            vid.append(sum(time_command(c) for c in vs))
             log(f"{name} run {k + 1}: ours {ours[-1]:.2f} s, vid.stab {vid[-1]:.2f} s")
         rows.append({"clip": name, "frames": frames, "size": list(size), "extra": list(extra), "ours_s": ours,
                      "vidstab_s": vid, "ratio": ours[-1] / vid[-1], "load_before": load0,
-                     "load_after": bench.load_average()})
+                     "load_after": load_average()})
     return rows

@@ -5,11 +5,13 @@ are in its help); it parses the arguments into :class:`BenchmarkOptions` and pri
 of :func:`run` as one JSON line.
 
 Each function is lowered and compiled once (``jax.jit(f).lower(...).compile()``); the compiled
-object is what is timed (:func:`compile_fn`). Every measurement reports median/mean/min
-seconds per call and per pair, pairs/s and process CPU seconds (:func:`timing_summary`), lower
-and compile seconds, FLOPs from XLA's cost analysis (:func:`flops_of`), memory
-(:func:`memory_of`) and the load average before/after. jax is imported inside the functions,
-so importing this module starts no backend.
+object is what is timed (:func:`compile_fn`), by the harness's timing core
+(:mod:`tools.bench.timing`: :func:`~tools.bench.timing.repeat`,
+:func:`~tools.bench.timing.interleaved`, the load average, the host). Every measurement reports
+median/mean/min seconds per call and per pair, pairs/s and process CPU seconds
+(:func:`timing_summary`), lower and compile seconds, FLOPs from XLA's cost analysis
+(:func:`flops_of`), memory (:func:`memory_of`) and the load average before/after. jax is
+imported inside the functions, so importing this module starts no backend.
 """
 
 # the modes, one module each; this package re-exports their public names
@@ -20,7 +22,6 @@ from tools.bench.benchmarking.common import (  # noqa: F401
     apply_groups,
     arch_keys,
     compile_fn,
-    cpu_model,
     flops_of,
     load_config,
     machine_info,
@@ -54,4 +55,4 @@ from tools.bench.benchmarking.roofline import bench_roofline, inference_predicto
 from tools.bench.benchmarking.run import run  # noqa: F401
 from tools.bench.benchmarking.training import bench_train, build_train, train_setup  # noqa: F401
 
-__all__ = ['MODES', 'BenchmarkOptions', 'run', 'bench_infer', 'bench_train', 'bench_refine', 'bench_refine_batch', 'build_train', 'load_config', 'apply_groups', 'arch_keys', 'cpu_model', 'machine_info', 'compile_fn', 'flops_of', 'memory_of', 'timing_summary', 'bench_roofline', 'inference_predictor', 'bench_flows_only', 'flows_only_setup', 'train_setup', 'ReleaseUnavailable', 'check_release', 'import_release', 'build_release', 'bench_release', 'bench_release_train', 'PROFILE_TARGETS', 'hlo_op_names', 'op_group', 'trace_op_times', 'profile_summary', 'bench_profile', 'bench_export']
+__all__ = ['MODES', 'BenchmarkOptions', 'run', 'bench_infer', 'bench_train', 'bench_refine', 'bench_refine_batch', 'build_train', 'load_config', 'apply_groups', 'arch_keys', 'machine_info', 'compile_fn', 'flops_of', 'memory_of', 'timing_summary', 'bench_roofline', 'inference_predictor', 'bench_flows_only', 'flows_only_setup', 'train_setup', 'ReleaseUnavailable', 'check_release', 'import_release', 'build_release', 'bench_release', 'bench_release_train', 'PROFILE_TARGETS', 'hlo_op_names', 'op_group', 'trace_op_times', 'profile_summary', 'bench_profile', 'bench_export']

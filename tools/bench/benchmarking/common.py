@@ -1,13 +1,12 @@
-"""Shared pieces of the benchmarks: :class:`BenchmarkOptions`, the machine's description, compiling
-and timing a jitted function, XLA's FLOP and memory counts, and the configs they measure.
+"""Shared pieces of the benchmarks: :class:`BenchmarkOptions`, the machine's description (the
+host's from :mod:`tools.bench.timing`, the harness's timing core, with the JAX backend's),
+compiling a jitted function and summarizing its timings, XLA's FLOP and memory counts, and the
+configs they measure.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import os
-import platform
 import resource
 import statistics
 import sys
@@ -22,7 +21,7 @@ from camflow_jax import configs
 from camflow_jax.models import NETWORK_FIELDS, ModelConfig, basis_set
 from camflow_jax.models import precision as precision_lib
 from camflow_jax.training import loop
-from tools.bench import accel
+from tools.bench import accel, timing
 
 MODES = ("infer", "train", "all", "refine", "refine_batch", "roofline", "flows_only", "release", "profile",
          "export")
@@ -66,40 +65,19 @@ class BenchmarkOptions:
 
 
 
-def loadavg():
-    return [round(x, 2) for x in os.getloadavg()]
-
-
 def _peak_rss_bytes() -> int:
     r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(r) if sys.platform == "darwin" else int(r) * 1024  # Linux reports KiB
 
 
-def cpu_model(path: str = "/proc/cpuinfo") -> str | None:
-    """The CPU's model name as the kernel reports it (the first ``model name`` line of
-    ``/proc/cpuinfo``), or None where there is none (another OS, an unreadable file). Timings
-    on two machines of one core count but different CPUs do not compare; the name says which."""
-    try:
-        with open(path) as f:
-            for line in f:
-                key, sep, value = line.partition(":")
-                if sep and key.strip() == "model name":
-                    return value.strip() or None
-    except OSError:
-        return None
-    return None
-
-
 def machine_info() -> dict:
+    """The machine a benchmark ran on: :func:`tools.bench.timing.host_info` and the JAX
+    backend's device and versions (``platform``: the device's, e.g. ``cpu`` or ``gpu``)."""
     dev = jax.devices()[0]
     return {"platform": dev.platform, "device": str(dev), "device_kind": dev.device_kind,
-            "device_count": jax.device_count(), "cpu_count": os.cpu_count(),
-            "processor": platform.processor() or platform.machine(), "cpu_model": cpu_model(),
-            "python": platform.python_version(),
+            "device_count": jax.device_count(), **timing.host_info(),
             "jax": jax.__version__, "jaxlib": jaxlib.__version__, "flax": flax.__version__,
-            "optax": optax.__version__, "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
-            "xla_flags": os.environ.get("XLA_FLAGS"),
-            "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+            "optax": optax.__version__}
 
 
 def compile_fn(fn, *args, fast: bool = False):

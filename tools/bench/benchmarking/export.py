@@ -34,7 +34,8 @@ import numpy as np
 from camflow_jax.export import bundle, network, stablehlo
 from camflow_jax.export import onnx as onnx_lib
 from camflow_jax.predictor import Predictor
-from tools.bench.benchmarking.common import BenchmarkOptions, loadavg
+from tools.bench.benchmarking.common import BenchmarkOptions
+from tools.bench.timing import load_average, repeat
 
 __all__ = ["bench_export", "ROUNDS"]
 
@@ -80,7 +81,7 @@ def bench_export(opts: BenchmarkOptions) -> dict:
         **{name: (lambda s=s: list(onnx_lib.run(s, feeds).values())) for name, s in sessions.items()},
     }
     outputs = {name: dict(zip(network.FLOW_OUTPUTS, call())) for name, call in calls.items()}
-    load_before = loadavg()
+    load_before = load_average()
     wall = {k: [] for k in calls}
     cpu = {k: [] for k in calls}
     block_medians = {k: [] for k in calls}
@@ -88,13 +89,9 @@ def bench_export(opts: BenchmarkOptions) -> dict:
         for name, call in calls.items():
             for _ in range(opts.warmup):
                 call()
-            block = []
-            for _ in range(opts.repeats):
-                c0, t0 = time.process_time(), time.perf_counter()
-                call()
-                block.append(time.perf_counter() - t0)
-                cpu[name].append(time.process_time() - c0)
+            block, block_cpu = repeat(call, opts.repeats)
             wall[name] += block
+            cpu[name] += block_cpu
             block_medians[name].append(round(statistics.median(block), 4))
     ref = outputs["jax"]
     ort = onnx_lib.require("onnxruntime")
@@ -127,5 +124,5 @@ def bench_export(opts: BenchmarkOptions) -> dict:
                         "providers": ["CPUExecutionProvider"]},
         "converter": onnx_lib.versions(),
         "times_s": {k: [round(t, 4) for t in v] for k, v in wall.items()},
-        "loadavg_before": load_before, "loadavg_after": loadavg(),
+        "loadavg_before": load_before, "loadavg_after": load_average(),
     }

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import time
 
 import jax
 import jax.numpy as jnp
@@ -22,12 +21,12 @@ from tools.bench.benchmarking.common import (
     compile_fn,
     compute_fields,
     flops_of,
-    loadavg,
     memory_of,
     parse_groups,
     precision_of,
     timing_summary,
 )
+from tools.bench.timing import interleaved, load_average, repeat, timed
 
 
 def bench_infer(opts: BenchmarkOptions, batch: int, config) -> dict:
@@ -45,18 +44,12 @@ def bench_infer(opts: BenchmarkOptions, batch: int, config) -> dict:
 
     fwd, lower_s, compile_s = compile_fn(jax.jit(lambda v, a, c, bs, bb: model.apply(v, a, c, bs, bb)),
                                          *call_args, fast=opts.fast_compile)
-    t0 = time.perf_counter()
-    jax.block_until_ready(fwd(*call_args))
-    first_s = time.perf_counter() - t0
+    call = lambda: jax.block_until_ready(fwd(*call_args))  # noqa: E731
+    first_s = timed(call)[0]
     for _ in range(opts.warmup):
-        jax.block_until_ready(fwd(*call_args))
-    load_before = loadavg()
-    times, cpu = [], []
-    for _ in range(opts.repeats):
-        t0, c0 = time.perf_counter(), time.process_time()
-        jax.block_until_ready(fwd(*call_args))
-        times.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
+        call()
+    load_before = load_average()
+    times, cpu = repeat(call, opts.repeats)
     dev = jax.devices()[0]
     return {
         "measurement": "infer",
@@ -71,7 +64,7 @@ def bench_infer(opts: BenchmarkOptions, batch: int, config) -> dict:
         "first_call_s": round(first_s, 3),
         **timing_summary(times, cpu, b, flops_of(fwd)),
         "memory": memory_of(fwd),
-        "loadavg_before": load_before, "loadavg_after": loadavg(),
+        "loadavg_before": load_before, "loadavg_after": load_average(),
     }
 
 
@@ -112,13 +105,9 @@ def bench_flows_only(opts: BenchmarkOptions, config) -> dict:
     for _ in range(opts.warmup):
         for conf in (True, False):
             jax.block_until_ready(fns[conf](variables, g1, g2, bases))
-    load_before = loadavg()
-    times = {True: [], False: []}
-    for _ in range(opts.repeats):
-        for conf in (True, False):
-            t0 = time.perf_counter()
-            jax.block_until_ready(fns[conf](variables, g1, g2, bases))
-            times[conf].append(time.perf_counter() - t0)
+    load_before = load_average()
+    times, _ = interleaved({conf: (lambda conf=conf: jax.block_until_ready(fns[conf](variables, g1, g2, bases)))
+                            for conf in (True, False)}, opts.repeats)
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"measurement": "flows_only", "height": h, "width": w, "batch": b, "groups": groups,
             **compute_fields(precision_of(opts)), "arch": opts.arch, **arch_summary(config), "repeats": opts.repeats,
@@ -129,7 +118,7 @@ def bench_flows_only(opts: BenchmarkOptions, config) -> dict:
             "with_confidence_flops": flops_of(fns[True]), "flows_only_flops": flops_of(fns[False]),
             "with_confidence_s": [round(t, 4) for t in times[True]],
             "flows_only_s": [round(t, 4) for t in times[False]],
-            "loadavg_before": load_before, "loadavg_after": loadavg()}
+            "loadavg_before": load_before, "loadavg_after": load_average()}
 
 
 
@@ -151,23 +140,22 @@ def bench_refine(opts: BenchmarkOptions) -> dict:
     first = []
     for i, (a, b, cam) in enumerate(pairs):  # a second pair of the same size must not recompile
         for name, kw in calls.items():
-            t0 = time.perf_counter()
-            pred(a, b, **cam, **kw)
-            first.append({"pair": i, "call": name, "seconds": round(time.perf_counter() - t0, 3),
-                          "jit_cache_sizes": cache_sizes()})
+            seconds = timed(lambda a=a, b=b, cam=cam, kw=kw: pred(a, b, **cam, **kw))[0]
+            first.append({"pair": i, "call": name, "seconds": round(seconds, 3), "jit_cache_sizes": cache_sizes()})
     a, b, cam = pairs[0]
     for _ in range(opts.warmup):
         for kw in calls.values():
             pred(a, b, **cam, **kw)
-    load_before = loadavg()
-    times = {k: [] for k in calls}
-    info = None
-    for _ in range(opts.repeats):  # interleaved, so load changes hit all alike
-        for name, kw in calls.items():
-            t0 = time.perf_counter()
-            out = pred(a, b, **cam, **kw)
-            times[name].append(time.perf_counter() - t0)
-            info = out.get("refine_info", info)
+    load_before = load_average()
+    last = {}  # each call's last output: the refined one's refine_info is reported
+
+    def call(name, kw):
+        def run():
+            last[name] = pred(a, b, **cam, **kw)
+        return run
+
+    times, _ = interleaved({name: call(name, kw) for name, kw in calls.items()}, opts.repeats)  # load hits all alike
+    info = next((o["refine_info"] for o in reversed(last.values()) if "refine_info" in o), None)
     med = {k: statistics.median(v) for k, v in times.items()}
     added = med["refined"] - med["net_flows_only"]
     return {
@@ -188,7 +176,7 @@ def bench_refine(opts: BenchmarkOptions) -> dict:
         "net_with_confidence_s": [round(t, 4) for t in times["net_with_confidence"]],
         "refined_s": [round(t, 4) for t in times["refined"]],
         "refine_info": {k: info.get(k) for k in ("iterations", "start", "improved", "working_size_hw", "detail_size_hw")},
-        "loadavg_before": load_before, "loadavg_after": loadavg(),
+        "loadavg_before": load_before, "loadavg_after": load_average(),
     }
 
 
@@ -222,21 +210,12 @@ def bench_refine_batch(opts: BenchmarkOptions) -> dict:
         "single_net": lambda: pred(*one, **cam, refine=False),
         "single_refined": lambda: pred(*one, **cam, refine=True),
     }
-    first = {}
-    for name, call in calls.items():
-        t0 = time.perf_counter()
-        call()
-        first[name] = round(time.perf_counter() - t0, 3)
+    first = {name: round(timed(call)[0], 3) for name, call in calls.items()}
     for _ in range(opts.warmup):
         for call in calls.values():
             call()
-    load_before = loadavg()
-    times = {k: [] for k in calls}
-    for _ in range(opts.repeats):  # interleaved, so load changes hit all alike
-        for name, call in calls.items():
-            t0 = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - t0)
+    load_before = load_average()
+    times, _ = interleaved(calls, opts.repeats)  # so load changes hit all alike
     med = {k: statistics.median(v) for k, v in times.items()}
     dev = jax.devices()[0]
     return {
@@ -254,5 +233,5 @@ def bench_refine_batch(opts: BenchmarkOptions) -> dict:
         "batch_added_fraction_of_net": round((med["batch_refined"] - med["batch_net"]) / med["batch_net"], 3),
         "single_added_fraction_of_net": round((med["single_refined"] - med["single_net"]) / med["single_net"], 3),
         "times_s": {k: [round(t, 4) for t in v] for k, v in times.items()},
-        "loadavg_before": load_before, "loadavg_after": loadavg(),
+        "loadavg_before": load_before, "loadavg_after": load_average(),
     }

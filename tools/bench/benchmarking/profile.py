@@ -10,7 +10,6 @@ import os
 import re
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import jax
@@ -20,12 +19,12 @@ from tools.bench.benchmarking.common import (
     BenchmarkOptions,
     arch_summary,
     compute_fields,
-    loadavg,
     precision_of,
     train_config,
 )
 from tools.bench.benchmarking.inference import flows_only_setup
 from tools.bench.benchmarking.training import train_setup
+from tools.bench.timing import load_average, repeat
 
 
 def hlo_op_names(compiled) -> dict[str, str]:
@@ -119,18 +118,14 @@ def _profiled(name: str, call, compiled, args, opts: BenchmarkOptions, common: d
     attributes them to ``compiled``'s instructions."""
     for _ in range(max(opts.warmup, 1)):
         jax.block_until_ready(call(*args))
-    load_before = loadavg()
-    times = []
-    for _ in range(opts.repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(call(*args))
-        times.append(time.perf_counter() - t0)
+    load_before = load_average()
+    times, _ = repeat(lambda: jax.block_until_ready(call(*args)), opts.repeats)
     calls = max(min(opts.repeats, 3), 1)
     summary = profile_summary(trace_op_times(call, args, calls), hlo_op_names(compiled), top=opts.profile_top)
     return {"measurement": "profile", "function": name, **common,
             "median_s": round(statistics.median(times), 4) if times else None, "traced_calls": calls,
             "glibc_tunables": os.environ.get("GLIBC_TUNABLES"), **summary,
-            "loadavg_before": load_before, "loadavg_after": loadavg()}
+            "loadavg_before": load_before, "loadavg_after": load_average()}
 
 
 def bench_profile(opts: BenchmarkOptions, config) -> list[dict]:

@@ -27,12 +27,12 @@ from tools.bench.benchmarking.common import (
     compute_fields,
     flops_of,
     load_config,
-    loadavg,
     precision_of,
     timing_summary,
 )
 from tools.bench.benchmarking.inference import flows_only_setup
 from tools.bench.benchmarking.training import mem_available_bytes, train_setup
+from tools.bench.timing import interleaved, load_average, timed
 
 
 class ReleaseUnavailable(RuntimeError):
@@ -215,12 +215,6 @@ def _ratio_summary(ours, theirs) -> dict:
             "min": round(min(per_round), 4), "max": round(max(per_round), 4)}
 
 
-def _timed(fn):
-    t0, c0 = time.perf_counter(), time.process_time()
-    fn()
-    return time.perf_counter() - t0, time.process_time() - c0
-
-
 def _torch_info(torch) -> dict:
     return {"torch": torch.__version__, "torch_num_threads": torch.get_num_threads(),
             "torch_num_interop_threads": torch.get_num_interop_threads()}
@@ -250,24 +244,16 @@ def bench_release(opts: BenchmarkOptions, config, release: dict) -> dict:
     calls = {"release": release_forward,
              "ours_full": lambda: jax.block_until_ready(fns[True](variables, g1, g2, bases)),
              "ours_flows_only": lambda: jax.block_until_ready(fns[False](variables, g1, g2, bases))}
-    first = {}
-    for name, fn in calls.items():
-        first[name] = round(_timed(fn)[0], 3)
+    first = {name: round(timed(fn)[0], 3) for name, fn in calls.items()}
     out = release_forward()
     shapes = {k: list(v.shape) for k, v in out.items() if hasattr(v, "shape")}
     finite = bool(all(torch.isfinite(out[k]).all() for k in ("flow_f", "flow_b", "mask_f", "mask_b")))
     for _ in range(opts.warmup):
         for fn in calls.values():
             fn()
-    load_before = loadavg()
-    times = {k: [] for k in calls}
-    cpu = {k: [] for k in calls}
-    for _ in range(opts.repeats):  # interleaved: load changes hit all three alike, never two at once
-        for name, fn in calls.items():
-            t, c = _timed(fn)
-            times[name].append(t)
-            cpu[name].append(c)
-    load_after = loadavg()
+    load_before = load_average()
+    times, cpu = interleaved(calls, opts.repeats)  # load changes hit all three alike, never two at once
+    load_after = load_average()
     full_r, flows_r = (_ratio_summary(times[k], times["release"]) for k in ("ours_full", "ours_flows_only"))
     return {
         "measurement": "release", "height": h, "width": w, "batch": 1, "groups": s["groups"],
@@ -362,18 +348,13 @@ def bench_release_train(opts: BenchmarkOptions, release: dict) -> dict:
         losses_seen["ours"].append(float(terms["total"]))
 
     calls = {"release": release_step, "ours": ours_step}
-    first = {name: round(_timed(fn)[0], 3) for name, fn in calls.items()}
+    first = {name: round(timed(fn)[0], 3) for name, fn in calls.items()}
     for _ in range(opts.warmup):
         for fn in calls.values():
             fn()
-    load_before = loadavg()
-    times, cpu = {k: [] for k in calls}, {k: [] for k in calls}
-    for _ in range(opts.repeats):
-        for name, fn in calls.items():
-            t, c = _timed(fn)
-            times[name].append(t)
-            cpu[name].append(c)
-    load_after = loadavg()
+    load_before = load_average()
+    times, cpu = interleaved(calls, opts.repeats)
+    load_after = load_average()
     ratio = _ratio_summary(times["ours"], times["release"])
     weights = ":".join(f"{float(config.loss[k]):g}" for k in ("motion", "feature", "smooth"))
     return {

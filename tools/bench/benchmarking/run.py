@@ -14,7 +14,6 @@ from tools.bench.benchmarking.common import (
     MODES,
     BenchmarkOptions,
     load_config,
-    loadavg,
     machine_info,
     parse_groups,
     precision_of,
@@ -31,6 +30,7 @@ from tools.bench.benchmarking.release import (
 )
 from tools.bench.benchmarking.roofline import bench_roofline
 from tools.bench.benchmarking.training import bench_train
+from tools.bench.timing import load_average
 
 
 def run(opts: BenchmarkOptions, on_result: Callable[[dict], None] | None = None) -> dict:
@@ -39,7 +39,7 @@ def run(opts: BenchmarkOptions, on_result: Callable[[dict], None] | None = None)
     is measured) and writes it to ``opts.out`` when given."""
     if opts.mode not in MODES:
         raise ValueError(f"--mode must be one of {MODES}, got {opts.mode!r}")
-    load_start = loadavg()
+    load_start = load_average()
     release = None
     if opts.mode == "release":  # before jax starts: a missing torch or release fails at once
         if opts.arch != "release" or (parse_groups(opts.groups) or [12, 12]) != [12, 12]:
@@ -84,7 +84,7 @@ def run(opts: BenchmarkOptions, on_result: Callable[[dict], None] | None = None)
     if opts.mode in ("train", "all"):
         for r in bench_train(opts, train_config(opts, config)):
             emit(r)
-    machine.update(loadavg_before=load_start, loadavg_after=loadavg())
+    machine.update(loadavg_before=load_start, loadavg_after=load_average())
     out = {"machine": machine, "args": dataclasses.asdict(opts), "results": results}
     if opts.out:
         path = Path(opts.out)

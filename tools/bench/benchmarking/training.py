@@ -26,10 +26,10 @@ from tools.bench.benchmarking.common import (
     compile_fn,
     compute_fields,
     flops_of,
-    loadavg,
     memory_of,
     timing_summary,
 )
+from tools.bench.timing import load_average, repeat, timed
 
 
 def build_train(config):
@@ -104,25 +104,22 @@ def bench_train(opts: BenchmarkOptions, config) -> list[dict]:
               "lower_s": round(lower_s, 3), "compile_s": round(lower_s + compile_s, 3)}
 
     # (i) one fixed device-resident batch: no input pipeline.
-    t0 = time.perf_counter()
-    tstate, terms = step(tstate, fixed, static)
-    jax.block_until_ready((tstate, terms))
-    first_s = time.perf_counter() - t0
+    terms = None
+
+    def one_step():
+        nonlocal tstate, terms
+        tstate, terms = step(tstate, fixed, static)
+        jax.block_until_ready((tstate, terms))
+
+    first_s = timed(one_step)[0]
     for _ in range(opts.warmup):
-        tstate, terms = step(tstate, fixed, static)
-        jax.block_until_ready((tstate, terms))
-    load_before = loadavg()
-    times, cpu = [], []
-    for _ in range(opts.repeats):
-        t0, c0 = time.perf_counter(), time.process_time()
-        tstate, terms = step(tstate, fixed, static)
-        jax.block_until_ready((tstate, terms))
-        times.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
+        one_step()
+    load_before = load_average()
+    times, cpu = repeat(one_step, opts.repeats)
     loss = float(jax.device_get(terms["total"]))
     res_fixed = {"measurement": "train", **common, "first_call_s": round(first_s, 3),
                  **timing_summary(times, cpu, b, flops), "loss_finite": bool(np.isfinite(loss)),
-                 "memory": memory, "loadavg_before": load_before, "loadavg_after": loadavg()}
+                 "memory": memory, "loadavg_before": load_before, "loadavg_after": load_average()}
 
     # (ii) fed as the trainer's loop feeds it (training/feed.py, data.render): with 'host', the
     # grain pipeline: next batch, transfer, step, without blocking, so host-side data work
@@ -140,7 +137,7 @@ def bench_train(opts: BenchmarkOptions, config) -> list[dict]:
     for _ in range(opts.warmup):
         tstate, terms = step(tstate, feed.put(next(it)), static)
     jax.block_until_ready((tstate, terms))
-    load_before = loadavg()
+    load_before = load_average()
     data_s = []
     t_start, c_start = time.perf_counter(), time.process_time()
     for _ in range(opts.repeats):
@@ -166,5 +163,5 @@ def bench_train(opts: BenchmarkOptions, config) -> list[dict]:
                 "pipeline_slowdown": round(per_step / res_fixed["median_s"], 3),
                 "flops": flops, "flops_per_pair": None if flops is None else flops / b,
                 "flops_per_s": None if flops is None else flops / per_step,
-                "memory": memory_of(step), "loadavg_before": load_before, "loadavg_after": loadavg()}
+                "memory": memory_of(step), "loadavg_before": load_before, "loadavg_after": load_average()}
     return [res_fixed, res_data]
