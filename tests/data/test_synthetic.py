@@ -159,7 +159,7 @@ def test_read_threads_run_at_the_configured_nice_value_and_read_the_same_batches
         batches[nice] = [next(it) for _ in range(3)]
         readers = {tid for tid, _ in seen}
         assert threading.get_native_id() not in readers  # read in grain's thread, not here
-        assert max(n for _, n in seen) == max(main_nice, nice)
+        assert max(n for _, n in seen) == min(max(main_nice, nice), 19)  # Linux's highest nice value
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main_nice
     for a, b in zip(*batches.values()):
         for k in a:
