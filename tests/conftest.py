@@ -14,20 +14,25 @@ The package's own caches (camflow_jax.compilation: the Predictor's exported prog
 bases) go to a fresh temporary folder too, ``CAMFLOW_JAX_CACHE_DIR``, also inherited by every
 subprocess: a test run never reads or writes the per-user cache folder (~/.cache/camflow_jax).
 
-The training tests (test_train, test_train_recovery) also share one 4-step reference run
-for the whole session, so that the reference is trained once, whichever modules run.
+The training tests (training/test_train.py, training/test_recovery.py) also share one 4-step
+reference run for the whole session, so that the reference is trained once, whichever modules run.
 
 The suite runs in worker processes (pytest-xdist, ``-n auto --dist loadfile`` in
 pyproject.toml: one worker per core, at most 4, each test file on one worker; ``-n 0`` runs it
 in this process). The workers share the caches and the reference run of the process that
 started them, and the files that take longest are handed out first (:data:`LONGEST_FIRST`),
 so that no worker is left with a long file at the end while the others idle.
+
+The test files mirror the package (``tests/<folder>/test_<module>.py``, docs/architecture.md,
+"Tests"); pytest imports them with ``--import-mode=importlib`` (two folders may hold files of
+the same name) and puts the repository root and ``tests/`` on ``sys.path`` (``pythonpath`` in
+pyproject.toml): the test files import :mod:`helpers` and the measurement package ``tools.bench``
+(not installed) whichever directory pytest was started from.
 """
 
 import fcntl
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -35,18 +40,17 @@ import pytest
 
 from helpers import EVAL_FLAG, run_train, with_fast_compile
 
-#: The repository root, importable: the tests import the measurement package ``tools.bench``
-#: (not installed) as a module, whichever directory pytest was started from.
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+#: The folder of the test files.
+TESTS = Path(__file__).resolve().parent
 
-#: Test files handed to the workers first, longest first (seconds of each file's tests in the
-#: default tier on 2 cores, 28 Nov 2026, `--durations=0`: test_train 231, test_refine 131,
-#: test_train_recovery 69, test_models 54, test_batched_inference 53, test_benchmark_tool
-#: 51, test_accel 48, test_losses 47, of 1136 in all); every other file follows in its usual order.
-LONGEST_FIRST = ("test_train.py", "test_refine.py", "test_train_recovery.py", "test_models.py",
-                 "test_batched_inference.py", "test_benchmark_tool.py", "test_accel.py", "test_losses.py")
+#: Test files handed to the workers first, longest first, by path under tests/ (seconds of each
+#: file's tests in the default tier on 2 cores, 28 Nov 2026, `--durations=0`: training/test_train
+#: 231, refine/test_refine 131, training/test_recovery 69, models/test_models 54,
+#: test_batched_inference 53, tools/test_benchmark 51, tools/test_accel 48, training/test_losses
+#: 47, of 1136 in all); every other file follows in its usual order.
+LONGEST_FIRST = ("training/test_train.py", "refine/test_refine.py", "training/test_recovery.py",
+                 "models/test_models.py", "test_batched_inference.py", "tools/test_benchmark.py",
+                 "tools/test_accel.py", "training/test_losses.py")
 
 MIN_TIME_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
 
@@ -55,6 +59,9 @@ def _xdist_worker() -> bool:
 
 
 def pytest_configure(config):
+    missing = [name for name in LONGEST_FIRST if not (TESTS / name).is_file()]
+    if missing:  # a test file moved or renamed: the ordering would silently lose it
+        raise pytest.UsageError(f"conftest.LONGEST_FIRST names files that are not there: {missing}")
     os.environ["XLA_FLAGS"] = with_fast_compile(os.environ.get("XLA_FLAGS"))  # before any backend starts
     if _xdist_worker() and os.environ.get("CAMFLOW_JAX_CACHE_DIR"):
         # A worker: the caches of the process that started it (its environment, set below
@@ -84,8 +91,8 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    order = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: order.get(item.path.name, len(order)))  # stable: each file keeps its order
+    order = {TESTS / name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: order.get(item.path.resolve(), len(order)))  # stable: each file keeps its order
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
+#: The repository root (the test files are one or two folders below it: import this, never count
+#: ``Path(__file__).parents``).
 ROOT = Path(__file__).resolve().parents[1]
+#: The committed test data (``tests/fixtures``: the released model's parity fixture).
+FIXTURES = ROOT / "tests" / "fixtures"
 
 #: XLA's lowest backend (LLVM) optimization level, for this process and every subprocess: most
 #: of the suite's CPU time is compiling programs that then run once or a few times, and this

@@ -30,7 +30,7 @@ Falls back to the plain ``jax.jit`` (same results, traced as before) when caches
 (``CAMFLOW_JAX_NO_CACHE=1``), when ``jax.export`` cannot serialize (the ``flatbuffers``
 package is missing, or an argument is not an array), or when exporting fails for any reason:
 the artifacts are an optimization, never a requirement. The results are the same either way
-(the same StableHLO compiled by the same XLA; tests/test_compile_cache.py compares them).
+(the same StableHLO compiled by the same XLA; tests/compilation/test_cache.py compares them).
 """
 
 from __future__ import annotations

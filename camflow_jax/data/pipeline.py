@@ -8,7 +8,7 @@ Everything the pipeline runs per pair (the sources' reads and labels, resize, cr
 intrinsics updates) is numpy/OpenCV, never JAX: it runs in grain's read threads and worker
 processes, and a worker process that touched ``jax.numpy`` would initialise a JAX backend of
 its own (on a GPU machine that fails: "Unable to initialize backend 'cuda'").
-tests/test_train_workers.py trains with workers whose JAX cannot start.
+tests/data/test_train_workers.py trains with workers whose JAX cannot start.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ alone (elementwise comparisons: it takes numpy arrays as well as jax ones).
 input pipeline's worker processes and read threads apply (they must never start a JAX
 backend): the rules of :func:`camflow_jax.geometry.resize_intrinsics` and
 :func:`camflow_jax.geometry.crop_intrinsics` (used inside jitted inference), both held to the
-same closed forms by tests/test_geometry.py and to OpenCV's resize by tests/test_geometry_host.py.
+same closed forms by tests/geometry/test_geometry.py and to OpenCV's resize by tests/geometry/test_host.py.
 """
 
 from __future__ import annotations

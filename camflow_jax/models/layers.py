@@ -53,7 +53,7 @@ def onnx_form(enabled: bool = True) -> Iterator[None]:
     * :func:`camflow_jax.models.swin.softmax_attend` normalises with ``jax.nn.softmax`` (ONNX
       ``Softmax``) before the product.
 
-    Each differs from the default form by float32 rounding only (tests/test_export.py holds the
+    Each differs from the default form by float32 rounding only (tests/export/test_export.py holds the
     exported flows to the JAX network's).
     """
     token = _ONNX_FORM.set(bool(enabled))

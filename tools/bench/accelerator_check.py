@@ -56,8 +56,9 @@ SLICE_MARGIN_S = 60.0
 #: Tests whose results depend on the backend: numerics (parity with the released weights under
 #: the exact policy, the device renderer against the numpy one) and the input pipeline's worker
 #: processes next to a process that holds the accelerator. (Lowering for cuda/tpu,
-#: tests/test_accel.py, runs on any CPU and is left to CI.)
-TEST_FILES = ("tests/test_parity.py", "tests/test_synthetic_device.py", "tests/test_train_workers.py")
+#: tests/tools/test_accel.py, runs on any CPU and is left to CI.)
+TEST_FILES = ("tests/models/test_parity.py", "tests/data/test_synthetic_device.py",
+              "tests/data/test_train_workers.py")
 #: The steps :func:`plan` knows, in the default order: what a short lease needs most comes first
 #: (a step that does not fit in what the budget leaves is skipped, and the slice takes the rest).
 STEP_NAMES = ("tests", "train_device", "train_bf16", "train_slice", "train_exact", "train_host", "infer",

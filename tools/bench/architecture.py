@@ -1,7 +1,7 @@
 """The package's shape, measured: the import graph (cycles, imports inside functions), files
 directly in the package, file sizes, and the modules a training config passes through.
 
-``python -m tools.bench architecture [--walk] [--json FILE]`` prints the report (:func:`main`); ``tests/test_architecture.py`` holds the package
+``python -m tools.bench architecture [--walk] [--json FILE]`` prints the report (:func:`main`); ``tests/repository/test_architecture.py`` holds the package
 to the limits docs/architecture.md states. The import graph is read from the source with
 :mod:`ast` (nothing is imported): every ``import camflow_jax...`` / ``from camflow_jax... import``
 statement, at module level or inside a function, is an edge from its module to the module it

@@ -1,4 +1,4 @@
-"""Pure-homography pairs at 320x576, the protocol of tests/test_estimate.py -k trained, scaled up:
+"""Pure-homography pairs at 320x576, the protocol of tests/cli/test_estimate.py -k trained, scaled up:
 held-out SyntheticScenes(seed=4242, categories=("RE",)) frames img1 warped by their own
 camera-motion homography label (cv2.warpPerspective, INTER_LINEAR, BORDER_REFLECT), so the truth
 is the exact homography flow; interior EPE (margin h // 16). No depth is given (none is defined
