@@ -406,14 +406,53 @@ def hybrid_bases(h: int, w: int, depth=None, K=None, *, num_homography: int = 12
     return jnp.concatenate([static, depth_translational_bases(depth, K, sigmas)], axis=0)
 
 
+def _real_array(fn: str, name: str, x):
+    """``x`` as an array of real numbers: JAX and numpy arrays (traced ones too) as they are,
+    anything else (Python lists, scalars) converted by numpy. Ragged lists, strings, Python
+    objects, complex and boolean arrays are a ValueError naming ``fn`` and the argument."""
+    if not isinstance(x, (jax.Array, np.ndarray)):
+        try:
+            x = np.asarray(x)
+        except (TypeError, ValueError) as e:  # ragged nested lists
+            raise ValueError(f"{fn}: {name}: not an array of numbers (nested lists of different lengths?)") from e
+    kind = np.dtype(x.dtype).kind
+    if kind not in "iuf" and str(x.dtype) != "bfloat16":
+        raise ValueError(f"{fn}: {name} must hold real numbers, got dtype {x.dtype} (shape {tuple(x.shape)})")
+    return x
+
+
 def combine(coeffs: jax.Array, bases: jax.Array) -> jax.Array:
-    """Motion ``sum_k coeffs[:, k] * bases[k]``: coeffs ``[B, N]``, bases ``[N, h, w, 2]`` or
-    ``[B | 1, N, h, w, 2]`` -> ``[B, h, w, 2]``."""
+    """Motion ``sum_k coeffs[..., k] * bases[k]``.
+
+    Shapes: coeffs ``[..., N]`` with bases ``[N, h, w, 2]`` -> ``[..., h, w, 2]`` (``[B, N]`` ->
+    ``[B, h, w, 2]``; one motion ``[N]`` -> ``[h, w, 2]``); or coeffs ``[B, N]`` with a basis set
+    per sample ``[B, N, h, w, 2]`` (or one shared ``[1, N, h, w, 2]``) -> ``[B, h, w, 2]``.
+    Python lists are converted; integer coefficients compute in the bases' float type. Shapes
+    that do not fit are a ValueError naming the argument, its shape and the expected one,
+    raised when the call is traced (static shapes: free under ``jax.jit``)."""
+    coeffs = _real_array("combine", "coefficients", coeffs)
+    bases = _real_array("combine", "bases", bases)
+    if bases.ndim not in (4, 5) or bases.shape[-1] != 2:
+        raise ValueError(f"combine: bases has shape {tuple(bases.shape)}; expected [N, h, w, 2] (N basis fields of "
+                         "(u, v) per pixel) or a basis set per sample [B, N, h, w, 2]")
+    n = bases.shape[-4]
     if bases.ndim == 4:
-        return jnp.einsum("bn,nhwc->bhwc", coeffs, bases.astype(coeffs.dtype), precision=device.HIGHEST)
-    if bases.ndim == 5:
-        return jnp.einsum("bn,bnhwc->bhwc", coeffs, bases.astype(coeffs.dtype), precision=device.HIGHEST)
-    raise ValueError(f"combine: bases must be [N,h,w,2] or [B,N,h,w,2], got {bases.shape}")
+        if coeffs.ndim < 1 or coeffs.shape[-1] != n:
+            raise ValueError(f"combine: coefficients have shape {tuple(coeffs.shape)} but bases has {n} basis fields "
+                             f"(shape {tuple(bases.shape)}); expected (..., {n})")
+    else:
+        b = bases.shape[0]
+        if coeffs.ndim != 2 or coeffs.shape[1] != n or (b != 1 and coeffs.shape[0] != b):
+            batch = "B" if b == 1 else str(b)
+            raise ValueError(f"combine: coefficients have shape {tuple(coeffs.shape)} but bases holds {b} set(s) of "
+                             f"{n} basis fields (shape {tuple(bases.shape)}); expected ({batch}, {n})")
+    coeffs, bases = jnp.asarray(coeffs), jnp.asarray(bases)  # float64 numpy: JAX's float type
+    if not jnp.issubdtype(coeffs.dtype, jnp.floating):  # integer weights: not truncated bases
+        coeffs = coeffs.astype(bases.dtype if jnp.issubdtype(bases.dtype, jnp.floating) else jnp.float32)
+    bases = bases.astype(coeffs.dtype)
+    if bases.ndim == 4 or bases.shape[0] == 1:  # one basis set, shared by every motion
+        return jnp.einsum("...n,nhwc->...hwc", coeffs, bases.reshape(bases.shape[-4:]), precision=device.HIGHEST)
+    return jnp.einsum("bn,bnhwc->bhwc", coeffs, bases, precision=device.HIGHEST)
 
 
 def least_squares_coeffs(flow: jax.Array, bases: jax.Array, mask: jax.Array | None = None) -> jax.Array:

@@ -203,6 +203,51 @@ def test_combine_matches_numpy():
         B.combine(coeffs, bases[0])
 
 
+@pytest.mark.parametrize("coeffs, bases, message", [
+    (np.ones((2, 7)), np.ones((8, 4, 6, 2)), "combine: coefficients have shape (2, 7) but bases has 8 basis fields "
+                                             "(shape (8, 4, 6, 2)); expected (..., 8)"),
+    (np.ones((2, 8)), np.ones((3, 8, 4, 6, 2)), "combine: coefficients have shape (2, 8) but bases holds 3 set(s) of "
+                                                "8 basis fields (shape (3, 8, 4, 6, 2)); expected (3, 8)"),
+    (np.ones((8,)), np.ones((2, 8, 4, 6, 2)), "combine: coefficients have shape (8,) but bases holds 2 set(s) of 8 "
+                                              "basis fields (shape (2, 8, 4, 6, 2)); expected (2, 8)"),
+    (np.ones((2, 8)), np.ones((8, 4, 6)), "combine: bases has shape (8, 4, 6); expected [N, h, w, 2] (N basis "
+                                          "fields of (u, v) per pixel) or a basis set per sample [B, N, h, w, 2]"),
+    (np.ones((2, 8)), np.ones((8, 4, 6, 3)), "combine: bases has shape (8, 4, 6, 3); expected [N, h, w, 2]"),
+    ([[1.0, 2.0], [3.0]], np.ones((2, 4, 6, 2)), "combine: coefficients: not an array of numbers (nested lists of "
+                                                 "different lengths?)"),
+    (np.array(["a", "b"]), np.ones((2, 4, 6, 2)), "combine: coefficients must hold real numbers, got dtype <U1"),
+    (np.ones((1, 2)), np.ones((2, 4, 6, 2), complex), "combine: bases must hold real numbers, got dtype complex128"),
+])
+def test_combine_refuses_shapes_that_do_not_fit_in_one_line(coeffs, bases, message):
+    """POOR (issue 63): mismatched coefficients ended in einsum's words ("Size of label 'n' for
+    operand 1 (7) does not match previous terms (8)"), a list in an AttributeError, a basis set
+    of 3 channels was combined silently. One line naming the argument, its shape and the
+    expected one, raised when the call is traced (under jit too)."""
+    with pytest.raises(ValueError) as e:
+        B.combine(coeffs, bases)
+    assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+    if isinstance(coeffs, np.ndarray) and coeffs.dtype.kind == "f" and bases.dtype.kind == "f":
+        with pytest.raises(ValueError, match=re.escape(message)):
+            jax.jit(B.combine)(coeffs, bases)
+
+
+def test_combine_takes_lists_one_motion_leading_axes_and_integer_weights():
+    """Python lists are converted; coefficients ``[..., N]`` give ``[..., h, w, 2]``; integer
+    coefficients combine the float bases (they used to cast the bases to integers); vmap over
+    the coefficients is the batched call. Oracle: numpy's tensordot."""
+    rng = np.random.default_rng(6)
+    bases = rng.normal(size=(5, 3, 4, 2)).astype(np.float32)
+    coeffs = rng.normal(size=(2, 3, 5)).astype(np.float32)
+    ref = np.tensordot(coeffs, bases, axes=(-1, 0))
+    np.testing.assert_allclose(np.asarray(B.combine(coeffs, bases)), ref, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(B.combine(coeffs[0, 0].tolist(), bases.tolist())), ref[0, 0], atol=1e-5)
+    np.testing.assert_allclose(np.asarray(jax.vmap(B.combine, in_axes=(0, None))(coeffs[0], bases)), ref[0],
+                               atol=1e-5)
+    ints = np.array([[1, 0, 2, 0, 0]])
+    np.testing.assert_allclose(np.asarray(B.combine(ints, bases)), (bases[0] + 2 * bases[2])[None], atol=1e-6)
+    np.testing.assert_allclose(np.asarray(B.combine(coeffs[0], bases[None])), ref[0], atol=1e-5)  # one shared set
+
+
 @pytest.mark.parametrize("call, needle", [
     (lambda: B.homography_bases(0, 10), "homography_bases: h and w must be whole numbers >= 2, got h=0"),
     (lambda: B.homography_bases_first_order(8, 1), "homography_bases_first_order: h and w"),
