@@ -77,7 +77,7 @@ def test_warp_batched_and_jitted():
      "warp: flow has shape (1, 2, 16, 16, 2); expected [H, W, 2] or [B, H, W, 2] ((u, v) per pixel)"),
     (lambda: G.warp(np.ones((16, 16, 3)), np.zeros((16, 16, 3))), "warp: flow has shape (16, 16, 3); expected"),
     (lambda: G.warp([[1.0, 2.0], [3.0]], np.zeros((2, 2, 2))),
-     "warp: image: not an array of numbers (nested lists of different lengths?)"),
+     "warp: image must be an array of numbers (nested lists of different lengths?)"),
     (lambda: G.warp(np.full((4, 4, 1), "a"), np.zeros((4, 4, 2))), "warp: image must hold real numbers, got dtype <U1"),
     (lambda: G.warp_validity(np.zeros((16, 16))),
      "warp_validity: flow has shape (16, 16); expected [..., H, W, 2] ((u, v) per pixel)"),

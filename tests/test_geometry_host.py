@@ -84,7 +84,7 @@ def test_warp_of_a_shift_is_exact_and_nan_flow_gives_zero():
     (lambda: host.warp(np.ones((16, 16, 3)), np.zeros((16, 16, 3)), exact=False),
      "warp: flow has shape (16, 16, 3); expected [H, W, 2] (one flow, (u, v) per pixel)"),
     (lambda: host.warp(np.ones((2, 16, 16, 3)), np.zeros((2, 16, 16, 2))), "warp: flow has shape (2, 16, 16, 2)"),
-    (lambda: host.warp([[1.0, 2.0], [3.0]], np.zeros((2, 2, 2))), "warp: image: not an array of numbers"),
+    (lambda: host.warp([[1.0, 2.0], [3.0]], np.zeros((2, 2, 2))), "warp: image must be an array of numbers"),
     (lambda: host.warp_validity(np.zeros((16, 16))), "warp_validity: flow has shape (16, 16); expected [H, W, 2]"),
 ])
 def test_host_warp_refuses_shapes_that_do_not_fit_in_one_line(call, message):

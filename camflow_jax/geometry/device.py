@@ -233,7 +233,7 @@ def _array(fn: str, name: str, x) -> jax.Array:
     try:
         a = np.asarray(x)
     except (TypeError, ValueError) as e:
-        raise ValueError(f"{fn}: {name}: not an array of numbers (nested lists of different lengths?)") from e
+        raise ValueError(f"{fn}: {name} must be an array of numbers (nested lists of different lengths?)") from e
     if a.dtype.kind not in "biuf":
         raise ValueError(f"{fn}: {name} must hold real numbers, got dtype {a.dtype} (shape {a.shape})")
     return jnp.asarray(a)
