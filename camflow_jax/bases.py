@@ -43,6 +43,7 @@ __all__ = [
     "homography_bases_first_order",
     "stochastic_bases",
     "default_depth_sigmas",
+    "check_depth_sigmas",
     "depth_translational_bases",
     "static_bases",
     "hybrid_bases",
@@ -213,9 +214,38 @@ def stochastic_bases(h: int, w: int, n: int = 12, seed: int = 0, *, draws_per_ba
 
 
 def default_depth_sigmas(width: int) -> tuple[float, ...]:
-    """Depth-pyramid blur sigmas (pixels): (0, 2, 8, 32) at 576 px wide, scaled with the width."""
+    """Depth-pyramid blur sigmas (pixels): (0, 2, 8, 32) at 576 px wide, scaled with the width
+    (a number > 0; anything else is a ValueError)."""
+    if isinstance(width, bool) or not isinstance(width, numbers.Real) or not (0 < float(width) < float("inf")):
+        raise ValueError(f"default_depth_sigmas: width must be a number of pixels > 0, got {width!r}")
     s = width / 576.0
     return (0.0, 2.0 * s, 8.0 * s, 32.0 * s)
+
+
+#: A depth blur may be at most this many times the depth map's longer side: wider, the blurred
+#: depth is constant to a few percent, and its taps (radius 3 sigma) only cost memory.
+MAX_SIGMA_RATIO = 4.0
+
+
+def check_depth_sigmas(sigmas, name: str = "sigmas", longest: int | None = None) -> tuple[float, ...]:
+    """``sigmas`` as a tuple of floats: a non-empty sequence of the depth pyramid's blurs in
+    pixels, each a finite number >= 0 (0: no blur), and, given ``longest`` (the depth map's longer
+    side), at most :data:`MAX_SIGMA_RATIO` times it. Anything else (a single number, a string,
+    NaN, a negative blur, ``True``) is a ValueError naming ``name`` and the value; the values are
+    static Python numbers, so the check is free under ``jax.jit``."""
+    if isinstance(sigmas, (str, bytes)) or not hasattr(sigmas, "__len__") or np.ndim(sigmas) != 1 or not len(sigmas):
+        raise ValueError(f"{name} must be a non-empty sequence of blurs in pixels (numbers >= 0, e.g. (0, 2, 8, 32)), "
+                         f"got {sigmas!r}")
+    out = []
+    for i, v in enumerate(sigmas):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real) or not (0 <= float(v) < float("inf")):
+            raise ValueError(f"{name}[{i}] must be a finite number of pixels >= 0 (0: no blur), got {v!r} "
+                             f"(in {tuple(sigmas)!r})")
+        if longest is not None and float(v) > MAX_SIGMA_RATIO * longest:
+            raise ValueError(f"{name}[{i}] = {float(v):g} px is more than {MAX_SIGMA_RATIO:g}x the depth map's longer "
+                             f"side ({longest} px): a blur that wide leaves a constant depth")
+        out.append(float(v))
+    return tuple(out)
 
 
 def _kth_smallest_nonneg(x: jax.Array, k: jax.Array, valid: jax.Array) -> jax.Array:
@@ -284,6 +314,39 @@ def _clean_depth(depth: jax.Array, min_depth_ratio: float) -> jax.Array:
     return jnp.clip(d, min_depth_ratio, _MAX_DEPTH_RATIO)
 
 
+def _as_array(fn: str, name: str, x):
+    """``x`` as it is when it is a JAX or numpy array (traced too), else converted by numpy; ragged
+    nested lists are a ValueError naming ``fn`` and the argument."""
+    if isinstance(x, (jax.Array, np.ndarray)):
+        return x
+    try:
+        return np.asarray(x)
+    except (TypeError, ValueError) as e:  # ragged nested lists
+        raise ValueError(f"{fn}: {name} must be an array of numbers (nested lists of different lengths?)") from e
+
+
+def _check_depth_dtype(fn: str, depth) -> None:
+    """ValueError in our words unless ``depth`` holds real numbers (static: free under jit)."""
+    kind = np.dtype(depth.dtype).kind
+    if kind not in "iuf" and str(depth.dtype) != "bfloat16":
+        what = {"b": "a boolean array (a mask, not depth)", "c": "a complex array",
+                "O": "an array of Python objects", "U": "an array of strings", "S": "an array of strings"
+                }.get(kind, f"an array of {depth.dtype}")
+        raise ValueError(f"{fn}: depth is {what}: depth must be an [H, W] map of real numbers (one per pixel)")
+
+
+def _depth_map(fn: str, depth):
+    """``depth`` as a float32 ``[H, W]`` array (JAX, traced or not), or a ValueError in our words
+    naming ``fn``: ragged lists, strings, Python objects, booleans (a mask), complex numbers,
+    another rank, an empty map. Static properties only (dtype, shape): free under ``jax.jit``."""
+    depth = _as_array(fn, "depth", depth)
+    _check_depth_dtype(fn, depth)
+    if depth.ndim != 2 or 0 in depth.shape:
+        raise ValueError(f"{fn}: depth has shape {tuple(depth.shape)}; expected [H, W] (one depth per pixel; "
+                         "several maps: jax.vmap, or hybrid_bases with [B, H, W])")
+    return jnp.asarray(depth, jnp.float32)
+
+
 def depth_translational_bases(depth, K, sigmas: Sequence[float] | None = None, *,
                               min_depth_ratio: float = 0.05, percentile: float = 99.0) -> jax.Array:
     """Depth-translational bases ``[3 * len(sigmas), H, W, 2]`` (paper §3.1.2).
@@ -296,9 +359,15 @@ def depth_translational_bases(depth, K, sigmas: Sequence[float] | None = None, *
     percentile of its magnitude is 1 px (robust to a few very near pixels).
 
     Invalid depth (NaN, inf, <= 0) is replaced by the median valid depth and depth is clamped
-    below at ``min_depth_ratio`` x median, so the output is always finite. Depth is divided by
-    its median first, so any global scale (1e-30 .. 1e38) gives the same bases. With constant depth
-    the bases are a translation and a radial (affine) field: inside the homography span.
+    below at ``min_depth_ratio`` x median, so the output is always finite; a map with no valid
+    pixel at all is a constant depth. Depth is divided by its median first, so any global scale
+    (1e-30 .. 1e38) gives the same bases. With constant depth the bases are a translation and a
+    radial (affine) field: inside the homography span.
+
+    A depth that is not an ``[H, W]`` map of real numbers (a boolean mask, complex numbers,
+    ragged lists, another rank), ``K`` that is not 4 finite numbers with fx, fy > 0 (checked
+    where it is not traced) and ``sigmas`` that are not blurs (:func:`check_depth_sigmas`) are a
+    ValueError naming the argument.
 
     Args:
       depth: ``[H, W]`` depth of the image the bases are for (any global scale).
@@ -321,16 +390,15 @@ def depth_translational_components(depth, K, sigmas: Sequence[float] | None = No
     only (k^2 times fewer values; the scales then differ slightly from the exact ones: what the
     test-time refinement uses, which refines the coefficients anyway; the network's bases keep
     the exact scales)."""
-    depth = jnp.asarray(depth, jnp.float32)
-    if depth.ndim != 2:
-        raise ValueError(f"depth_translational_bases: depth must be [H, W], got shape {depth.shape}")
+    depth = _depth_map("depth_translational_bases", depth)
+    K = _real_array("depth_translational_bases", "K", K)
+    if tuple(K.shape) != (4,):
+        raise ValueError(f"depth_translational_bases: K has shape {tuple(K.shape)}; expected (4,): (fx, fy, cx, cy)")
     K = jnp.asarray(K, jnp.float32)
-    if K.shape != (4,):
-        raise ValueError(f"depth_translational_bases: K must be (fx, fy, cx, cy), got shape {K.shape}")
     _check_intrinsics("depth_translational_bases", K)
     h, w = depth.shape
-    if sigmas is None:
-        sigmas = default_depth_sigmas(w)
+    sigmas = check_depth_sigmas(default_depth_sigmas(w) if sigmas is None else sigmas,
+                                "depth_translational_bases: sigmas", max(h, w))
     d0 = _clean_depth(depth, min_depth_ratio)
     g = device.pixel_grid(h, w)
     fx, fy, cx, cy = K[0], K[1], K[2], K[3]
@@ -389,31 +457,78 @@ def hybrid_bases(h: int, w: int, depth=None, K=None, *, num_homography: int = 12
 
     Without ``depth``: ``[num_homography + num_stochastic, h, w, 2]`` (24 = CamFlow). With
     ``depth`` ``[h, w]`` and ``K``: 12 depth bases are appended (36 = CamFlow+); with a batch
-    ``[B, h, w]`` / ``[B, 4]`` the result is ``[B, N, h, w, 2]`` (static part broadcast).
+    ``[B, h, w]`` / ``[B, 4]`` (or one ``K`` ``[4]`` for every map) the result is
+    ``[B, N, h, w, 2]`` (static part broadcast). Depth, ``K`` and ``sigmas`` are checked as in
+    :func:`depth_translational_bases` (a ValueError naming the argument).
     """
     static = static_bases(h, w, num_homography, num_stochastic, seed, **stochastic_kwargs)
     if depth is None:
         return static
     if K is None:
         raise ValueError("hybrid_bases: depth bases need intrinsics K = (fx, fy, cx, cy)")
-    depth = jnp.asarray(depth)
-    if depth.shape[-2:] != (h, w):
-        raise ValueError(f"hybrid_bases: depth is {depth.shape[-2:]} but bases are {(h, w)}; "
-                         "resize depth (and K) to the network grid first")
+    depth = _as_array("hybrid_bases", "depth", depth)
+    _check_depth_dtype("hybrid_bases", depth)
+    if depth.ndim not in (2, 3) or tuple(depth.shape[-2:]) != (h, w):
+        raise ValueError(f"hybrid_bases: depth has shape {tuple(depth.shape)}; expected ({h}, {w}) or (B, {h}, {w}) "
+                         "(resize depth, and K, to the bases' grid first)")
+    sigmas = check_depth_sigmas(default_depth_sigmas(w) if sigmas is None else sigmas, "hybrid_bases: sigmas",
+                                max(h, w))
     if depth.ndim == 3:
-        dep = jax.vmap(lambda d, k: depth_translational_bases(d, k, sigmas))(depth, jnp.asarray(K))
+        K = _real_array("hybrid_bases", "K", K)
+        if tuple(K.shape) == (4,):  # one camera for every map
+            K = jnp.broadcast_to(jnp.asarray(K), (depth.shape[0], 4))
+        if tuple(K.shape) != (depth.shape[0], 4):
+            raise ValueError(f"hybrid_bases: K has shape {tuple(K.shape)} for {depth.shape[0]} depth maps; expected "
+                             f"({depth.shape[0]}, 4) or (4,)")
+        dep = jax.vmap(lambda d, k: depth_translational_bases(d, k, sigmas))(jnp.asarray(depth, jnp.float32),
+                                                                              jnp.asarray(K, jnp.float32))
         return jnp.concatenate([jnp.broadcast_to(static, (depth.shape[0],) + static.shape), dep], axis=1)
     return jnp.concatenate([static, depth_translational_bases(depth, K, sigmas)], axis=0)
 
 
+def _real_array(fn: str, name: str, x):
+    """``x`` as an array of real numbers: JAX and numpy arrays (traced ones too) as they are,
+    anything else (Python lists, scalars) converted by numpy. Ragged lists, strings, Python
+    objects, complex and boolean arrays are a ValueError naming ``fn`` and the argument."""
+    x = _as_array(fn, name, x)
+    kind = np.dtype(x.dtype).kind
+    if kind not in "iuf" and str(x.dtype) != "bfloat16":
+        raise ValueError(f"{fn}: {name} must hold real numbers, got dtype {x.dtype} (shape {tuple(x.shape)})")
+    return x
+
+
 def combine(coeffs: jax.Array, bases: jax.Array) -> jax.Array:
-    """Motion ``sum_k coeffs[:, k] * bases[k]``: coeffs ``[B, N]``, bases ``[N, h, w, 2]`` or
-    ``[B | 1, N, h, w, 2]`` -> ``[B, h, w, 2]``."""
+    """Motion ``sum_k coeffs[..., k] * bases[k]``.
+
+    Shapes: coeffs ``[..., N]`` with bases ``[N, h, w, 2]`` -> ``[..., h, w, 2]`` (``[B, N]`` ->
+    ``[B, h, w, 2]``; one motion ``[N]`` -> ``[h, w, 2]``); or coeffs ``[B, N]`` with a basis set
+    per sample ``[B, N, h, w, 2]`` (or one shared ``[1, N, h, w, 2]``) -> ``[B, h, w, 2]``.
+    Python lists are converted; integer coefficients compute in the bases' float type. Shapes
+    that do not fit are a ValueError naming the argument, its shape and the expected one,
+    raised when the call is traced (static shapes: free under ``jax.jit``)."""
+    coeffs = _real_array("combine", "coefficients", coeffs)
+    bases = _real_array("combine", "bases", bases)
+    if bases.ndim not in (4, 5) or bases.shape[-1] != 2:
+        raise ValueError(f"combine: bases has shape {tuple(bases.shape)}; expected [N, h, w, 2] (N basis fields of "
+                         "(u, v) per pixel) or a basis set per sample [B, N, h, w, 2]")
+    n = bases.shape[-4]
     if bases.ndim == 4:
-        return jnp.einsum("bn,nhwc->bhwc", coeffs, bases.astype(coeffs.dtype), precision=device.HIGHEST)
-    if bases.ndim == 5:
-        return jnp.einsum("bn,bnhwc->bhwc", coeffs, bases.astype(coeffs.dtype), precision=device.HIGHEST)
-    raise ValueError(f"combine: bases must be [N,h,w,2] or [B,N,h,w,2], got {bases.shape}")
+        if coeffs.ndim < 1 or coeffs.shape[-1] != n:
+            raise ValueError(f"combine: coefficients have shape {tuple(coeffs.shape)} but bases has {n} basis fields "
+                             f"(shape {tuple(bases.shape)}); expected (..., {n})")
+    else:
+        b = bases.shape[0]
+        if coeffs.ndim != 2 or coeffs.shape[1] != n or (b != 1 and coeffs.shape[0] != b):
+            batch = "B" if b == 1 else str(b)
+            raise ValueError(f"combine: coefficients have shape {tuple(coeffs.shape)} but bases holds {b} set(s) of "
+                             f"{n} basis fields (shape {tuple(bases.shape)}); expected ({batch}, {n})")
+    coeffs, bases = jnp.asarray(coeffs), jnp.asarray(bases)  # float64 numpy: JAX's float type
+    if not jnp.issubdtype(coeffs.dtype, jnp.floating):  # integer weights: not truncated bases
+        coeffs = coeffs.astype(bases.dtype if jnp.issubdtype(bases.dtype, jnp.floating) else jnp.float32)
+    bases = bases.astype(coeffs.dtype)
+    if bases.ndim == 4 or bases.shape[0] == 1:  # one basis set, shared by every motion
+        return jnp.einsum("...n,nhwc->...hwc", coeffs, bases.reshape(bases.shape[-4:]), precision=device.HIGHEST)
+    return jnp.einsum("bn,bnhwc->bhwc", coeffs, bases, precision=device.HIGHEST)
 
 
 def least_squares_coeffs(flow: jax.Array, bases: jax.Array, mask: jax.Array | None = None) -> jax.Array:

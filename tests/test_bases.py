@@ -155,9 +155,9 @@ def test_depth_bases_finite_with_invalid_depth(bad):
 
 
 def test_depth_bases_errors_and_batching():
-    with pytest.raises(ValueError, match="depth must be"):
+    with pytest.raises(ValueError, match=re.escape("depth has shape (2, 3, 4); expected [H, W]")):
         B.depth_translational_bases(np.ones((2, 3, 4)), (1, 1, 1, 1))
-    with pytest.raises(ValueError, match="K must be"):
+    with pytest.raises(ValueError, match=re.escape("K has shape (3,); expected (4,): (fx, fy, cx, cy)")):
         B.depth_translational_bases(np.ones((8, 8)), (1, 1, 1))
     d = jnp.stack([jnp.full((16, 24), 3.0), jnp.linspace(1, 5, 16 * 24).reshape(16, 24)])
     K = jnp.array([[20.0, 20.0, 12.0, 8.0]] * 2)
@@ -203,6 +203,54 @@ def test_combine_matches_numpy():
         B.combine(coeffs, bases[0])
 
 
+@pytest.mark.parametrize("coeffs, bases, message", [
+    (np.ones((2, 7)), np.ones((8, 4, 6, 2)), "combine: coefficients have shape (2, 7) but bases has 8 basis fields "
+                                             "(shape (8, 4, 6, 2)); expected (..., 8)"),
+    (np.ones((2, 8)), np.ones((3, 8, 4, 6, 2)), "combine: coefficients have shape (2, 8) but bases holds 3 set(s) of "
+                                                "8 basis fields (shape (3, 8, 4, 6, 2)); expected (3, 8)"),
+    (np.ones((8,)), np.ones((2, 8, 4, 6, 2)), "combine: coefficients have shape (8,) but bases holds 2 set(s) of 8 "
+                                              "basis fields (shape (2, 8, 4, 6, 2)); expected (2, 8)"),
+    (np.ones((2, 8)), np.ones((8, 4, 6)), "combine: bases has shape (8, 4, 6); expected [N, h, w, 2] (N basis "
+                                          "fields of (u, v) per pixel) or a basis set per sample [B, N, h, w, 2]"),
+    (np.ones((2, 8)), np.ones((8, 4, 6, 3)), "combine: bases has shape (8, 4, 6, 3); expected [N, h, w, 2]"),
+    ([[1.0, 2.0], [3.0]], np.ones((2, 4, 6, 2)), "combine: coefficients must be an array of numbers (nested lists of "
+                                                 "different lengths?)"),
+    (np.array(["a", "b"]), np.ones((2, 4, 6, 2)), "combine: coefficients must hold real numbers, got dtype <U1"),
+    (np.ones((1, 2)), np.ones((2, 4, 6, 2), complex), "combine: bases must hold real numbers, got dtype complex128"),
+])
+def test_combine_refuses_shapes_that_do_not_fit_in_one_line(coeffs, bases, message):
+    """POOR (issue 63): mismatched coefficients ended in einsum's words ("Size of label 'n' for
+    operand 1 (7) does not match previous terms (8)"), a list in an AttributeError, a basis set
+    of 3 channels was combined silently. One line naming the argument, its shape and the
+    expected one, raised when the call is traced (under jit too)."""
+    with pytest.raises(ValueError) as e:
+        B.combine(coeffs, bases)
+    assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+    if isinstance(coeffs, np.ndarray) and coeffs.dtype.kind == "f" and bases.dtype.kind == "f":
+        with pytest.raises(ValueError, match=re.escape(message)):
+            jax.jit(B.combine)(coeffs, bases)
+
+
+def test_combine_takes_lists_one_motion_leading_axes_and_integer_weights():
+    """Python lists are converted; coefficients ``[..., N]`` give ``[..., h, w, 2]``; integer
+    coefficients combine the float bases (they used to cast the bases to integers); vmap over
+    the coefficients is the batched call. Oracle: numpy's tensordot."""
+    rng = np.random.default_rng(6)
+    bases = rng.normal(size=(5, 3, 4, 2)).astype(np.float32)
+    coeffs = rng.normal(size=(2, 3, 5)).astype(np.float32)
+    ref = np.tensordot(coeffs, bases, axes=(-1, 0))
+    np.testing.assert_allclose(np.asarray(B.combine(coeffs, bases)), ref, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(B.combine(coeffs[0, 0].tolist(), bases.tolist())), ref[0, 0], atol=1e-5)
+    np.testing.assert_allclose(np.asarray(jax.vmap(B.combine, in_axes=(0, None))(coeffs[0], bases)), ref[0],
+                               atol=1e-5)
+    ints = np.array([[1, 0, 2, 0, 0]])
+    np.testing.assert_allclose(np.asarray(B.combine(ints, bases)), (bases[0] + 2 * bases[2])[None], atol=1e-6)
+    np.testing.assert_allclose(np.asarray(B.combine(coeffs[0], bases[None])), ref[0], atol=1e-5)  # one shared set
+
+
+K8 = [20.0, 20.0, 8.0, 4.0]
+
+
 @pytest.mark.parametrize("call, needle", [
     (lambda: B.homography_bases(0, 10), "homography_bases: h and w must be whole numbers >= 2, got h=0"),
     (lambda: B.homography_bases_first_order(8, 1), "homography_bases_first_order: h and w"),
@@ -217,12 +265,60 @@ def test_combine_matches_numpy():
     (lambda: B.depth_translational_bases(np.ones((8, 16)), [np.nan, 10, 4, 4]), "K must be 4 finite numbers"),
     (lambda: B.depth_translational_bases(np.ones((8, 16)), [10, np.inf, 4, 4]), "K must be 4 finite numbers"),
     (lambda: B.depth_translational_bases(np.ones((8, 16)), [0, 10, 4, 4]), "with fx, fy > 0"),
+    # issue 63: depth and blurs that ended in numpy's or JAX's words (or were taken silently)
+    (lambda: B.depth_translational_bases(np.ones((8, 16), bool), K8), "depth_translational_bases: depth is a "
+     "boolean array (a mask, not depth): depth must be an [H, W] map of real numbers (one per pixel)"),
+    (lambda: B.depth_translational_bases(np.ones((8, 16), complex), K8), "depth_translational_bases: depth is a "
+     "complex array"),
+    (lambda: B.depth_translational_bases(np.full((8, 16), "a"), K8), "depth_translational_bases: depth is an array "
+     "of strings"),
+    (lambda: B.depth_translational_bases([[1.0, 2.0], [3.0]], K8), "depth_translational_bases: depth must be an "
+     "array of numbers (nested lists of different lengths?)"),
+    (lambda: B.depth_translational_bases(np.ones((0, 16)), K8), "depth_translational_bases: depth has shape (0, 16); "
+     "expected [H, W]"),
+    (lambda: B.depth_translational_bases(np.ones((8, 16)), K8, (0.0, -2.0)), "depth_translational_bases: sigmas[1] "
+     "must be a finite number of pixels >= 0 (0: no blur), got -2.0 (in (0.0, -2.0))"),
+    (lambda: B.depth_translational_bases(np.ones((8, 16)), K8, (np.nan,)), "sigmas[0] must be a finite number"),
+    (lambda: B.depth_translational_bases(np.ones((8, 16)), K8, ("abc",)), "sigmas[0] must be a finite number of "
+     "pixels >= 0 (0: no blur), got 'abc'"),
+    (lambda: B.depth_translational_bases(np.ones((8, 16)), K8, (True,)), "sigmas[0] must be a finite number"),
+    (lambda: B.depth_translational_bases(np.ones((8, 16)), K8, 3.0), "depth_translational_bases: sigmas must be a "
+     "non-empty sequence of blurs in pixels (numbers >= 0, e.g. (0, 2, 8, 32)), got 3.0"),
+    (lambda: B.depth_translational_bases(np.ones((8, 16)), K8, ()), "sigmas must be a non-empty sequence"),
+    (lambda: B.depth_translational_bases(np.ones((8, 16)), K8, (1e9,)), "depth_translational_bases: sigmas[0] = "
+     "1e+09 px is more than 4x the depth map's longer side (16 px): a blur that wide leaves a constant depth"),
+    (lambda: B.hybrid_bases(8, 16, np.ones((2, 2, 8, 16)), K8), "hybrid_bases: depth has shape (2, 2, 8, 16); "
+     "expected (8, 16) or (B, 8, 16)"),
+    (lambda: B.hybrid_bases(8, 16, np.ones((2, 8, 16)), [K8] * 3), "hybrid_bases: K has shape (3, 4) for 2 depth "
+     "maps; expected (2, 4) or (4,)"),
+    (lambda: B.hybrid_bases(8, 16, np.ones((8, 16)), K8, sigmas=(-1,)), "hybrid_bases: sigmas[0] must be a finite"),
+    (lambda: B.default_depth_sigmas("576"), "default_depth_sigmas: width must be a number of pixels > 0, got '576'"),
 ])
 def test_bad_basis_arguments_are_refused_in_our_words(call, needle):
     """Sizes that are not whole numbers >= 2 and intrinsics that are not finite (fx, fy > 0)
-    were an internal broadcasting TypeError, a silent truncation or non-finite B."""
-    with pytest.raises(ValueError, match=re.escape(needle)):
+    were an internal broadcasting TypeError, a silent truncation or non-finite B. POOR (issue
+    63): a boolean, complex or object depth map was taken as numbers, strings and ragged lists
+    ended in numpy's words, a negative blur was taken as none, a NaN one ended in "cannot
+    convert float NaN to integer", 1e9 in a MemoryError, a batch of depth maps with one K or
+    a K per map too many in vmap's three-line "inconsistent sizes". One line, naming the argument."""
+    with pytest.raises(ValueError) as e:
         call()
+    assert needle in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_depth_checks_run_at_trace_time_and_batches_take_one_camera():
+    """Dtype, shape and blurs are static: under jit they are checked when tracing. One K ``[4]``
+    for a batch of depth maps is every map's camera (it used to fail in vmap's words); the
+    result is the per-map call's. A map without any valid pixel is a constant depth (documented:
+    the bases then lie in the homography span), traced or not."""
+    with pytest.raises(ValueError, match="depth is a boolean array"):
+        jax.jit(B.depth_translational_bases)(np.ones((8, 16), bool), np.float32(K8))
+    d = np.stack([np.full((8, 16), 3.0, np.float32), np.linspace(1, 5, 128, dtype=np.float32).reshape(8, 16)])
+    one = np.asarray(B.hybrid_bases(8, 16, d, K8, num_stochastic=0))
+    each = np.stack([np.asarray(B.hybrid_bases(8, 16, d[i], K8, num_stochastic=0)) for i in range(2)])
+    np.testing.assert_allclose(one, each, atol=1e-5)
+    invalid = np.asarray(B.depth_translational_bases(np.full((8, 16), -1.0), K8))
+    np.testing.assert_allclose(invalid, np.asarray(B.depth_translational_bases(np.full((8, 16), 7.0), K8)), atol=1e-6)
 
 
 def test_numpy_integer_sizes_and_counts_are_python_integers():

@@ -117,8 +117,9 @@ def check_depth(depth, name: str = "depth", hw: tuple[int, int] | None = None,
     ok = np.isfinite(d) & (d > 0)
     frac = float(ok.mean())
     if frac < min_valid_fraction:
+        need = f"at least {100 * min_valid_fraction:g}% needed" if min_valid_fraction >= 1e-6 else "at least one needed"
         raise ValueError(f"{name}: only {100 * frac:.2f}% of the pixels hold a finite positive depth "
-                         f"(at least {100 * min_valid_fraction:g}% needed)")
+                         f"({'all NaN, inf or <= 0; ' if frac == 0 else ''}{need})")
     return d
 
 

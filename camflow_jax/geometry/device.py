@@ -224,8 +224,35 @@ def sample_bilinear(image: jax.Array, x: jax.Array, y: jax.Array, mode: str = "z
     return out.astype(image.dtype)
 
 
+def _array(fn: str, name: str, x) -> jax.Array:
+    """``x`` as an array: JAX arrays (traced ones too) as they are, numpy arrays and Python lists
+    converted; lists of rows of different lengths, strings and objects are a ValueError naming
+    ``fn`` and the argument (instead of numpy's or JAX's words)."""
+    if isinstance(x, jax.Array):
+        return x
+    try:
+        a = np.asarray(x)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{fn}: {name} must be an array of numbers (nested lists of different lengths?)") from e
+    if a.dtype.kind not in "biuf":
+        raise ValueError(f"{fn}: {name} must hold real numbers, got dtype {a.dtype} (shape {a.shape})")
+    return jnp.asarray(a)
+
+
+def _check_flow(fn: str, flow, name: str = "flow", any_batch: bool = False) -> jax.Array:
+    """``flow`` as an array ``[H, W, 2]`` or ``[B, H, W, 2]`` (``any_batch``: ``[..., H, W, 2]``),
+    or a ValueError naming ``fn``, the argument and its shape (static: checked when the call is
+    traced)."""
+    flow = _array(fn, name, flow)
+    if not (flow.ndim >= 3 if any_batch else flow.ndim in (3, 4)) or flow.shape[-1] != 2:
+        want = "[..., H, W, 2]" if any_batch else "[H, W, 2] or [B, H, W, 2]"
+        raise ValueError(f"{fn}: {name} has shape {tuple(flow.shape)}; expected {want} ((u, v) per pixel)")
+    return flow
+
+
 def warp_validity(flow: jax.Array) -> jax.Array:
     """``[..., H, W, 1]`` float mask: 1 where ``warp`` samples inside the image, else 0."""
+    flow = _check_flow("warp_validity", flow, any_batch=True)
     h, w = flow.shape[-3:-1]
     g = pixel_grid(h, w)
     inside = in_frame(g[..., 0] + flow[..., 0], g[..., 1] + flow[..., 1], h, w)
@@ -234,8 +261,6 @@ def warp_validity(flow: jax.Array) -> jax.Array:
 
 def _warp_single(image, flow, mode):
     h, w = flow.shape[:2]
-    if image.shape[:2] != (h, w):
-        raise ValueError(f"warp: image is {image.shape[:2]} but flow is {(h, w)}; they must match")
     g = pixel_grid(h, w)
     return sample_bilinear(image, g[..., 0] + flow[..., 0], g[..., 1] + flow[..., 1], mode)
 
@@ -243,25 +268,40 @@ def _warp_single(image, flow, mode):
 def warp(image: jax.Array, flow: jax.Array, mode: str = "zero") -> jax.Array:
     """Backward warp ``out(p) = image(p + flow(p))`` (bilinear).
 
-    With the forward flow of a pair, ``warp(img2, flow_f) ≈ img1``. Accepts ``[H, W, C]`` with
-    ``[H, W, 2]`` or batched ``[B, H, W, C]`` with ``[B, H, W, 2]``. ``mode`` as in
-    :func:`sample_bilinear` ("zero" = reference semantics used by the network).
+    With the forward flow of a pair, ``warp(img2, flow_f) ≈ img1``. Accepts ``[H, W, C]`` (or a
+    grey ``[H, W]``) with ``[H, W, 2]``, or batched ``[B, H, W, C]`` (``[B, H, W]``) with
+    ``[B, H, W, 2]``; the result has the image's shape. Python lists are converted. ``mode`` as
+    in :func:`sample_bilinear` ("zero" = reference semantics used by the network). Shapes that
+    do not fit are a ValueError naming the argument, its shape and the expected one, raised
+    when the call is traced (static shapes: free under ``jax.jit``).
     """
-    if image.ndim != flow.ndim:
-        raise ValueError(f"warp: image has ndim {image.ndim}, flow has ndim {flow.ndim}")
-    if flow.shape[-1] != 2:
-        raise ValueError(f"warp: flow must end in 2 channels (u, v), got shape {flow.shape}")
+    flow = _check_flow("warp", flow)
+    image = _array("warp", "image", image)
+    lead, (h, w) = flow.shape[:-3], flow.shape[-3:-1]
+    grey = image.ndim == flow.ndim - 1
+    if image.ndim not in (flow.ndim, flow.ndim - 1) or image.shape[:-1 if not grey else None] != lead + (h, w):
+        want = ", ".join(str(v) for v in lead + (h, w))
+        raise ValueError(f"warp: image has shape {tuple(image.shape)} but flow has shape {tuple(flow.shape)}; "
+                         f"expected image ({want}, C) or ({want}): image and flow sizes must match")
+    img = image[..., None] if grey else image
     if flow.ndim == 4:
-        return jax.vmap(lambda i, f: _warp_single(i, f, mode))(image, flow)
-    return _warp_single(image, flow, mode)
+        out = jax.vmap(lambda i, f: _warp_single(i, f, mode))(img, flow)
+    else:
+        out = _warp_single(img, flow, mode)
+    return out[..., 0] if grey else out
 
 
 def compose_flows(f12: jax.Array, f23: jax.Array) -> jax.Array:
     """Exact composition f13(x) = f12(x) + f23(x + f12(x)).
 
     f23 is read bilinearly with border replication where x + f12(x) leaves the image (there
-    the composition is an extrapolation). Batched inputs ``[B, H, W, 2]`` are supported.
+    the composition is an extrapolation). Batched inputs ``[B, H, W, 2]`` are supported; the
+    two flows must have one shape (a ValueError naming both otherwise).
     """
+    f12, f23 = _check_flow("compose_flows", f12, "f12"), _check_flow("compose_flows", f23, "f23")
+    if f12.shape != f23.shape:
+        raise ValueError(f"compose_flows: f12 has shape {tuple(f12.shape)} but f23 has shape {tuple(f23.shape)}; "
+                         "expected one shape (flows on the same grid)")
     return f12 + warp(f23, f12, mode="edge")
 
 

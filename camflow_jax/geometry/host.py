@@ -81,36 +81,58 @@ def pixel_grid(h: int, w: int, dtype=np.float64) -> tuple[np.ndarray, np.ndarray
     return xs, ys
 
 
-def _targets(flow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sample coordinates ``p + flow(p)`` (float64) of a flow ``[H, W, 2]``."""
-    flow = np.asarray(flow)
+def _array(fn: str, name: str, x) -> np.ndarray:
+    """``x`` as a numpy array of real numbers (lists converted), or a ValueError naming ``fn`` and
+    the argument: lists of rows of different lengths, strings, objects, complex numbers."""
+    try:
+        a = np.asarray(x)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{fn}: {name} must be an array of numbers (nested lists of different lengths?)") from e
+    if a.dtype.kind not in "biuf":
+        raise ValueError(f"{fn}: {name} must hold real numbers, got dtype {a.dtype} (shape {a.shape})")
+    return a
+
+
+def _check_flow(fn: str, flow) -> np.ndarray:
+    """``flow`` as a numpy array ``[H, W, 2]``, or a ValueError naming ``fn`` and its shape."""
+    flow = _array(fn, "flow", flow)
     if flow.ndim != 3 or flow.shape[-1] != 2:
-        raise ValueError(f"flow must be [H, W, 2], got shape {flow.shape}")
+        raise ValueError(f"{fn}: flow has shape {flow.shape}; expected [H, W, 2] (one flow, (u, v) per pixel)")
+    return flow
+
+
+def _targets(flow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sample coordinates ``p + flow(p)`` (float64) of a checked flow ``[H, W, 2]``."""
     xs, ys = pixel_grid(*flow.shape[:2])
     return xs + flow[..., 0], ys + flow[..., 1]
 
 
 def warp_validity(flow: np.ndarray) -> np.ndarray:
     """``[H, W]`` float32: 1 where :func:`warp` samples inside the image, else 0."""
+    flow = _check_flow("warp_validity", flow)
     x, y = _targets(flow)
-    return _inside(x, y, *np.shape(flow)[:2]).astype(np.float32)
+    return _inside(x, y, *flow.shape[:2]).astype(np.float32)
 
 
 def warp(image: np.ndarray, flow: np.ndarray, *, exact: bool = True) -> np.ndarray:
     """Backward bilinear warp ``out(p) = image(p + flow(p))`` (float32, exactly 0 outside).
 
-    ``image`` is ``[H, W]`` or ``[H, W, C]`` on the flow's grid; the result has its shape.
+    ``image`` is ``[H, W]`` or ``[H, W, C]`` on the flow's grid ``[H, W, 2]``; the result has its
+    shape (other shapes, and arrays that are not real numbers, are a ValueError naming the
+    argument, its shape and the expected one; Python lists are converted).
     Non-finite flow values give 0. ``exact=False``: OpenCV's ``cv2.remap`` does the
     interpolation, with its weights rounded to 1/32 pixel (so a value can differ from the exact
     one by up to 1/64 of the largest difference between its four neighbours), under the same
     validity rule; 10-40x faster, for measurements that need no more (the plausibility checks).
     """
-    image = np.asarray(image)
-    h, w = np.shape(flow)[:2]
-    if image.shape[:2] != (h, w):
-        raise ValueError(f"warp: image is {image.shape[:2]} but flow is {(h, w)}; they must match")
+    flow = _check_flow("warp", flow)
+    image = _array("warp", "image", image)
+    h, w = flow.shape[:2]
+    if image.ndim not in (2, 3) or image.shape[:2] != (h, w):
+        raise ValueError(f"warp: image has shape {image.shape} but flow has shape {flow.shape}; expected image "
+                         f"({h}, {w}) or ({h}, {w}, C): image and flow sizes must match")
     if not exact:
-        return _remap(image, np.asarray(flow))
+        return _remap(image, flow)
     x, y = _targets(flow)
     inside = _inside(x, y, h, w)
     x = np.where(inside, x, 0.0)

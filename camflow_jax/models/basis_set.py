@@ -33,8 +33,12 @@ DEFAULT_BASES = {"num_homography": 12, "num_stochastic": 12, "seed": 0, "orthogo
 
 def depth_sigmas(sigmas: Sequence[float] | None, width: int) -> tuple[float, ...]:
     """The depth pyramid's blurs: ``sigmas`` when given (non-empty), else the default for an
-    image ``width`` px wide (:func:`camflow_jax.bases.default_depth_sigmas`)."""
-    return tuple(float(s) for s in sigmas) if sigmas else tuple(bases_lib.default_depth_sigmas(int(width)))
+    image ``width`` px wide (:func:`camflow_jax.bases.default_depth_sigmas`). Given ones must be
+    finite numbers >= 0 (:func:`camflow_jax.bases.check_depth_sigmas`: a ValueError naming
+    ``bases.depth_sigmas`` otherwise, e.g. from a model.json)."""
+    if sigmas is None or (isinstance(sigmas, (list, tuple)) and not sigmas):
+        return tuple(bases_lib.default_depth_sigmas(int(width)))
+    return bases_lib.check_depth_sigmas(sigmas, "bases.depth_sigmas")
 
 
 def num_depth_bases(sigmas: Sequence[float]) -> int:

@@ -196,6 +196,18 @@ def convert_state_dict(state_dict: Mapping[str, Any], model_config: Mapping[str,
     return variables
 
 
+def _real_numbers(what: str, value) -> np.ndarray:
+    """``value`` as a float32 array, or a ValueError naming ``what`` (strings, objects, complex
+    numbers, ragged lists); NaN and inf are left to the callers' checks."""
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{what} is not an array ({e})") from None
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"{what} does not hold real numbers (dtype {arr.dtype})")
+    return arr.astype(np.float32)
+
+
 def _weight(key: str, value) -> np.ndarray:
     """A released weight as float32, or a ValueError naming its state-dict key."""
     try:
@@ -276,11 +288,17 @@ def unused_keys(state_dict: Mapping[str, Any], model_config: Mapping[str, Any] |
 
 
 def released_bases(state_dict: Mapping[str, Any], height: int, width: int) -> np.ndarray:
-    """``h_net.basis`` (1, N, 2*H*W: u plane then v plane, row-major) -> ``[N, H, W, 2]``."""
+    """``h_net.basis`` (1, N, 2*H*W: u plane then v plane, row-major; or N, 2*H*W) ->
+    ``[N, H, W, 2]``. Another rank or layout is a ValueError naming the key, its shape and the
+    expected one."""
     sd = _strip_prefix(state_dict)
     if "h_net.basis" not in sd:
         raise ValueError("released state dict has no 'h_net.basis'")
-    b = np.asarray(sd["h_net.basis"], np.float32)
+    b = _real_numbers("released weight h_net.basis", sd["h_net.basis"])
+    if b.ndim not in (2, 3) or (b.ndim == 3 and b.shape[0] != 1) or 0 in b.shape:
+        raise ValueError(f"released weight h_net.basis has shape {list(b.shape)}; expected [1, N, 2*H*W] (N basis "
+                         f"fields, each the u plane then the v plane of the H x W network grid; here "
+                         f"[1, N, {2 * height * width}] for {height}x{width})")
     n = b.shape[-2]
     if b.shape[-1] != 2 * height * width:
         raise ValueError(f"h_net.basis has {b.shape[-1]} values per basis, expected 2*{height}*{width}; "
@@ -321,7 +339,7 @@ def read_state_dict(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dic
                 files = list(data.files)
                 sd = {k[3:]: data[k] for k in files if k.startswith("sd/")}
                 if "basis" in files:
-                    extras["basis"] = data["basis"].astype(np.float32)
+                    extras["basis"] = data["basis"]  # checked by load_released
                 if "config_json" in files:
                     extras["config"] = json.loads(str(data["config_json"]))
         except (OSError, ValueError) as e:
@@ -361,7 +379,10 @@ def load_released(path: str | os.PathLike, size: tuple[int, int] | None = None,
     cfg = _config_from_release(extras.get("config"))
     variables = convert_state_dict(sd, cfg)
     if "basis" in extras:
-        basis = extras["basis"]
+        basis = _real_numbers(f"{path}: the array 'basis'", extras["basis"])
+        if basis.ndim != 4 or basis.shape[1] != 2 or 0 in basis.shape:
+            raise ValueError(f"{path}: the array 'basis' has shape {list(basis.shape)}; expected [N, 2, H, W] (N basis "
+                             "fields, each its u and v planes on the H x W network grid)")
         bases = basis.transpose(0, 2, 3, 1).copy()
         if size is not None and tuple(bases.shape[1:3]) != tuple(size):
             raise ValueError(f"{path}: stored basis is {bases.shape[1:3]}, size {size} requested")
@@ -369,7 +390,10 @@ def load_released(path: str | os.PathLike, size: tuple[int, int] | None = None,
         if size is None:
             crop = (extras.get("config") or {}).get("crop_size")
             size = tuple(crop) if crop else RELEASED_SIZE
-        bases = released_bases(sd, int(size[0]), int(size[1]))
+        try:
+            bases = released_bases(sd, int(size[0]), int(size[1]))
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
     if bases.shape[0] != sum(cfg["group_sizes"]):
         raise ValueError(f"{path}: basis has {bases.shape[0]} fields, the model needs {sum(cfg['group_sizes'])}")
     return build_model(cfg), variables, bases

@@ -90,7 +90,8 @@ def active_stages(entry, groups) -> tuple[tuple[int, ...], ...]:
 class RefineConfig:
     """Settings of :func:`refine_motion` (hashable: a static argument of ``jax.jit``).
 
-    levels: pyramid levels (the finest is the working resolution).
+    levels: pyramid levels (the finest is the working resolution). A pair too small for them is
+      refined with the levels it allows (:meth:`fit_to`, with a note in ``refine_info``).
     iterations: LM iterations per level, coarsest first (at most; a level stops on convergence).
       The default gives the finest level 10 (6 until the tenth round: on development pairs,
       with 6 detail iterations instead of 4, 0.61 -> 0.57 and 0.73 -> 0.69 px, no pair worse;
@@ -266,6 +267,40 @@ class RefineConfig:
             strides=base.strides + tuple(base.strides[-1] * 2 ** (i + 1) for i in range(extra)),
             active=base.active + ("all",) * extra)
         return cfg.replace(**changes)
+
+    def fit_to(self, longest: int) -> "RefineConfig":
+        """These settings for a working size whose longer side is ``longest`` px (a pair smaller than
+        ``max_size`` is refined at its own size): the config itself when its levels fit, else the
+        levels the pair allows, as :class:`camflow_jax.refine.pairs.PairRefiner` refines it:
+
+        * a config set for more than 288 px (:meth:`at_size`: one level more per doubling) gets
+          one level fewer per halving of ``max_size`` down to the working size (or 288 px), never
+          fewer than the default's 3: ``at_size(4608)`` on a 192 px pair is ``at_size(288)``'s
+          levels, as ``--refine-size`` does (its finer levels' strides, every 16th to 64th pixel,
+          left a small pair a few samples a row and the refinement fell back silently);
+        * then no level under :data:`MIN_COARSEST` px on its longer side (the rule the config's
+          own check applies to ``max_size``; a level of 1 px ended in JAX's "too small to
+          calculate a numerical gradient").
+
+        The kept levels are the coarsest ones, with their iterations and strides (each stays at
+        about the size it was set for); the finest kept level refines what the config's finest
+        level does (its ``active`` entry), so every basis the config refines still is.
+        ``max_size`` becomes the working size (the pair is refined at its own size as before),
+        which makes ``fit_to`` idempotent; ``select_after`` is kept within the levels."""
+        longest = int(longest)
+        if longest >= self.max_size:
+            return self
+        base = type(self)
+        set_for = round(math.log2(self.max_size / base.max_size)) if self.max_size > base.max_size else 0
+        fits = round(math.log2(max(longest, base.max_size) / base.max_size))
+        levels = self.levels - max(0, min(set_for - fits, self.levels - base.levels))
+        by_size = 1 + int(math.floor(math.log2(longest / MIN_COARSEST))) if longest >= MIN_COARSEST else 1
+        levels = max(1, min(levels, by_size))
+        if levels == self.levels:
+            return self
+        return self.replace(levels=levels, iterations=self.iterations[:levels], strides=self.strides[:levels],
+                            active=self.active[:levels - 1] + (self.active[-1],), max_size=max(16, longest),
+                            select_after=None if self.select_after is None else min(self.select_after, levels - 1))
 
     def replace(self, **changes) -> "RefineConfig":
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from camflow_jax import bases as bases_mod
-from camflow_jax.compilation import cache as compile_cache
+from camflow_jax.compilation import cache
 from camflow_jax.compilation.exported import ExportedJit
 from camflow_jax.compilation.memo import BoundedMemo
 from camflow_jax.geometry import classical, device, host
@@ -66,7 +66,7 @@ class PairRefiner:
     """
 
     def __init__(self, static_bases, num_depth: int = 0, depth_sigmas=None, basis_groups=None):
-        compile_cache.enable()
+        cache.enable()
         self.static_bases = static_bases
         self.height, self.width = (int(s) for s in static_bases.shape[1:3])
         self.num_depth = int(num_depth)
@@ -112,6 +112,19 @@ class PairRefiner:
         """The refinement's resolution for an ``h x w`` (landscape) input: the input itself, or
         shrunk so its longer side is ``cfg.max_size``."""
         return self._shrunk(h, w, cfg.max_size)
+
+    def fit_config(self, h: int, w: int, cfg: "RefineConfig") -> tuple["RefineConfig", str]:
+        """``(settings, note)`` for an ``h x w`` (landscape) input: ``cfg`` and no note when its
+        pyramid fits the working size, else :meth:`RefineConfig.fit_to` of it (the levels the
+        pair allows) and a note saying so (``refine_info["note"]``)."""
+        hw = self.working_size(h, w, cfg)
+        fitted = cfg.fit_to(max(hw))
+        if fitted is cfg:
+            return cfg, ""
+        coarsest = max(hw) / 2 ** (cfg.levels - 1)
+        return fitted, (f"a {w}x{h} pair is too small for the refinement's {cfg.levels} pyramid levels (set for "
+                        f"{cfg.max_size} px; the coarsest would be {coarsest:.3g} px): refined with {fitted.levels}, "
+                        "the settings of its coarsest ones (RefineConfig.fit_to)")
 
     def detail_size(self, h: int, w: int, cfg: "RefineConfig") -> tuple[int, int] | None:
         """The refinement's detail level's resolution for an ``h x w`` (landscape) input, or
@@ -299,6 +312,7 @@ class PairRefiner:
         stay on the device; ``coeffs_b`` None: the forward direction alone). Returns device
         arrays, each with leading axes (B, 2) (B, 1 forward only) but ``noisy`` and
         ``homography`` (B): :meth:`finish` takes one pair's slice, on the host."""
+        cfg = self.fit_config(*input_hw, cfg)[0]  # as host_inputs fitted it (finish adds the note)
         h, w = batch["g1"].shape[1:3]
         dsize = None if "detail" not in batch else tuple(int(v) for v in batch["detail"].shape[2:4])
         static_bp = self._static_refine_bases((h, w), cfg, dsize)
@@ -363,8 +377,11 @@ class PairRefiner:
         grey images and depth resized to the working size (area / bilinear, half-pixel
         centres), the detail level's grey images, the SIFT start's flows when ``cfg.starts``
         asks for it, the sizes: ``size`` (working), ``dsize`` (detail or None),
-        ``input_hw``, and ``constant_depth``: the value both depths hold everywhere, or None."""
+        ``input_hw``, ``constant_depth``: the value both depths hold everywhere, or None, and
+        ``cfg``, ``levels_note``: the settings the pair is refined with and why they differ from
+        ``cfg`` (:meth:`fit_config`)."""
         H0, W0 = img1.shape[:2]
+        cfg, levels_note = self.fit_config(H0, W0, cfg)
         h, w = size = self.working_size(H0, W0, cfg)
 
         def down(x, interp=cv2.INTER_AREA):
@@ -392,7 +409,8 @@ class PairRefiner:
         else:
             hflows = np.zeros((2, 1, 1, 2), np.float32)
         return {"g1": g1, "g2": g2, "d1": d1, "d2": d2, "K": K, "hflows": hflows, "detail": detail,
-                "size": size, "dsize": dsize, "input_hw": (H0, W0), "constant_depth": constant}
+                "size": size, "dsize": dsize, "input_hw": (H0, W0), "constant_depth": constant, "cfg": cfg,
+                "levels_note": levels_note}
 
     def __call__(self, img1, img2, depth1, depth2, K, out, cfg) -> dict:
         """The refined results for a landscape pair (numpy), the network's (``out``: the network's
@@ -401,6 +419,7 @@ class PairRefiner:
         Host work around the jitted refinement (cv2, cheap): :meth:`host_inputs` before, and
         :meth:`finish` (the refined flows and weights resized back) after."""
         prepared = self.host_inputs(img1, img2, depth1, depth2, K, cfg)
+        cfg = prepared["cfg"]  # the levels the pair allows (fit_config)
         # the network's forward_only results (no coeffs_b): the forward direction alone
         coeffs = np.stack([out[k] for k in ("coeffs_f", "coeffs_b") if k in out]).astype(np.float32)
         detail = None if prepared["detail"] is None else (prepared["detail"][0], prepared["detail"][1])
@@ -416,6 +435,7 @@ class PairRefiner:
         flows and weights resized back to the input, the homography moved to its grid, the
         network's kept as ``net_*``, and ``refine_info``."""
         (H0, W0), (h, w), dsize = prepared["input_hw"], prepared["size"], prepared["dsize"]
+        cfg = prepared.get("cfg", cfg)
         new = {"net_" + k: out[k] for k in ("flow_f", "flow_b", "homography", "coeffs_f", "coeffs_b") if k in out}
         flows, wts = res["flow"], res["weights"]  # a leading axis of 2, or 1 (the forward alone)
         Hw = np.asarray(res["homography"], np.float64)
@@ -439,6 +459,7 @@ class PairRefiner:
         if bool(res["noisy"]):
             note = "; ".join(x for x in (note, f"noisy images: refined with a {cfg.noise_presmooth:g}-px pre-blur "
                                                 "(RefineConfig.noise_presmooth)") if x)
+        note = "; ".join(x for x in (prepared.get("levels_note", ""), note) if x)
         new["refine_info"] = {
             "cost_before": [float(v) for v in res["cost_before"]],
             "cost_after": [float(v) for v in res["cost_after"]],

@@ -128,7 +128,15 @@ def image_pyramid(g: jax.Array, cfg: RefineConfig = RefineConfig(), noisy=None) 
     two pyramids, not four (:func:`refine_pair`). ``noisy``: None, or a bool scalar choosing
     ``cfg.noise_presmooth`` over ``cfg.presmooth`` as the pre-blur (:func:`pair_pyramids`;
     only the pre-blur is switched, so the rest is compiled once; ignored when the config has
-    no second pre-blur)."""
+    no second pre-blur). An image whose coarsest level would be under 2 px on a side (nothing to
+    take a gradient of) is a ValueError naming its size and the levels: the caller gives fewer
+    (:meth:`RefineConfig.fit_to`, what the Predictor's refiner does)."""
+    h, w = jnp.shape(g)[:2]
+    ch, cw = pyramid_sizes(h, w, cfg.levels)[-1]
+    if min(ch, cw) < 2:
+        raise ValueError(f"refinement: a {w}x{h} image halved {cfg.levels - 1} times (RefineConfig levels="
+                         f"{cfg.levels}) is {cw}x{ch} px at its coarsest level, under 2 px a side: give fewer levels "
+                         f"(RefineConfig.fit_to({max(h, w)}) gives {cfg.fit_to(max(h, w)).levels})")
     levels = [jnp.asarray(g, jnp.float32)]
     for _ in range(cfg.levels - 1):
         levels.append(_half(levels[-1]))

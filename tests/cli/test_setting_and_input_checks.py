@@ -297,6 +297,12 @@ def test_a_camflow_run_without_depth_prints_our_note_only(tmp_path):
     (np.ones((4, 6), complex), "depth1 is a complex array"),
     (np.ones((4, 6), object), "depth1 is an array of Python objects"),
     ([[1.0, 2.0], [3.0]], r"depth1 is not an \[H, W\] array of numbers"),
+    (np.full((4, 6), np.nan), r"^depth1: only 0\.00% of the pixels hold a finite positive depth \(all NaN, inf or "
+                              r"<= 0; at least one needed\)$"),
+    (np.full((4, 6), -2.0), r"all NaN, inf or <= 0; at least one needed"),
+    (np.zeros((4, 6)), r"all NaN, inf or <= 0; at least one needed"),
+    (np.ones((4, 5)), r"^depth1 is 5x4 but its image is 6x4; depth must be aligned with its image$"),
+    (np.ones((2, 4, 6)), r"^depth1 must be a non-empty \[H, W\] map, got shape \(2, 4, 6\)$"),
 ])
 def test_object_complex_bool_and_ragged_depth_are_refused_in_our_words(depth, words):
     """POOR (issue 63): such depth arrays given to the Predictor met numpy's words (or dtype
@@ -305,6 +311,42 @@ def test_object_complex_bool_and_ragged_depth_are_refused_in_our_words(depth, wo
 
     with pytest.raises(ValueError, match=words):
         _check_depth(depth, (4, 6), "depth1")
+
+
+def test_the_predictor_fills_invalid_depth_pixels_with_the_median_of_the_valid_ones():
+    """Documented: NaN, inf and <= 0 pixels of a depth given to the Predictor take the median of
+    its valid pixels (numpy's median: the oracle); huge or tiny finite depth is kept as it is."""
+    from camflow_jax.predictor import _check_depth
+
+    d = np.arange(1, 25, dtype=np.float64).reshape(4, 6)
+    d[0, :3] = [np.nan, -np.inf, -1.0]
+    d[1, 0] = 0.0
+    d[3, 5] = 1e38
+    out = _check_depth(d, (4, 6), "depth1")
+    ok = np.isfinite(d) & (d > 0)
+    assert out.dtype == np.float32 and np.all(out[ok] == d[ok].astype(np.float32))
+    assert np.all(out[~ok] == np.float32(np.median(d[ok])))
+
+
+@pytest.mark.parametrize("sigmas, words", [
+    ([-1.0, 2.0, 8.0, 32.0], r"^bases\.depth_sigmas\[0\] must be a finite number of pixels >= 0 \(0: no blur\), got "
+                             r"-1\.0 \(in \(-1\.0, 2\.0, 8\.0, 32\.0\)\)$"),
+    (["abc", 2, 8, 32], r"bases\.depth_sigmas\[0\] must be a finite number of pixels >= 0 \(0: no blur\), got 'abc'"),
+    ([0.0, float("nan"), 8, 32], r"bases\.depth_sigmas\[1\] must be a finite number"),
+    ("abc", r"^bases\.depth_sigmas must be a non-empty sequence of blurs in pixels"),
+    (5, r"^bases\.depth_sigmas must be a non-empty sequence of blurs in pixels"),
+])
+def test_bad_depth_sigmas_in_a_model_config_are_refused_naming_the_key(sigmas, words):
+    """POOR (issue 63): a model config's bases.depth_sigmas of "abc" ended in "could not convert
+    string to float", 5 in "'int' object is not iterable", NaN in "cannot convert float NaN to
+    integer" at the first depth pair, and a negative blur was taken as none. The Predictor
+    refuses them when it is built, naming the key."""
+    from camflow_jax.models import checkpoint
+    from camflow_jax.predictor import Predictor
+
+    model, variables, bases, cfg = checkpoint.load_model(checkpoint.pretrained_path(checkpoint.PRETRAINED))
+    with pytest.raises(ValueError, match=words):
+        Predictor(model, variables, bases, {**cfg, "bases": {**cfg["bases"], "depth_sigmas": sigmas}})
 
 
 def test_a_cover_art_only_mp3_is_said_to_hold_no_video_stream(tmp_path, capsys):

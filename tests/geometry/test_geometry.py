@@ -66,6 +66,48 @@ def test_warp_batched_and_jitted():
         G.warp(img[0], flow[0, ..., :1])
 
 
+@pytest.mark.parametrize("call, message", [
+    (lambda: G.warp(np.ones((16, 20, 3)), np.zeros((16, 16, 2))),
+     "warp: image has shape (16, 20, 3) but flow has shape (16, 16, 2); expected image (16, 16, C) or (16, 16): "
+     "image and flow sizes must match"),
+    (lambda: G.warp(np.ones((2, 16, 16, 3)), np.zeros((3, 16, 16, 2))),
+     "warp: image has shape (2, 16, 16, 3) but flow has shape (3, 16, 16, 2); expected image (3, 16, 16, C) or "
+     "(3, 16, 16)"),
+    (lambda: G.warp(np.ones((1, 2, 16, 16, 3)), np.zeros((1, 2, 16, 16, 2))),
+     "warp: flow has shape (1, 2, 16, 16, 2); expected [H, W, 2] or [B, H, W, 2] ((u, v) per pixel)"),
+    (lambda: G.warp(np.ones((16, 16, 3)), np.zeros((16, 16, 3))), "warp: flow has shape (16, 16, 3); expected"),
+    (lambda: G.warp([[1.0, 2.0], [3.0]], np.zeros((2, 2, 2))),
+     "warp: image must be an array of numbers (nested lists of different lengths?)"),
+    (lambda: G.warp(np.full((4, 4, 1), "a"), np.zeros((4, 4, 2))), "warp: image must hold real numbers, got dtype <U1"),
+    (lambda: G.warp_validity(np.zeros((16, 16))),
+     "warp_validity: flow has shape (16, 16); expected [..., H, W, 2] ((u, v) per pixel)"),
+    (lambda: G.compose_flows(np.zeros((8, 8, 2)), np.zeros((8, 9, 2))),
+     "compose_flows: f12 has shape (8, 8, 2) but f23 has shape (8, 9, 2); expected one shape"),
+])
+def test_warp_refuses_shapes_that_do_not_fit_in_one_line(call, message):
+    """POOR (issue 63): a batch of 2 images with 3 flows ended in vmap's three-line "inconsistent
+    sizes", a rank-5 flow in "Incompatible shapes for broadcasting", a list in an AttributeError,
+    warp_validity of a flow without its channel axis in "not enough values to unpack". One line
+    naming the argument, its shape and the expected one."""
+    with pytest.raises(ValueError) as e:
+        call()
+    assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_warp_shape_checks_run_at_trace_time_and_lists_and_grey_images_work():
+    """The checks read static shapes: under jit they fire when tracing; a grey ``[H, W]`` image
+    (``[B, H, W]`` batched) and Python lists are warped like their ``[..., 1]`` arrays."""
+    rng = np.random.default_rng(4)
+    img = rng.uniform(size=(2, 8, 12)).astype(np.float32)
+    flow = rng.uniform(-2, 2, (2, 8, 12, 2)).astype(np.float32)
+    ref = np.asarray(G.warp(img[..., None], flow))[..., 0]
+    np.testing.assert_array_equal(np.asarray(jax.jit(G.warp)(img, flow)), ref)
+    np.testing.assert_array_equal(np.asarray(G.warp(img[0], flow[0])), ref[0])
+    np.testing.assert_array_equal(np.asarray(G.warp(img[0].tolist(), flow[0].tolist())), ref[0])
+    with pytest.raises(ValueError, match=r"^warp: image has shape \(2, 8, 11\)"):
+        jax.jit(G.warp)(img[..., :11], flow)
+
+
 def test_fit_homography_recovers_h_with_mask_and_nan():
     rng = np.random.default_rng(3)
     h, w = 60, 96

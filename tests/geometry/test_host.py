@@ -78,6 +78,24 @@ def test_warp_of_a_shift_is_exact_and_nan_flow_gives_zero():
         host.warp(img[:10], flow)
 
 
+@pytest.mark.parametrize("call, message", [
+    (lambda: host.warp(np.ones((2, 16, 16, 3)), np.zeros((16, 16, 2))),
+     "warp: image has shape (2, 16, 16, 3) but flow has shape (16, 16, 2); expected image (16, 16) or (16, 16, C)"),
+    (lambda: host.warp(np.ones((16, 16, 3)), np.zeros((16, 16, 3)), exact=False),
+     "warp: flow has shape (16, 16, 3); expected [H, W, 2] (one flow, (u, v) per pixel)"),
+    (lambda: host.warp(np.ones((2, 16, 16, 3)), np.zeros((2, 16, 16, 2))), "warp: flow has shape (2, 16, 16, 2)"),
+    (lambda: host.warp([[1.0, 2.0], [3.0]], np.zeros((2, 2, 2))), "warp: image must be an array of numbers"),
+    (lambda: host.warp_validity(np.zeros((16, 16))), "warp_validity: flow has shape (16, 16); expected [H, W, 2]"),
+])
+def test_host_warp_refuses_shapes_that_do_not_fit_in_one_line(call, message):
+    """POOR (issue 63): a batched image was blamed as "image is (2, 16) but flow is (16, 16)", and
+    with ``exact=False`` a 3-channel flow was warped without a word. One line naming the
+    argument, its shape and the expected one."""
+    with pytest.raises(ValueError) as e:
+        call()
+    assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
 def test_homography_flow_against_opencv_and_jax():
     H = np.array([[1.02, 0.03, 4.0], [-0.02, 0.98, -3.0], [1e-4, -2e-4, 1.0]])
     h, w = 40, 56

@@ -168,6 +168,45 @@ def test_unreadable_inputs(tmp_path):
         official.load_released(empty)
 
 
+def test_a_basis_of_another_rank_is_refused_naming_the_file_the_key_and_the_shape(fixture_path, tmp_path):
+    """POOR (issue 63): a rank-5 basis ended in numpy's "axes don't match array" (the .npz key
+    'basis'), "cannot reshape array of size ..." or an IndexError traceback, exit 1 (the state
+    dict's h_net.basis). One line naming the file, the key, the shape and the expected one;
+    exit 2 from the command line, nothing written."""
+    data = dict(np.load(fixture_path))
+    sd_basis = data["sd/h_net.basis"]  # [1, 24, 2*128*256]
+    planes = sd_basis.reshape(24, 2, 128, 256)
+    rank5 = tmp_path / "rank5.npz"
+    np.savez(rank5, **data, basis=planes[None])
+    rc, stdout, stderr = _import_cli(rank5, "-o", tmp_path / "ck")
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("error: ")]
+    assert rc == 2 and "Traceback" not in stderr and len(lines) == 1, stderr
+    assert lines[0] == (f"error: {rank5}: the array 'basis' has shape [1, 24, 2, 128, 256]; expected [N, 2, H, W] "
+                        "(N basis fields, each its u and v planes on the H x W network grid)"), lines[0]
+    assert not (tmp_path / "ck").exists()
+    cases = {
+        "basis_rank3": ({"basis": planes[:, 0]}, "the array 'basis' has shape [24, 128, 256]; expected [N, 2, H, W]"),
+        "sd_rank5": ({"sd/h_net.basis": sd_basis.reshape(1, 24, 2, 128, 256)},
+                     "released weight h_net.basis has shape [1, 24, 2, 128, 256]; expected [1, N, 2*H*W] (N basis "
+                     "fields, each the u plane then the v plane of the H x W network grid; here [1, N, 65536] for "
+                     "128x256)"),
+        "sd_rank1": ({"sd/h_net.basis": sd_basis.ravel()}, "released weight h_net.basis has shape [1572864]; expected"),
+        "sd_two": ({"sd/h_net.basis": np.concatenate([sd_basis, sd_basis])}, "h_net.basis has shape [2, 24, 65536]"),
+        "sd_strings": ({"sd/h_net.basis": np.array(["a"])}, "released weight h_net.basis does not hold real numbers"),
+    }
+    for name, (change, words) in cases.items():
+        path = tmp_path / f"{name}.npz"
+        np.savez(path, **{**data, **change})
+        with pytest.raises(ValueError) as e:
+            importing.import_released(path, tmp_path / name)
+        assert str(e.value).startswith(f"{path}: ") and words in str(e.value) and "\n" not in str(e.value), str(e.value)
+        assert not (tmp_path / name).exists()
+    # the release's own layout, and [N, 2*H*W] without the leading 1, still import
+    two_d = tmp_path / "two_d.npz"
+    np.savez(two_d, **{**data, "sd/h_net.basis": sd_basis[0]})
+    assert importing.import_released(two_d, tmp_path / "ok")[2] == (24, 128, 256, 2)
+
+
 def _import_cli(*args):
     """Runs tools/import_official_checkpoint.py as users do: (exit status, stdout, stderr)."""
     r = subprocess.run([sys.executable, str(ROOT / "tools" / "import_official_checkpoint.py"), *map(str, args)],

@@ -301,6 +301,44 @@ def test_at_size_keeps_the_coarsest_level_and_the_samples_per_level():
         R.RefineConfig.at_size(100)
 
 
+def test_fit_to_gives_a_small_pair_the_levels_it_allows():
+    """RefineConfig.fit_to (what the Predictor's refiner applies to each pair; issue 63): a
+    config set for a larger size is carried down as at_size builds it (the oracle: at_size of
+    the pair's size, the rule --refine-size uses), then no level under MIN_COARSEST px; configs
+    that fit are returned as they are; the result is idempotent and a valid config."""
+    base = R.RefineConfig()
+    assert base.fit_to(64) is base and base.fit_to(5000) is base  # 16 px coarsest: fits
+    big = R.RefineConfig.at_size(4608)
+    assert big.fit_to(4608) is big
+    for longest, like in ((192, 288), (288, 288), (700, 700), (1200, 1152)):
+        fit, want = big.fit_to(longest), R.RefineConfig.at_size(like)
+        assert (fit.levels, fit.iterations, fit.strides, fit.active) == (want.levels, want.iterations, want.strides,
+                                                                       want.active), longest
+        assert fit.max_size == longest and fit.fit_to(longest) is fit  # refined at the pair's size; idempotent
+    assert R.RefineConfig.at_size(1152).fit_to(64).levels == 3
+    tiny = base.fit_to(24)  # 24 / 4 = 6 px < 8: two levels; the finest refines what the config's finest does
+    assert (tiny.levels, tiny.iterations, tiny.strides, tiny.active) == (2, (8, 10), (1, 2), (base.active[0], "all"))
+    assert base.fit_to(12).levels == 1 and base.fit_to(12).active == ("all",)
+    five = R.RefineConfig(levels=5, iterations=(8, 10, 10, 10, 10), strides=(1,) * 5, active=("all",) * 5,
+                          select_after=4, starts=("network", "zero"))
+    assert (five.fit_to(64).levels, five.fit_to(64).select_after) == (4, 3)  # 64 / 8 = 8 px: four levels
+    assert five.fit_to(128) is five
+
+
+def test_levels_a_small_image_cannot_hold_are_refused_by_the_solver_in_one_line():
+    """POOR (issue 63): levels halving an image below 2 px ended in JAX's "Shape of array too
+    small to calculate a numerical gradient" (at_size(4608) on a 64 px pair, through the
+    Predictor). The solver called directly refuses them naming the size and the levels; the
+    Predictor refines with the levels the pair allows (below)."""
+    cfg = R.RefineConfig.at_size(4608)
+    img = np.zeros((12, 16), np.float32)
+    message = ("refinement: a 16x12 image halved 6 times (RefineConfig levels=7) is 1x1 px at its coarsest level, "
+               "under 2 px a side: give fewer levels (RefineConfig.fit_to(16) gives 2)")
+    with pytest.raises(ValueError) as e:
+        R.refine_motion(img, img, np.zeros((12, 12, 16, 2), np.float32), np.zeros((1, 12), np.float32), cfg)
+    assert str(e.value) == message
+
+
 def _block_std(g, block=8):
     """noise_ratio's denominator in numpy: the median standard deviation over 8x8 blocks."""
     h, w = (g.shape[0] // block) * block, (g.shape[1] // block) * block
@@ -383,6 +421,24 @@ def test_predictor_refines_by_default_and_keeps_the_network_result(shipped):
 
 
 @pytest.mark.slow  # compiles the refinement again for the turned size (about 25 s on 2 cores)
+def test_predictor_refines_a_small_pair_with_the_levels_it_allows(shipped):
+    """POOR (issue 63): RefineConfig.at_size(4608) on a 64x64 pair built 7 levels, the coarsest
+    1 px, and ended in JAX's words; at_size(1152) (5 levels) fell back to the network silently
+    (its finer levels sample every 8th and 16th pixel: 4 to 8 samples a row; EPE 1.57 px
+    against the true homography, the network's 1.53). The refiner now uses the levels the pair
+    allows (RefineConfig.fit_to), with a note. Oracle: the homography the pair was made with."""
+    rng = np.random.default_rng(4)
+    img1, img2, Ht = fx.make_pair(rng, 64, 64, jitter=6.0)
+    truth = fx.homography_flow(Ht, 64, 64)
+    out = shipped(img1, img2, refine=R.RefineConfig.at_size(4608))
+    info = out["refine_info"]
+    assert info["note"].startswith("a 64x64 pair is too small for the refinement's 7 pyramid levels (set for 4608 px; "
+                                   "the coarsest would be 1 px): refined with 3, the settings of its coarsest ones"), info
+    assert info["improved"] == [True, True] and [len(i) for i in info["iterations"]] == [3, 3]
+    e = lambda f: float(np.linalg.norm(f - truth, axis=-1)[6:-6, 6:-6].mean())  # noqa: E731
+    assert e(out["net_flow_f"]) > 1.0 and e(out["flow_f"]) < 0.1, (e(out["net_flow_f"]), e(out["flow_f"]))
+
+
 def test_predictor_turned_pair_gives_the_turned_motion(shipped):
     """Portrait input: the same pair turned by 90 degrees gives the same refined motion, turned
     (the default tier checks the network's portrait path in test_estimate)."""

@@ -155,10 +155,6 @@ OLD_MODULE_NAMES = {
     "train_signals": "camflow_jax.training.signals", "train_state": "camflow_jax.training.state",
     "train_steps": "camflow_jax.training.steps", "trainer": "camflow_jax.training.loop",
 }
-#: Aliases in files this check cannot change yet (path -> alias); each must still exist, so the
-#: entry goes when the import is fixed. refine/pairs.py: another branch edits refine/ (its
-#: ``cache as compile_cache``: import ``cache`` and call ``cache.enable()``).
-PENDING_ALIASES = {"camflow_jax/refine/pairs.py": {"compile_cache"}}
 
 
 def project_module_names() -> set[str]:
@@ -196,9 +192,7 @@ def test_no_import_takes_the_name_of_an_old_or_another_module():
     files = [*(ROOT / "camflow_jax").rglob("*.py"), *(ROOT / "tools").rglob("*.py"), *(ROOT / "tests").rglob("*.py")]
     sources = {str(p.relative_to(ROOT)): p.read_text() for p in sorted(files)}
     found = misleading_aliases(sources, project_module_names())
-    pending = [f for f in found if f.rsplit(" as ", 1)[1] in PENDING_ALIASES.get(f.split(":")[0], ())]
-    assert sorted(set(found) - set(pending)) == []
-    assert {f.split(":")[0] for f in pending} == set(PENDING_ALIASES), (pending, "fixed: drop its PENDING_ALIASES entry")
+    assert found == []
 
 
 def test_the_alias_check_catches_an_old_name_and_allows_a_disambiguation():
