@@ -48,6 +48,7 @@ class AdaptConfig:
     synthetic_share: float = 0.3  # weight of the synthetic loss in the step's loss
     synthetic_pool: int = 48  # synthetic pairs rendered once and cycled through
     trainable: str = "all"
+    average: float = 0.95  # decay of the running average of the weights returned at the end (0: the last step's)
     seed: int = 0
 
     def __post_init__(self):
@@ -61,10 +62,23 @@ class AdaptConfig:
             raise ValueError("batch_size must be >= 1, synthetic_batch >= 0 and synthetic_pool >= 1")
         if not 0 <= self.synthetic_share < 1:
             raise ValueError(f"synthetic_share must be in [0, 1), got {self.synthetic_share}")
+        if not 0 <= self.average < 1:
+            raise ValueError(f"average must be in [0, 1) (0: no running average), got {self.average}")
 
 
 def _path(p) -> str:
     return "/".join(str(getattr(k, "key", getattr(k, "name", k))) for k in p)
+
+
+@jax.jit
+def _averaged(avg, params, decay):
+    return jax.tree.map(lambda a, p: decay * a + (1 - decay) * p, avg, params)
+
+
+def average_decay(step: int, decay: float) -> float:
+    """The running average's decay after ``step`` steps: ``decay``, but at most ``(1 + step) /
+    (10 + step)``, so that the first steps are not averaged with the starting weights for long."""
+    return min(decay, (1 + step) / (10 + step))
 
 
 def trainable_mask(params, choice: str):
@@ -207,6 +221,7 @@ def finetune(model, variables, static, sigmas, footage: Footage, labels, train_i
 
         bar = tqdm(total=int(round(cfg.seconds)) if not cfg.max_steps else cfg.max_steps,
                    desc="adapting", unit="s" if not cfg.max_steps else "step", file=sys.stderr, dynamic_ncols=True)
+    avg = params if cfg.average else None
     try:
         step = 0
         while True:
@@ -224,6 +239,8 @@ def finetune(model, variables, static, sigmas, footage: Footage, labels, train_i
                 syn = {k: getattr(synthetic, k)[s] for k in ("g1", "g2", "flow_f", "flow_b", "depth1", "depth2", "K")}
             params, opt_state, terms = step_fn(params, opt_state, batch_stats, real, syn)
             step += 1
+            if avg is not None:
+                avg = _averaged(avg, params, np.float32(average_decay(step, cfg.average)))
             if step % 10 == 0 or step == 1:
                 history["log"].append({"step": step, "time": time.perf_counter() - t0,
                                        **{k: float(v) for k, v in jax.device_get(terms).items()}})
@@ -240,4 +257,4 @@ def finetune(model, variables, static, sigmas, footage: Footage, labels, train_i
         if bar is not None:
             bar.close()
     history.update(steps=step, seconds=time.perf_counter() - t0, pairs_learned=len(idx))
-    return {"params": params, "batch_stats": batch_stats}, history
+    return {"params": params if avg is None else avg, "batch_stats": batch_stats}, history

@@ -304,3 +304,23 @@ def test_spread_orders_pairs_coarse_to_fine():
     assert sorted(order) == list(range(40))
     assert order[:3] == [0, 16, 32] and order[3:8] == [8, 24, 4, 12, 20]  # every 16th, the 8ths between, ...
     assert max(np.diff(sorted(order[:10]))) <= 8  # any prefix covers the footage evenly
+
+
+def test_the_weights_running_average_against_a_numpy_loop():
+    """The running average ``finetune`` returns with ``AdaptConfig(average=d)``: after each step
+    a <- b a + (1 - b) p with b = min(d, (1 + step) / (10 + step)), started at the first weights
+    (numpy loop over a known sequence of weights); 0 is refused nowhere and 1 is refused."""
+    rng = np.random.default_rng(0)
+    seq = [{"w": rng.normal(size=(3, 2)).astype(np.float32), "b": rng.normal(size=(2,)).astype(np.float32)}
+           for _ in range(30)]
+    avg, ref = seq[0], {k: v.astype(np.float64) for k, v in seq[0].items()}
+    for step, p in enumerate(seq[1:], start=1):
+        b = ft.average_decay(step, 0.95)
+        assert b == pytest.approx(min(0.95, (1 + step) / (10 + step)))
+        avg = ft._averaged(avg, p, np.float32(b))
+        ref = {k: b * ref[k] + (1 - b) * p[k] for k in ref}
+    for k in ref:
+        np.testing.assert_allclose(np.asarray(avg[k]), ref[k], rtol=1e-5, atol=1e-6)
+    ft.AdaptConfig(average=0.0)
+    with pytest.raises(ValueError, match="average must be in"):
+        ft.AdaptConfig(average=1.0)

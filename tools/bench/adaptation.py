@@ -114,6 +114,8 @@ def main(argv=None) -> int:
     p.add_argument("--lr", type=float, default=ft.AdaptConfig().learning_rate)
     p.add_argument("--trainable", default=ft.AdaptConfig().trainable, choices=sorted(ft.TRAINABLE))
     p.add_argument("--synthetic", type=int, default=ft.AdaptConfig().synthetic_batch)
+    p.add_argument("--average", type=float, default=ft.AdaptConfig().average,
+                   help="decay of the weights' running average (0: the last step's weights)")
     p.add_argument("--eval-every", type=int, default=2)
     p.add_argument("--rounds", type=int, default=0, help="self-training rounds instead of one adaptation")
     p.add_argument("--bench", type=int, default=0, help="synthetic benchmark pairs for the forgetting check")
@@ -125,7 +127,8 @@ def main(argv=None) -> int:
     test = list(range(n_train, len(clip.frames) - 1, a.eval_every))
     loaded = run.load_model()
     model, variables, static, model_config, pred0 = loaded
-    cfg = ft.AdaptConfig(learning_rate=a.lr, trainable=a.trainable, max_steps=a.steps, synthetic_batch=a.synthetic)
+    cfg = ft.AdaptConfig(learning_rate=a.lr, trainable=a.trainable, max_steps=a.steps, synthetic_batch=a.synthetic,
+                          average=a.average)
     train = [Clip(a.clip, clip.frames[:n_train], fps)]
     res = {"args": vars(a), "machine": timing.host_info(), "load_before": timing.load_average()}
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
