@@ -16,7 +16,8 @@ believed (docs/estimation.md, "Plausibility checks"):
   alignment, at a coarse scale, below :data:`MIN_CORRELATION`), the answer is replaced by the
   identity with ``fallback`` set and a note that names the estimator, the measure, its value and
   the threshold. This catches pairs no motion of the estimator's span can align (unrelated
-  images, an image against itself turned 180 degrees or mirrored, for CamFlow's bases), whose
+  images, an image against itself mirrored, for CamFlow's bases; a 180-degree turn is found when
+  the Predictor's retry starts from the feature homography), whose
   best fit is still a little better than no motion.
 
 :class:`camflow_jax.estimators.registry.Estimator` applies them on every call; ``Estimator.raw`` skips
