@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from camflow_jax.geometry.host import in_frame
+from camflow_jax.geometry.host import in_frame, real_array
 
 __all__ = [
     "pixel_grid",
@@ -225,18 +225,10 @@ def sample_bilinear(image: jax.Array, x: jax.Array, y: jax.Array, mode: str = "z
 
 
 def _array(fn: str, name: str, x) -> jax.Array:
-    """``x`` as an array: JAX arrays (traced ones too) as they are, numpy arrays and Python lists
-    converted; lists of rows of different lengths, strings and objects are a ValueError naming
-    ``fn`` and the argument (instead of numpy's or JAX's words)."""
-    if isinstance(x, jax.Array):
-        return x
-    try:
-        a = np.asarray(x)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{fn}: {name} must be an array of numbers (nested lists of different lengths?)") from e
-    if a.dtype.kind not in "biuf":
-        raise ValueError(f"{fn}: {name} must hold real numbers, got dtype {a.dtype} (shape {a.shape})")
-    return jnp.asarray(a)
+    """``x`` as an array: JAX arrays (traced ones too) as they are, anything else checked by
+    :func:`camflow_jax.geometry.host.real_array` (ragged lists, strings, objects: a ValueError
+    naming ``fn`` and the argument) and converted."""
+    return x if isinstance(x, jax.Array) else jnp.asarray(real_array(fn, name, x))
 
 
 def _check_flow(fn: str, flow, name: str = "flow", any_batch: bool = False) -> jax.Array:

@@ -26,7 +26,7 @@ import cv2
 import numpy as np
 
 __all__ = ["in_frame", "gray", "pixel_grid", "warp", "warp_validity", "homography_flow", "resize_flow",
-           "resize_intrinsics", "crop_intrinsics", "constant_value"]
+           "resize_intrinsics", "crop_intrinsics", "constant_value", "real_array"]
 
 
 def gray(img) -> np.ndarray:
@@ -81,9 +81,10 @@ def pixel_grid(h: int, w: int, dtype=np.float64) -> tuple[np.ndarray, np.ndarray
     return xs, ys
 
 
-def _array(fn: str, name: str, x) -> np.ndarray:
+def real_array(fn: str, name: str, x) -> np.ndarray:
     """``x`` as a numpy array of real numbers (lists converted), or a ValueError naming ``fn`` and
-    the argument: lists of rows of different lengths, strings, objects, complex numbers."""
+    the argument: lists of rows of different lengths, strings, objects, complex numbers (also
+    :mod:`.device`'s check for what is not a JAX array)."""
     try:
         a = np.asarray(x)
     except (TypeError, ValueError) as e:
@@ -95,7 +96,7 @@ def _array(fn: str, name: str, x) -> np.ndarray:
 
 def _check_flow(fn: str, flow) -> np.ndarray:
     """``flow`` as a numpy array ``[H, W, 2]``, or a ValueError naming ``fn`` and its shape."""
-    flow = _array(fn, "flow", flow)
+    flow = real_array(fn, "flow", flow)
     if flow.ndim != 3 or flow.shape[-1] != 2:
         raise ValueError(f"{fn}: flow has shape {flow.shape}; expected [H, W, 2] (one flow, (u, v) per pixel)")
     return flow
@@ -126,7 +127,7 @@ def warp(image: np.ndarray, flow: np.ndarray, *, exact: bool = True) -> np.ndarr
     validity rule; 10-40x faster, for measurements that need no more (the plausibility checks).
     """
     flow = _check_flow("warp", flow)
-    image = _array("warp", "image", image)
+    image = real_array("warp", "image", image)
     h, w = flow.shape[:2]
     if image.ndim not in (2, 3) or image.shape[:2] != (h, w):
         raise ValueError(f"warp: image has shape {image.shape} but flow has shape {flow.shape}; expected image "

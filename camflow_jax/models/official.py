@@ -210,13 +210,7 @@ def _real_numbers(what: str, value) -> np.ndarray:
 
 def _weight(key: str, value) -> np.ndarray:
     """A released weight as float32, or a ValueError naming its state-dict key."""
-    try:
-        arr = np.asarray(value)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"released weight {key} is not an array ({e})") from None
-    if arr.dtype.kind not in "biuf":
-        raise ValueError(f"released weight {key} does not hold real numbers (dtype {arr.dtype})")
-    arr = arr.astype(np.float32)
+    arr = _real_numbers(f"released weight {key}", value)
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"released weight {key} contains NaN or infinite values")
     return arr
