@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"which parameters learn (default {d.trainable})")
     p.add_argument("--no-synthetic", action="store_true",
                    help="learn from the footage alone (no synthetic pairs mixed in against forgetting)")
+    p.add_argument("--occluders", type=harness.finite_float, default=d.occluders,
+                   help=f"share of footage pairs given a pasted moving object while learning, so that the network "
+                        f"learns to ignore objects that move by themselves (default {d.occluders:g})")
     p.add_argument("--holdout", type=harness.finite_float, default=0.125,
                    help="share of the pairs kept apart to check on (default 0.125, every 8th pair)")
     p.add_argument("--split-by-time", action="store_true",
@@ -84,12 +87,15 @@ def _run(args) -> int:
         raise ValueError(f"--holdout must be a share in (0, 1), got {args.holdout:g}")
     if args.lr <= 0:
         raise ValueError(f"--lr must be > 0, got {args.lr:g}")
+    if not 0 <= args.occluders <= 1:
+        raise ValueError(f"--occluders must be a share in [0, 1], got {args.occluders:g}")
     from camflow_jax.adaptation import run
     from camflow_jax.adaptation.finetune import AdaptConfig
     from camflow_jax.io import interrupt
 
     config = AdaptConfig(learning_rate=args.lr, trainable=args.trainable, max_steps=args.steps,
-                         synthetic_batch=0 if args.no_synthetic else AdaptConfig().synthetic_batch)
+                         synthetic_batch=0 if args.no_synthetic else AdaptConfig().synthetic_batch,
+                         occluders=args.occluders)
 
     def log(m):
         print(m, file=sys.stderr, flush=True)

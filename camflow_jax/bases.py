@@ -314,17 +314,6 @@ def _clean_depth(depth: jax.Array, min_depth_ratio: float) -> jax.Array:
     return jnp.clip(d, min_depth_ratio, _MAX_DEPTH_RATIO)
 
 
-def _as_array(fn: str, name: str, x):
-    """``x`` as it is when it is a JAX or numpy array (traced too), else converted by numpy; ragged
-    nested lists are a ValueError naming ``fn`` and the argument."""
-    if isinstance(x, (jax.Array, np.ndarray)):
-        return x
-    try:
-        return np.asarray(x)
-    except (TypeError, ValueError) as e:  # ragged nested lists
-        raise ValueError(f"{fn}: {name} must be an array of numbers (nested lists of different lengths?)") from e
-
-
 def _check_depth_dtype(fn: str, depth) -> None:
     """ValueError in our words unless ``depth`` holds real numbers (static: free under jit)."""
     kind = np.dtype(depth.dtype).kind
@@ -339,7 +328,7 @@ def _depth_map(fn: str, depth):
     """``depth`` as a float32 ``[H, W]`` array (JAX, traced or not), or a ValueError in our words
     naming ``fn``: ragged lists, strings, Python objects, booleans (a mask), complex numbers,
     another rank, an empty map. Static properties only (dtype, shape): free under ``jax.jit``."""
-    depth = _as_array(fn, "depth", depth)
+    depth = checks.as_array(fn, "depth", depth)
     _check_depth_dtype(fn, depth)
     if depth.ndim != 2 or 0 in depth.shape:
         raise ValueError(f"{fn}: depth has shape {tuple(depth.shape)}; expected [H, W] (one depth per pixel; "
@@ -391,7 +380,7 @@ def depth_translational_components(depth, K, sigmas: Sequence[float] | None = No
     test-time refinement uses, which refines the coefficients anyway; the network's bases keep
     the exact scales)."""
     depth = _depth_map("depth_translational_bases", depth)
-    K = _real_array("depth_translational_bases", "K", K)
+    K = checks.real_array("depth_translational_bases", "K", K)
     if tuple(K.shape) != (4,):
         raise ValueError(f"depth_translational_bases: K has shape {tuple(K.shape)}; expected (4,): (fx, fy, cx, cy)")
     K = jnp.asarray(K, jnp.float32)
@@ -466,7 +455,7 @@ def hybrid_bases(h: int, w: int, depth=None, K=None, *, num_homography: int = 12
         return static
     if K is None:
         raise ValueError("hybrid_bases: depth bases need intrinsics K = (fx, fy, cx, cy)")
-    depth = _as_array("hybrid_bases", "depth", depth)
+    depth = checks.as_array("hybrid_bases", "depth", depth)
     _check_depth_dtype("hybrid_bases", depth)
     if depth.ndim not in (2, 3) or tuple(depth.shape[-2:]) != (h, w):
         raise ValueError(f"hybrid_bases: depth has shape {tuple(depth.shape)}; expected ({h}, {w}) or (B, {h}, {w}) "
@@ -474,7 +463,7 @@ def hybrid_bases(h: int, w: int, depth=None, K=None, *, num_homography: int = 12
     sigmas = check_depth_sigmas(default_depth_sigmas(w) if sigmas is None else sigmas, "hybrid_bases: sigmas",
                                 max(h, w))
     if depth.ndim == 3:
-        K = _real_array("hybrid_bases", "K", K)
+        K = checks.real_array("hybrid_bases", "K", K)
         if tuple(K.shape) == (4,):  # one camera for every map
             K = jnp.broadcast_to(jnp.asarray(K), (depth.shape[0], 4))
         if tuple(K.shape) != (depth.shape[0], 4):
@@ -486,17 +475,6 @@ def hybrid_bases(h: int, w: int, depth=None, K=None, *, num_homography: int = 12
     return jnp.concatenate([static, depth_translational_bases(depth, K, sigmas)], axis=0)
 
 
-def _real_array(fn: str, name: str, x):
-    """``x`` as an array of real numbers: JAX and numpy arrays (traced ones too) as they are,
-    anything else (Python lists, scalars) converted by numpy. Ragged lists, strings, Python
-    objects, complex and boolean arrays are a ValueError naming ``fn`` and the argument."""
-    x = _as_array(fn, name, x)
-    kind = np.dtype(x.dtype).kind
-    if kind not in "iuf" and str(x.dtype) != "bfloat16":
-        raise ValueError(f"{fn}: {name} must hold real numbers, got dtype {x.dtype} (shape {tuple(x.shape)})")
-    return x
-
-
 def combine(coeffs: jax.Array, bases: jax.Array) -> jax.Array:
     """Motion ``sum_k coeffs[..., k] * bases[k]``.
 
@@ -506,8 +484,8 @@ def combine(coeffs: jax.Array, bases: jax.Array) -> jax.Array:
     Python lists are converted; integer coefficients compute in the bases' float type. Shapes
     that do not fit are a ValueError naming the argument, its shape and the expected one,
     raised when the call is traced (static shapes: free under ``jax.jit``)."""
-    coeffs = _real_array("combine", "coefficients", coeffs)
-    bases = _real_array("combine", "bases", bases)
+    coeffs = checks.real_array("combine", "coefficients", coeffs)
+    bases = checks.real_array("combine", "bases", bases)
     if bases.ndim not in (4, 5) or bases.shape[-1] != 2:
         raise ValueError(f"combine: bases has shape {tuple(bases.shape)}; expected [N, h, w, 2] (N basis fields of "
                          "(u, v) per pixel) or a basis set per sample [B, N, h, w, 2]")

@@ -6,6 +6,8 @@
   weights from what the refinement trusts), cached on disk with checksums;
 * :mod:`.finetune`: the network fine-tuned on the labels, mixed with synthetic pairs with exact
   labels, within a time budget, BatchNorm frozen;
+* :mod:`.occluders`: moving patches pasted into footage pairs while fine-tuning, so that the
+  network learns to ignore objects that move by themselves;
 * :mod:`.run`: the whole ``adapt`` job (label, split, fine-tune, report, save a checkpoint that
   every tool accepts with ``--checkpoint``) and self-training rounds (label, train, relabel).
 

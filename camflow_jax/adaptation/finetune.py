@@ -23,10 +23,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from camflow_jax.adaptation import occluders
 from camflow_jax.models import basis_set
 from camflow_jax.models.camflow import preprocess
 
-__all__ = ["AdaptConfig", "TRAINABLE", "Footage", "SyntheticPool", "finetune", "network_flows", "trainable_mask"]
+__all__ = ["AdaptConfig", "TRAINABLE", "Footage", "SyntheticPool", "finetune", "footage_batch", "network_flows", "trainable_mask"]
 
 #: What may be trained: parameter-path prefixes per choice (docs/adaptation.md says which was
 #: measured best). The shallow feature net and the mask net are never trained here.
@@ -49,6 +50,7 @@ class AdaptConfig:
     synthetic_pool: int = 48  # synthetic pairs rendered once and cycled through
     trainable: str = "all"
     average: float = 0.95  # decay of the running average of the weights returned at the end (0: the last step's)
+    occluders: float = 0.0  # share of footage pairs given a pasted moving occluder (camflow_jax.adaptation.occluders)
     seed: int = 0
 
     def __post_init__(self):
@@ -64,6 +66,8 @@ class AdaptConfig:
             raise ValueError(f"synthetic_share must be in [0, 1), got {self.synthetic_share}")
         if not 0 <= self.average < 1:
             raise ValueError(f"average must be in [0, 1) (0: no running average), got {self.average}")
+        if not 0 <= self.occluders <= 1:
+            raise ValueError(f"occluders must be a share in [0, 1], got {self.occluders}")
 
 
 def _path(p) -> str:
@@ -190,6 +194,22 @@ def network_flows(model, variables, footage: Footage, pairs, batch: int = 8) -> 
     return np.concatenate(ff), np.concatenate(fb)
 
 
+def footage_batch(footage: Footage, labels, clip: int, pick, rng: np.random.Generator, occluded: float = 0.0) -> dict:
+    """One step's footage batch: the images of the labelled pairs ``pick`` (indices into
+    ``labels``, all of clip ``clip``), their label coefficients and weights, the clip's bases.
+    Each pair gets, with probability ``occluded``, a moving occluder cut from a random frame of
+    the clip (:mod:`camflow_jax.adaptation.occluders`); its label stays the camera's motion."""
+    g = footage.gray[clip]
+    g1 = np.stack([g[labels.pairs[i][1]] for i in pick])
+    g2 = np.stack([g[labels.pairs[i][2]] for i in pick])
+    for j in range(len(pick)):
+        if occluded and rng.uniform() < occluded:
+            g1[j], g2[j] = occluders.occlude(g1[j], g2[j], g[rng.integers(len(g))], rng)
+    return {"g1": g1, "g2": g2, "cf": labels.coeffs_f[pick], "cb": labels.coeffs_b[pick],
+            "wf": np.stack([labels.weights(i)[0] for i in pick]), "wb": np.stack([labels.weights(i)[1] for i in pick]),
+            "bases": footage.bases[clip]}
+
+
 def finetune(model, variables, static, sigmas, footage: Footage, labels, train_idx, cfg: AdaptConfig,
              synthetic: SyntheticPool | None = None, *, progress: bool = True, stop=None) -> tuple[dict, dict]:
     """``(variables, history)``: the model's ``variables`` fine-tuned on the kept labels among
@@ -227,12 +247,7 @@ def finetune(model, variables, static, sigmas, footage: Footage, labels, train_i
         while True:
             c = clips[rng.choice(len(clips), p=share / share.sum())]
             pick = rng.choice(by_clip[c], size=cfg.batch_size, replace=len(by_clip[c]) < cfg.batch_size)
-            g = footage.gray[c]
-            wf = np.stack([labels.weights(i)[0] for i in pick])
-            wb = np.stack([labels.weights(i)[1] for i in pick])
-            real = {"g1": np.stack([g[labels.pairs[i][1]] for i in pick]), "g2": np.stack([g[labels.pairs[i][2]] for i in pick]),
-                    "cf": labels.coeffs_f[pick], "cb": labels.coeffs_b[pick], "wf": wf, "wb": wb,
-                    "bases": footage.bases[c]}
+            real = footage_batch(footage, labels, c, pick, rng, cfg.occluders)
             syn = None
             if use_syn:
                 s = rng.choice(len(synthetic.g1), size=cfg.synthetic_batch, replace=False)

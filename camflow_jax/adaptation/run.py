@@ -251,7 +251,8 @@ def self_train_config(config, workdir, log=print) -> list[dict]:
     st = config.selftrain
     clips = read_clips(footage_inputs(st.footage), int(st.max_frames))
     adapt_cfg = ft.AdaptConfig(learning_rate=float(st.learning_rate), trainable=str(st.trainable),
-                               synthetic_batch=int(st.synthetic_batch), seed=int(config.seed))
+                               synthetic_batch=int(st.synthetic_batch), occluders=float(st.occluders),
+                               seed=int(config.seed))
     return self_train(clips, workdir, rounds=int(st.rounds), checkpoint=config.init_from or None,
                       minutes=float(st.minutes), log=log, config=adapt_cfg, holdout=float(st.holdout),
                       split_by_time=True)

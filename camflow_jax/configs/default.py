@@ -6,8 +6,12 @@ config: an unknown key is an error, not a silent new field.
 
 import ml_collections
 
+from camflow_jax.adaptation.finetune import AdaptConfig
+from camflow_jax.adaptation.run import DEFAULT_MINUTES
 from camflow_jax.models import precision
 from camflow_jax.models.config import NETWORK_FIELDS, ModelConfig
+
+_ADAPT = AdaptConfig()
 
 #: Keys whose value must be one of a few names (``configs.check`` refuses any other, like a
 #: value of the wrong type).
@@ -109,10 +113,12 @@ def get_config() -> ml_collections.ConfigDict:
         rounds=0,               # 0: ordinary training
         footage="",             # a video, a folder of frames, or a folder of videos / frame folders
         max_frames=300,         # frames read from each input
-        minutes=4.5,            # each round's budget, labels included
-        learning_rate=3e-4,
-        trainable="all",        # camflow_jax.adaptation.finetune.TRAINABLE
-        synthetic_batch=2,      # synthetic pairs per step, against forgetting (0: none)
+        minutes=DEFAULT_MINUTES,  # each round's budget, labels included
+        # the fine-tuning's settings default to adapt's (camflow_jax.adaptation.finetune.AdaptConfig)
+        learning_rate=_ADAPT.learning_rate,
+        trainable=_ADAPT.trainable,  # camflow_jax.adaptation.finetune.TRAINABLE
+        synthetic_batch=_ADAPT.synthetic_batch,  # synthetic pairs per step, against forgetting (0: none)
+        occluders=_ADAPT.occluders,  # share of footage pairs given a moving occluder
         holdout=0.25,           # the last share of each clip: scored, never learned from
     ))
     return c

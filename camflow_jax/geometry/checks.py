@@ -27,6 +27,30 @@ MAX_AREA_CHANGE = 1e3
 MIN_CORNER_DENOMINATOR = 0.05
 
 
+def as_array(fn: str, name: str, x):
+    """``x`` as an array: numpy and JAX arrays (traced ones too) as they are, anything else (lists,
+    scalars) converted by numpy; ragged nested lists are a ValueError naming ``fn`` and the
+    argument."""
+    if hasattr(x, "dtype") and hasattr(x, "shape"):
+        return x
+    try:
+        return np.asarray(x)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{fn}: {name} must be an array of numbers (nested lists of different lengths?)") from e
+
+
+def real_array(fn: str, name: str, x, *, booleans: bool = False):
+    """``x`` as an array of real numbers (:func:`as_array`): integer and floating dtypes, bfloat16
+    included, and booleans where ``booleans`` (a mask warped as an image). Strings, Python
+    objects and complex numbers are a ValueError naming ``fn`` and the argument. The dtype alone
+    decides: free under ``jax.jit``. The one rule of the library's array arguments."""
+    x = as_array(fn, name, x)
+    dt = np.dtype(x.dtype)
+    if not (dt.kind in "iuf" or dt.name == "bfloat16" or (booleans and dt.kind == "b")):
+        raise ValueError(f"{fn}: {name} must hold real numbers, got dtype {x.dtype} (shape {tuple(x.shape)})")
+    return x
+
+
 def check_number(name: str, value, lo: float | None = None, hi: float | None = None,
                  lo_open: bool = False) -> float:
     """``value`` as a finite float within ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``)."""

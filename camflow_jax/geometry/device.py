@@ -19,7 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from camflow_jax.geometry.host import in_frame, real_array
+from camflow_jax.geometry import checks
+from camflow_jax.geometry.host import in_frame
 
 __all__ = [
     "pixel_grid",
@@ -224,11 +225,11 @@ def sample_bilinear(image: jax.Array, x: jax.Array, y: jax.Array, mode: str = "z
     return out.astype(image.dtype)
 
 
-def _array(fn: str, name: str, x) -> jax.Array:
-    """``x`` as an array: JAX arrays (traced ones too) as they are, anything else checked by
-    :func:`camflow_jax.geometry.host.real_array` (ragged lists, strings, objects: a ValueError
-    naming ``fn`` and the argument) and converted."""
-    return x if isinstance(x, jax.Array) else jnp.asarray(real_array(fn, name, x))
+def _array(fn: str, name: str, x, booleans: bool = False) -> jax.Array:
+    """``x`` as a JAX array of real numbers (booleans too where ``booleans``), traced ones as they
+    are: :func:`camflow_jax.geometry.checks.real_array`'s rule, a ValueError naming ``fn`` and
+    the argument."""
+    return jnp.asarray(checks.real_array(fn, name, x, booleans=booleans))
 
 
 def _check_flow(fn: str, flow, name: str = "flow", any_batch: bool = False) -> jax.Array:
@@ -268,7 +269,7 @@ def warp(image: jax.Array, flow: jax.Array, mode: str = "zero") -> jax.Array:
     when the call is traced (static shapes: free under ``jax.jit``).
     """
     flow = _check_flow("warp", flow)
-    image = _array("warp", "image", image)
+    image = _array("warp", "image", image, booleans=True)
     lead, (h, w) = flow.shape[:-3], flow.shape[-3:-1]
     grey = image.ndim == flow.ndim - 1
     if image.ndim not in (flow.ndim, flow.ndim - 1) or image.shape[:-1 if not grey else None] != lead + (h, w):

@@ -25,6 +25,8 @@ import functools
 import cv2
 import numpy as np
 
+from camflow_jax.geometry import checks
+
 __all__ = ["in_frame", "gray", "pixel_grid", "warp", "warp_validity", "homography_flow", "resize_flow",
            "resize_intrinsics", "crop_intrinsics", "constant_value", "real_array"]
 
@@ -81,17 +83,13 @@ def pixel_grid(h: int, w: int, dtype=np.float64) -> tuple[np.ndarray, np.ndarray
     return xs, ys
 
 
-def real_array(fn: str, name: str, x) -> np.ndarray:
-    """``x`` as a numpy array of real numbers (lists converted), or a ValueError naming ``fn`` and
-    the argument: lists of rows of different lengths, strings, objects, complex numbers (also
-    :mod:`.device`'s check for what is not a JAX array)."""
-    try:
-        a = np.asarray(x)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{fn}: {name} must be an array of numbers (nested lists of different lengths?)") from e
-    if a.dtype.kind not in "biuf":
-        raise ValueError(f"{fn}: {name} must hold real numbers, got dtype {a.dtype} (shape {a.shape})")
-    return a
+def real_array(fn: str, name: str, x, booleans: bool = False) -> np.ndarray:
+    """``x`` as a numpy array of real numbers (booleans too where ``booleans``: an image may be a
+    mask) by :func:`camflow_jax.geometry.checks.real_array` (lists converted; ragged lists,
+    strings, objects, complex numbers are a ValueError naming ``fn`` and the argument); bfloat16
+    as float32 (OpenCV has no bfloat16)."""
+    a = np.asarray(checks.real_array(fn, name, x, booleans=booleans))
+    return a.astype(np.float32) if a.dtype.name == "bfloat16" else a
 
 
 def _check_flow(fn: str, flow) -> np.ndarray:
@@ -127,7 +125,7 @@ def warp(image: np.ndarray, flow: np.ndarray, *, exact: bool = True) -> np.ndarr
     validity rule; 10-40x faster, for measurements that need no more (the plausibility checks).
     """
     flow = _check_flow("warp", flow)
-    image = real_array("warp", "image", image)
+    image = real_array("warp", "image", image, booleans=True)
     h, w = flow.shape[:2]
     if image.ndim not in (2, 3) or image.shape[:2] != (h, w):
         raise ValueError(f"warp: image has shape {image.shape} but flow has shape {flow.shape}; expected image "

@@ -193,6 +193,8 @@ def validate_selftrain(st) -> None:
         raise ValueError(f"config key selftrain.holdout must be a share in (0, 1), got {st.holdout!r}")
     if st.max_frames < 3 or st.synthetic_batch < 0:
         raise ValueError("config keys selftrain.max_frames must be >= 3 and selftrain.synthetic_batch >= 0")
+    if not 0 <= st.occluders <= 1:
+        raise ValueError(f"config key selftrain.occluders must be a share in [0, 1], got {st.occluders!r}")
     if st.trainable not in TRAINABLE:
         raise ValueError(f"config key selftrain.trainable must be one of {sorted(TRAINABLE)}, got {st.trainable!r}")
 
