@@ -9,7 +9,6 @@ import pytest
 
 from camflow_jax import configs, models
 from camflow_jax.data import depth as depth_lib
-from camflow_jax.data import sources
 from camflow_jax.models import checkpoint
 from camflow_jax.training import loop, state, steps
 from helpers import ROOT
@@ -157,20 +156,6 @@ def test_depth_is_resampled_like_the_image():
     depth_lib.check_depth_aspect((301, 400), (600, 800), "x")  # rounding
     with pytest.raises(ValueError, match="d.npy: depth is 300x300"):
         depth_lib.check_depth_aspect((300, 300), (600, 800), "d.npy")
-
-
-def test_training_source_refuses_depth_of_another_aspect(tmp_path):
-    s = tmp_path / "sample_0"
-    s.mkdir()
-    img = np.zeros((60, 80, 3), np.uint8)
-    cv2.imwrite(str(s / "img1.png"), img)
-    cv2.imwrite(str(s / "img2.png"), img)
-    np.save(s / "gyro_homo.npy", np.tile(np.eye(3, dtype=np.float32), (6, 1, 1)))
-    np.save(s / "depth1.npy", np.ones((60, 60), np.float32))
-    np.save(s / "depth2.npy", np.ones((30, 40), np.float32))
-    src = sources.GhofTrain(tmp_path, "depth{}.npy")
-    with pytest.raises(ValueError, match="depth1.npy: depth is 60x60"):
-        src[0]
 
 
 def test_one_config_tree_the_checkout_files_name_the_packaged_set():

@@ -380,24 +380,6 @@ def test_missing_data_folder_is_named(tmp_path, cache):
     assert "nope" in proc.stderr and "does not exist" in proc.stderr
 
 
-def test_malformed_pseudo_label_file_is_named(tmp_path):
-    import cv2
-
-    from camflow_jax.data.sources import GhofTrain
-
-    d = tmp_path / "sample_0"
-    d.mkdir()
-    img = np.zeros((60, 80, 3), np.uint8)
-    cv2.imwrite(str(d / "img1.png"), img)
-    cv2.imwrite(str(d / "img2.png"), img)
-    np.save(d / "gyro_homo.npy", np.zeros((10, 4)))
-    with pytest.raises(ValueError, match="gyro_homo.npy"):
-        GhofTrain(tmp_path)[0]
-    (d / "img2.png").unlink()
-    with pytest.raises(FileNotFoundError, match="img2.png"):
-        GhofTrain(tmp_path)[0]
-
-
 def test_bandwise_labels_follow_each_band_homography():
     from camflow_jax.data.sources import bandwise_homography_flow
 
