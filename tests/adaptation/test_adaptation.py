@@ -195,6 +195,7 @@ def test_the_cli_refuses_bad_input_in_one_line(tmp_path):
     cases = [((folder, "-o", tmp_path / "o1"), "at least 3"),
              ((tmp_path / "missing.mp4", "-o", tmp_path / "o2"), "not found"),
              ((folder, "-o", tmp_path / "o3", "--minutes", "0"), "--minutes must be > 0"),
+             ((folder, "-o", tmp_path / "o4", "--occluders", "1.5"), "--occluders must be a share in [0, 1]"),
              ((folder, "-o", ROOT / "camflow_jax" / "models" / "weights" / "mine"), "shipped model")]
     for args, words in cases:
         r = _cli(*args)
@@ -218,6 +219,7 @@ def test_the_selftrain_config_is_checked_naming_the_key():
     c.selftrain.footage = "clips/"
     for key, value, words in (("minutes", 0.0, "selftrain.minutes must be a finite number > 0"),
                               ("holdout", 1.0, "selftrain.holdout must be a share"),
+                              ("occluders", -0.1, "selftrain.occluders must be a share"),
                               ("trainable", "most", "selftrain.trainable must be one of")):
         bad = c.copy_and_resolve_references()
         bad.selftrain[key] = value
