@@ -132,6 +132,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=0, help="self-training rounds instead of one adaptation")
     p.add_argument("--bench", type=int, default=0, help="synthetic benchmark pairs for the forgetting check")
     p.add_argument("--aloe", action="store_true")
+    p.add_argument("--save", default=None, help="also keep the adapted model in this checkpoint folder")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
     clip, fps = shaken_clip(a.clip, a.frames, a.seed)
@@ -181,6 +182,8 @@ def main(argv=None) -> int:
                                       progress=False, log=log)
         res["adapt"] = {k: v for k, v in rep.items() if k != "log"}
         res["adapt_seconds"] = time.time() - t0
+        if a.save:
+            run.save(a.save, new, model_config, static, rep, overwrite=True)
         res["after"] = evaluate(model, new, "after")
         b, f = res["before"]["clip"], res["after"]["clip"]
         res["summary"] = {"net_before": b["net"], "net_after": f["net"], "net_ratio": f["net"] / b["net"],
