@@ -199,7 +199,9 @@ def _estimator(args, estimators):
 def _adapt_first(args, has_motion: bool, stack) -> None:
     """``--adapt``: the shipped model (or ``--checkpoint``) adapted to the clip's first
     ``--adapt-frames`` frames into a scratch folder that lives as long as ``stack``;
-    ``args.checkpoint`` then names it."""
+    ``args.checkpoint`` then names it. A network no better on its held-out pairs
+    (:func:`camflow_jax.adaptation.run.no_gain`) is dropped with a warning: the clip is
+    stabilized with the model it started from."""
     from camflow_jax.adaptation import run as adapt_run
     from camflow_jax.adaptation.footage import read_clips
     from camflow_jax.estimators import registry
@@ -225,6 +227,10 @@ def _adapt_first(args, has_motion: bool, stack) -> None:
     variables, model_config, report = adapt_run.adapt_clips(clips, checkpoint=args.checkpoint, minutes=minutes,
                                                             model=loaded, progress=not args.quiet, log=log,
                                                             stop=interrupt.check)
+    why = adapt_run.no_gain(report)
+    if why:  # stabilize with the network it started from
+        print(f"warning: {why}; stabilizing with the unadapted model", file=sys.stderr, flush=True)
+        return
     adapt_run.save(folder, variables, model_config, loaded[2], report, overwrite=True)
     args.checkpoint = folder
 

@@ -24,7 +24,7 @@ from camflow_jax.geometry import host
 from camflow_jax.io import atomic
 from camflow_jax.io.atomic import strict_json
 
-__all__ = ["adapt", "adapt_clips", "self_train", "self_train_config", "load_model", "heldout_error", "OWNED", "REPORT",
+__all__ = ["adapt", "adapt_clips", "no_gain", "self_train", "self_train_config", "load_model", "heldout_error", "OWNED", "REPORT",
            "DEFAULT_MINUTES", "RESERVE_SECONDS"]
 
 #: The files an adapted checkpoint folder holds (replaced together; other files are left alone).
@@ -167,6 +167,17 @@ def adapt_clips(clips: list[Clip], *, checkpoint=None, minutes: float = DEFAULT_
     return new_vars, model_config, report
 
 
+def no_gain(report) -> str | None:
+    """Why the adapted network is no better than the one it started from on the held-out pairs
+    (its error against the teacher did not fall), or None: then it is not worth keeping."""
+    before, after = report.get("heldout_error_before_px"), report.get("heldout_error_after_px")
+    if before is None or after is None or after < before:
+        return None
+    return (f"the adaptation did not lower the network's error on the {report.get('held_out_kept')} held-out pairs "
+            f"({before:.2f} -> {after:.2f} px after {report.get('steps')} steps): too few steps for the budget, "
+            "or nothing new to learn from this footage")
+
+
 def save(out_dir, variables, model_config, static, report, *, overwrite: bool = False) -> Path:
     """Writes the adapted checkpoint (``model.json``, ``weights.npz``, :data:`REPORT`) into
     ``out_dir`` all at once (:func:`camflow_jax.io.atomic.atomic_dir`): an interrupted or failed
@@ -186,7 +197,9 @@ def save(out_dir, variables, model_config, static, report, *, overwrite: bool = 
 def adapt(inputs, out_dir, *, checkpoint=None, minutes: float = DEFAULT_MINUTES, max_frames: int | None = None,
           overwrite: bool = False, **kwargs) -> dict:
     """Adapts the model of ``checkpoint`` (None: shipped) to the videos or frame folders
-    ``inputs`` and saves it in ``out_dir`` (:func:`save`); returns the report. ``kwargs``: as
+    ``inputs`` and saves it in ``out_dir`` (:func:`save`); returns the report. A network no
+    better than its start on the held-out pairs (:func:`no_gain`) is a ValueError, nothing
+    written. ``kwargs``: as
     :func:`adapt_clips`. The output folder is checked before any work (an existing checkpoint
     there is replaced only with ``overwrite``; the inputs and the source checkpoint are never
     written)."""
@@ -202,6 +215,9 @@ def adapt(inputs, out_dir, *, checkpoint=None, minutes: float = DEFAULT_MINUTES,
     clips = read_clips(sources, max_frames)
     loaded = kwargs.pop("model", None) or load_model(checkpoint)
     variables, model_config, report = adapt_clips(clips, checkpoint=checkpoint, minutes=minutes, model=loaded, **kwargs)
+    why = no_gain(report)
+    if why:
+        raise ValueError(f"{why}; nothing was written to {out} (give more --minutes)")
     save(out, variables, model_config, loaded[2], report, overwrite=overwrite)
     return report
 

@@ -147,6 +147,39 @@ def test_an_interrupted_adaptation_leaves_the_previous_checkpoint_untouched(clip
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
 
 
+def test_an_adaptation_that_did_not_help_is_not_kept(clip, loaded, tmp_path, monkeypatch, capsys):
+    """adapt writes nothing (the previous checkpoint's bytes stay) and says why in one line;
+    stabilize --adapt goes on with the model it started from, with a warning."""
+    import argparse
+    import contextlib
+
+    import cv2
+
+    from camflow_jax import stabilize
+
+    out = tmp_path / "adapted"
+    out.mkdir()
+    (out / "model.json").write_bytes(b'{"old": 1}')
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for t, f in enumerate(clip.frames[:4]):
+        cv2.imwrite(str(folder / f"{t:03d}.png"), f[..., ::-1])
+    report = {"heldout_error_before_px": 2.0, "heldout_error_after_px": 2.5, "held_out_kept": 1, "steps": 1}
+    monkeypatch.setattr(run, "adapt_clips", lambda clips, **kw: (loaded[1], loaded[3], dict(report)))
+    monkeypatch.setattr(run, "load_model", lambda checkpoint=None: loaded)
+    with pytest.raises(ValueError, match=r"did not lower the network's error on the 1 held-out pairs "
+                                         r"\(2.00 -> 2.50 px after 1 steps\).*nothing was written"):
+        run.adapt([folder], out, overwrite=True, model=loaded)
+    assert [p.name for p in out.iterdir()] == ["model.json"] and (out / "model.json").read_bytes() == b'{"old": 1}'
+    args = argparse.Namespace(estimator="camflow", no_refine=False, depth=None, adapt_minutes=None, adapt_frames=4,
+                              input=str(folder), checkpoint=None, quiet=True)
+    with contextlib.ExitStack() as stack:
+        stabilize._adapt_first(args, False, stack)
+    assert args.checkpoint is None and "stabilizing with the unadapted model" in capsys.readouterr().err
+    assert run.no_gain(dict(report, heldout_error_after_px=1.9)) is None
+    assert run.no_gain(dict(report, heldout_error_after_px=None)) is None  # nothing held out: nothing to judge
+
+
 @pytest.mark.slow  # trains: compiles the fine-tuning step
 def test_an_adaptation_interrupted_while_training_or_saving_leaves_the_previous_checkpoint(clip, loaded, tmp_path,
                                                                                          monkeypatch):
