@@ -36,8 +36,7 @@ __all__ = ["main", "build_parser"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from camflow_jax.adaptation.finetune import TRAINABLE, AdaptConfig
-    from camflow_jax.adaptation.run import DEFAULT_MINUTES
+    from camflow_jax.adaptation.config import DEFAULT_MINUTES, TRAINABLE, AdaptConfig
 
     d = AdaptConfig()
     p = argparse.ArgumentParser(prog="python -m camflow_jax.adapt", formatter_class=argparse.RawTextHelpFormatter,
@@ -90,7 +89,7 @@ def _run(args) -> int:
     if not 0 <= args.occluders <= 1:
         raise ValueError(f"--occluders must be a share in [0, 1], got {args.occluders:g}")
     from camflow_jax.adaptation import run
-    from camflow_jax.adaptation.finetune import AdaptConfig
+    from camflow_jax.adaptation.config import AdaptConfig
     from camflow_jax.io import interrupt
 
     config = AdaptConfig(learning_rate=args.lr, trainable=args.trainable, max_steps=args.steps,

@@ -203,6 +203,7 @@ def _adapt_first(args, has_motion: bool, stack) -> None:
     (:func:`camflow_jax.adaptation.run.no_gain`) is dropped with a warning: the clip is
     stabilized with the model it started from."""
     from camflow_jax.adaptation import run as adapt_run
+    from camflow_jax.adaptation.config import DEFAULT_MINUTES
     from camflow_jax.adaptation.footage import read_clips
     from camflow_jax.estimators import registry
     from camflow_jax.io import atomic
@@ -215,7 +216,7 @@ def _adapt_first(args, has_motion: bool, stack) -> None:
                          f"--estimator {name}{' --no-refine' if args.no_refine else ''} does not run it: use --estimator camflow")
     if args.depth:
         raise ValueError("--adapt learns from the frames alone: drop --depth or --adapt")
-    minutes = adapt_run.DEFAULT_MINUTES if args.adapt_minutes is None else args.adapt_minutes
+    minutes = DEFAULT_MINUTES if args.adapt_minutes is None else args.adapt_minutes
     if minutes <= 0:
         raise ValueError(f"--adapt-minutes must be > 0, got {minutes:g}")
     clips = read_clips([args.input], args.adapt_frames)

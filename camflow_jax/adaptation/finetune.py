@@ -24,51 +24,11 @@ import numpy as np
 import optax
 
 from camflow_jax.adaptation import occluders
+from camflow_jax.adaptation.config import TRAINABLE, AdaptConfig
 from camflow_jax.models import basis_set
 from camflow_jax.models.camflow import preprocess
 
-__all__ = ["AdaptConfig", "TRAINABLE", "Footage", "SyntheticPool", "finetune", "footage_batch", "network_flows", "trainable_mask"]
-
-#: What may be trained: parameter-path prefixes per choice (docs/adaptation.md says which was
-#: measured best). The shallow feature net and the mask net are never trained here.
-TRAINABLE = {
-    "all": ("met",),
-    "late": ("met/head_", "met/norm_", "met/tokens_", "met/ca_", "met/encoder_level_2"),
-    "heads": ("met/head_", "met/norm_", "met/tokens_"),
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class AdaptConfig:
-    """Fine-tuning settings (docs/adaptation.md, "Choices", says how each was chosen)."""
-    seconds: float = 180.0  # training time budget (the first step's compilation included)
-    max_steps: int | None = None  # None: as many as the budget allows
-    learning_rate: float = 3e-4
-    batch_size: int = 4  # footage pairs per step
-    synthetic_batch: int = 2  # synthetic pairs per step (0: none)
-    synthetic_share: float = 0.3  # weight of the synthetic loss in the step's loss
-    synthetic_pool: int = 48  # synthetic pairs rendered once and cycled through
-    trainable: str = "all"
-    average: float = 0.95  # decay of the running average of the weights returned at the end (0: the last step's)
-    occluders: float = 0.0  # share of footage pairs given a pasted moving occluder (camflow_jax.adaptation.occluders)
-    seed: int = 0
-
-    def __post_init__(self):
-        if self.trainable not in TRAINABLE:
-            raise ValueError(f"trainable must be one of {sorted(TRAINABLE)}, got {self.trainable!r}")
-        if not (self.seconds > 0 or self.max_steps):
-            raise ValueError(f"the budget must be > 0 seconds or a step count, got {self.seconds}")
-        if not (np.isfinite(self.learning_rate) and self.learning_rate > 0):
-            raise ValueError(f"learning_rate must be a finite number > 0, got {self.learning_rate}")
-        if int(self.batch_size) < 1 or int(self.synthetic_batch) < 0 or int(self.synthetic_pool) < 1:
-            raise ValueError("batch_size must be >= 1, synthetic_batch >= 0 and synthetic_pool >= 1")
-        if not 0 <= self.synthetic_share < 1:
-            raise ValueError(f"synthetic_share must be in [0, 1), got {self.synthetic_share}")
-        if not 0 <= self.average < 1:
-            raise ValueError(f"average must be in [0, 1) (0: no running average), got {self.average}")
-        if not 0 <= self.occluders <= 1:
-            raise ValueError(f"occluders must be a share in [0, 1], got {self.occluders}")
-
+__all__ = ["Footage", "SyntheticPool", "finetune", "footage_batch", "network_flows", "trainable_mask"]
 
 def _path(p) -> str:
     return "/".join(str(getattr(k, "key", getattr(k, "name", k))) for k in p)

@@ -19,20 +19,18 @@ import numpy as np
 
 from camflow_jax.adaptation import finetune as ft
 from camflow_jax.adaptation import teacher as teacher_lib
+from camflow_jax.adaptation.config import DEFAULT_MINUTES, AdaptConfig
 from camflow_jax.adaptation.footage import Clip, clip_pairs, read_clips, split_pairs
 from camflow_jax.geometry import host
 from camflow_jax.io import atomic
 from camflow_jax.io.atomic import strict_json
 
 __all__ = ["adapt", "adapt_clips", "no_gain", "self_train", "self_train_config", "load_model", "heldout_error", "OWNED", "REPORT",
-           "DEFAULT_MINUTES", "RESERVE_SECONDS"]
+           "RESERVE_SECONDS"]
 
 #: The files an adapted checkpoint folder holds (replaced together; other files are left alone).
 REPORT = "adapt.json"
 OWNED = ("model.json", "weights.npz", REPORT)
-#: The default budget of the whole job (labels, fine-tuning, checks), minutes: 300 frames of
-#: 640x480 fit 5 minutes on 2 CPU cores (docs/adaptation.md, "Cost").
-DEFAULT_MINUTES = 4.5
 #: Seconds kept back from the budget for the checks after fine-tuning and the save.
 RESERVE_SECONDS = 15.0
 #: At most this share of the budget goes to labelling (then the labels cover pairs spread over
@@ -85,7 +83,7 @@ def heldout_error(model, variables, footage, labels, held, clips) -> float | Non
 
 
 def adapt_clips(clips: list[Clip], *, checkpoint=None, minutes: float = DEFAULT_MINUTES,
-                config: ft.AdaptConfig | None = None, teacher: teacher_lib.TeacherSettings | None = None,
+                config: AdaptConfig | None = None, teacher: teacher_lib.TeacherSettings | None = None,
                 holdout: float = 0.125, split_by_time: bool = False, cache_dir="default",
                 progress: bool = True, stop=None, log=print, model=None) -> tuple[dict, dict, dict]:
     """``(variables, model_config, report)``: the model of ``checkpoint`` (None: shipped;
@@ -94,7 +92,7 @@ def adapt_clips(clips: list[Clip], *, checkpoint=None, minutes: float = DEFAULT_
     labels leave, less :data:`RESERVE_SECONDS` (``config.max_steps`` overrides it).
     ``holdout``/``split_by_time``: the pairs kept apart (:func:`split_pairs`)."""
     t0 = time.perf_counter()
-    config = config or ft.AdaptConfig()
+    config = config or AdaptConfig()
     teacher = teacher or teacher_lib.TeacherSettings()
     if not (minutes > 0 and np.isfinite(minutes)):
         raise ValueError(f"minutes must be a positive number, got {minutes}")
@@ -266,7 +264,7 @@ def self_train_config(config, workdir, log=print) -> list[dict]:
 
     st = config.selftrain
     clips = read_clips(footage_inputs(st.footage), int(st.max_frames))
-    adapt_cfg = ft.AdaptConfig(learning_rate=float(st.learning_rate), trainable=str(st.trainable),
+    adapt_cfg = AdaptConfig(learning_rate=float(st.learning_rate), trainable=str(st.trainable),
                                synthetic_batch=int(st.synthetic_batch), occluders=float(st.occluders),
                                seed=int(config.seed))
     return self_train(clips, workdir, rounds=int(st.rounds), checkpoint=config.init_from or None,

@@ -6,8 +6,7 @@ config: an unknown key is an error, not a silent new field.
 
 import ml_collections
 
-from camflow_jax.adaptation.finetune import AdaptConfig
-from camflow_jax.adaptation.run import DEFAULT_MINUTES
+from camflow_jax.adaptation.config import DEFAULT_MINUTES, AdaptConfig
 from camflow_jax.models import precision
 from camflow_jax.models.config import NETWORK_FIELDS, ModelConfig
 
@@ -114,9 +113,9 @@ def get_config() -> ml_collections.ConfigDict:
         footage="",             # a video, a folder of frames, or a folder of videos / frame folders
         max_frames=300,         # frames read from each input
         minutes=DEFAULT_MINUTES,  # each round's budget, labels included
-        # the fine-tuning's settings default to adapt's (camflow_jax.adaptation.finetune.AdaptConfig)
+        # the fine-tuning's settings default to adapt's (camflow_jax.adaptation.config.AdaptConfig)
         learning_rate=_ADAPT.learning_rate,
-        trainable=_ADAPT.trainable,  # camflow_jax.adaptation.finetune.TRAINABLE
+        trainable=_ADAPT.trainable,  # camflow_jax.adaptation.config.TRAINABLE
         synthetic_batch=_ADAPT.synthetic_batch,  # synthetic pairs per step, against forgetting (0: none)
         occluders=_ADAPT.occluders,  # share of footage pairs given a moving occluder
         holdout=0.25,           # the last share of each clip: scored, never learned from

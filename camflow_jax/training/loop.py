@@ -176,7 +176,7 @@ def validate_heldout(config) -> None:
 
 def validate_selftrain(st) -> None:
     """``selftrain`` (configs/default.py): one line naming the key that is off."""
-    from camflow_jax.adaptation.finetune import TRAINABLE
+    from camflow_jax.adaptation.config import TRAINABLE
 
     if st.rounds < 0:
         raise ValueError(f"config key selftrain.rounds must be >= 0 (0 = ordinary training), got {st.rounds}")

@@ -14,6 +14,7 @@ import pytest
 
 from camflow_jax.adaptation import finetune as ft
 from camflow_jax.adaptation import run, teacher
+from camflow_jax.adaptation.config import AdaptConfig
 from camflow_jax.adaptation.footage import Clip, clip_pairs, read_clips, split_pairs
 from camflow_jax.geometry import host
 from camflow_jax.stabilization.clips import planar_clip
@@ -107,7 +108,7 @@ def test_adaptation_lowers_the_network_error_against_the_exact_motion(clip, load
     model, variables, static, _, pred = loaded
     clips, pairs, labels, _ = labelled
     footage = ft.Footage.of(pred, clips, [np.asarray(pred.constant_depth_bases((H, W)), np.float32)])
-    cfg = ft.AdaptConfig(max_steps=25, synthetic_batch=0, batch_size=4, learning_rate=3e-4)
+    cfg = AdaptConfig(max_steps=25, synthetic_batch=0, batch_size=4, learning_rate=3e-4)
     new, history = ft.finetune(model, variables, static, pred.depth_sigmas, footage, labels,
                                list(range(len(pairs))), cfg, progress=False)
     assert history["steps"] == 25
@@ -142,7 +143,7 @@ def test_an_interrupted_adaptation_leaves_the_previous_checkpoint_untouched(clip
 
     with pytest.raises(KeyboardInterrupt):
         run.adapt([folder], out, overwrite=True, model=loaded, cache_dir=None, progress=False, stop=stop,
-                  config=ft.AdaptConfig(max_steps=50, synthetic_batch=0), log=lambda m: None)
+                  config=AdaptConfig(max_steps=50, synthetic_batch=0), log=lambda m: None)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == old
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
 
@@ -196,7 +197,7 @@ def test_an_adaptation_interrupted_while_training_or_saving_leaves_the_previous_
 
     with pytest.raises(KeyboardInterrupt):
         run.adapt_clips(frames, model=loaded, cache_dir=None, progress=False, stop=stop,
-                        config=ft.AdaptConfig(max_steps=50, synthetic_batch=0), log=lambda m: None)
+                        config=AdaptConfig(max_steps=50, synthetic_batch=0), log=lambda m: None)
     # the save itself interrupted: the checkpoint writer fails after writing part of the folder
     from camflow_jax.models import checkpoint as ckpt
 
@@ -356,6 +357,6 @@ def test_the_weights_running_average_against_a_numpy_loop():
         ref = {k: b * ref[k] + (1 - b) * p[k] for k in ref}
     for k in ref:
         np.testing.assert_allclose(np.asarray(avg[k]), ref[k], rtol=1e-5, atol=1e-6)
-    ft.AdaptConfig(average=0.0)
+    AdaptConfig(average=0.0)
     with pytest.raises(ValueError, match="average must be in"):
-        ft.AdaptConfig(average=1.0)
+        AdaptConfig(average=1.0)

@@ -6,6 +6,7 @@ import pytest
 
 from camflow_jax.adaptation import finetune as ft
 from camflow_jax.adaptation import occluders
+from camflow_jax.adaptation.config import AdaptConfig
 from camflow_jax.adaptation.teacher import Labels
 
 
@@ -89,4 +90,4 @@ def test_the_footage_batch_occludes_the_images_only_and_keeps_the_labels():
 
 def test_the_occluder_share_is_checked():
     with pytest.raises(ValueError, match="occluders must be a share in"):
-        ft.AdaptConfig(occluders=1.5)
+        AdaptConfig(occluders=1.5)

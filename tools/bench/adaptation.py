@@ -33,8 +33,8 @@ import time
 import cv2
 import numpy as np
 
-from camflow_jax.adaptation import finetune as ft
 from camflow_jax.adaptation import run
+from camflow_jax.adaptation.config import DEFAULT_MINUTES, TRAINABLE, AdaptConfig
 from camflow_jax.adaptation.footage import Clip
 from camflow_jax.geometry import host
 from camflow_jax.predictor import Predictor
@@ -119,14 +119,14 @@ def main(argv=None) -> int:
     p.add_argument("--clip", default="vtest", choices=sorted(VIDEOS) + ["planar", "object", "object_late"])
     p.add_argument("--frames", type=int, default=300)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--minutes", type=float, default=run.DEFAULT_MINUTES)
+    p.add_argument("--minutes", type=float, default=DEFAULT_MINUTES)
     p.add_argument("--steps", type=int, default=None)
-    p.add_argument("--lr", type=float, default=ft.AdaptConfig().learning_rate)
-    p.add_argument("--trainable", default=ft.AdaptConfig().trainable, choices=sorted(ft.TRAINABLE))
-    p.add_argument("--synthetic", type=int, default=ft.AdaptConfig().synthetic_batch)
-    p.add_argument("--average", type=float, default=ft.AdaptConfig().average,
+    p.add_argument("--lr", type=float, default=AdaptConfig().learning_rate)
+    p.add_argument("--trainable", default=AdaptConfig().trainable, choices=sorted(TRAINABLE))
+    p.add_argument("--synthetic", type=int, default=AdaptConfig().synthetic_batch)
+    p.add_argument("--average", type=float, default=AdaptConfig().average,
                    help="decay of the weights' running average (0: the last step's weights)")
-    p.add_argument("--occluders", type=float, default=ft.AdaptConfig().occluders,
+    p.add_argument("--occluders", type=float, default=AdaptConfig().occluders,
                    help="share of footage pairs given a pasted moving occluder")
     p.add_argument("--eval-every", type=int, default=2)
     p.add_argument("--rounds", type=int, default=0, help="self-training rounds instead of one adaptation")
@@ -140,7 +140,7 @@ def main(argv=None) -> int:
     test = list(range(n_train, len(clip.frames) - 1, a.eval_every))
     loaded = run.load_model()
     model, variables, static, model_config, pred0 = loaded
-    cfg = ft.AdaptConfig(learning_rate=a.lr, trainable=a.trainable, max_steps=a.steps, synthetic_batch=a.synthetic,
+    cfg = AdaptConfig(learning_rate=a.lr, trainable=a.trainable, max_steps=a.steps, synthetic_batch=a.synthetic,
                           average=a.average, occluders=a.occluders)
     train = [Clip(a.clip, clip.frames[:n_train], fps)]
     res = {"args": vars(a), "machine": timing.host_info(), "load_before": timing.load_average()}
