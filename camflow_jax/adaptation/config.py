@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-__all__ = ["AdaptConfig", "TRAINABLE", "DEFAULT_MINUTES"]
+__all__ = ["AdaptConfig", "TRAINABLE", "DEFAULT_MINUTES", "selftrain_settings"]
 
 #: The default budget of the whole job (labels, fine-tuning, checks), minutes: 300 frames of
 #: 640x480 fit 5 minutes on 2 CPU cores (docs/adaptation.md, "Cost").
@@ -54,3 +54,13 @@ class AdaptConfig:
             raise ValueError(f"average must be in [0, 1) (0: no running average), got {self.average}")
         if not 0 <= self.occluders <= 1:
             raise ValueError(f"occluders must be a share in [0, 1], got {self.occluders}")
+
+
+def selftrain_settings(st) -> tuple[float, dict]:
+    """``(minutes per round, AdaptConfig keywords)`` of a training config's ``selftrain``
+    (configs/default.py): its ``minutes``, ``learning_rate``, ``trainable``, ``synthetic_batch``
+    and ``occluders``, each None taking adapt's default (this module: the one copy)."""
+    d = AdaptConfig()
+    keys = ("learning_rate", "trainable", "synthetic_batch", "occluders")
+    minutes = DEFAULT_MINUTES if st["minutes"] is None else st["minutes"]
+    return minutes, {k: getattr(d, k) if st[k] is None else st[k] for k in keys}

@@ -19,7 +19,7 @@ import numpy as np
 
 from camflow_jax.adaptation import finetune as ft
 from camflow_jax.adaptation import teacher as teacher_lib
-from camflow_jax.adaptation.config import DEFAULT_MINUTES, AdaptConfig
+from camflow_jax.adaptation.config import DEFAULT_MINUTES, AdaptConfig, selftrain_settings
 from camflow_jax.adaptation.footage import Clip, clip_pairs, read_clips, split_pairs
 from camflow_jax.geometry import host
 from camflow_jax.io import atomic
@@ -264,9 +264,10 @@ def self_train_config(config, workdir, log=print) -> list[dict]:
 
     st = config.selftrain
     clips = read_clips(footage_inputs(st.footage), int(st.max_frames))
-    adapt_cfg = AdaptConfig(learning_rate=float(st.learning_rate), trainable=str(st.trainable),
-                               synthetic_batch=int(st.synthetic_batch), occluders=float(st.occluders),
-                               seed=int(config.seed))
+    minutes, kw = selftrain_settings(st)
+    adapt_cfg = AdaptConfig(learning_rate=float(kw["learning_rate"]), trainable=str(kw["trainable"]),
+                            synthetic_batch=int(kw["synthetic_batch"]), occluders=float(kw["occluders"]),
+                            seed=int(config.seed))
     return self_train(clips, workdir, rounds=int(st.rounds), checkpoint=config.init_from or None,
-                      minutes=float(st.minutes), log=log, config=adapt_cfg, holdout=float(st.holdout),
+                      minutes=float(minutes), log=log, config=adapt_cfg, holdout=float(st.holdout),
                       split_by_time=True)

@@ -6,11 +6,8 @@ config: an unknown key is an error, not a silent new field.
 
 import ml_collections
 
-from camflow_jax.adaptation.config import DEFAULT_MINUTES, AdaptConfig
 from camflow_jax.models import precision
 from camflow_jax.models.config import NETWORK_FIELDS, ModelConfig
-
-_ADAPT = AdaptConfig()
 
 #: Keys whose value must be one of a few names (``configs.check`` refuses any other, like a
 #: value of the wrong type).
@@ -112,12 +109,13 @@ def get_config() -> ml_collections.ConfigDict:
         rounds=0,               # 0: ordinary training
         footage="",             # a video, a folder of frames, or a folder of videos / frame folders
         max_frames=300,         # frames read from each input
-        minutes=DEFAULT_MINUTES,  # each round's budget, labels included
-        # the fine-tuning's settings default to adapt's (camflow_jax.adaptation.config.AdaptConfig)
-        learning_rate=_ADAPT.learning_rate,
-        trainable=_ADAPT.trainable,  # camflow_jax.adaptation.config.TRAINABLE
-        synthetic_batch=_ADAPT.synthetic_batch,  # synthetic pairs per step, against forgetting (0: none)
-        occluders=_ADAPT.occluders,  # share of footage pairs given a moving occluder
+        # Each round's budget (labels included) and the fine-tuning's settings: None takes
+        # adapt's (camflow_jax.adaptation.config: DEFAULT_MINUTES, AdaptConfig), the one copy.
+        minutes=ml_collections.FieldReference(None, field_type=float),
+        learning_rate=ml_collections.FieldReference(None, field_type=float),
+        trainable=ml_collections.FieldReference(None, field_type=str),  # adaptation.config.TRAINABLE
+        synthetic_batch=ml_collections.FieldReference(None, field_type=int),  # synthetic pairs per step (0: none)
+        occluders=ml_collections.FieldReference(None, field_type=float),  # share of pairs given a moving occluder
         holdout=0.25,           # the last share of each clip: scored, never learned from
     ))
     return c
