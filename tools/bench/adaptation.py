@@ -114,6 +114,11 @@ def bench(variables_dir: str | None, num: int) -> dict:
     return {k: float(v) for k, v in r["results"][name]["AVG"].items()}
 
 
+def _round_scores(out: dict) -> dict:
+    """A self-training round's scores: the clip's, and Aloe's (``aloe``) when measured."""
+    return out["clip"] | ({"aloe": out["aloe"]} if "aloe" in out else {})
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--clip", default="vtest", choices=sorted(VIDEOS) + ["planar", "object", "object_late"])
@@ -171,7 +176,7 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory() as d:
             reports = run.self_train(train, d, rounds=a.rounds, minutes=a.minutes, config=cfg, cache_dir=None,
                                      progress=False, log=log, split_by_time=True, holdout=0.25,
-                                     evaluate=lambda mdl, v: evaluate(mdl, v, "round")["clip"] | {})
+                                     evaluate=lambda mdl, v: _round_scores(evaluate(mdl, v, "round")))
         res["rounds"] = [{k: r.get(k) for k in ("round", "teacher_kept", "heldout_error_before_px",
                                                   "heldout_error_after_px", "steps", "total_seconds", "evaluation")}
                          for r in reports]
