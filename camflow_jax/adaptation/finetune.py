@@ -165,9 +165,9 @@ def footage_batch(footage: Footage, labels, clip: int, pick, rng: np.random.Gene
     for j in range(len(pick)):
         if occluded and rng.uniform() < occluded:
             g1[j], g2[j] = occluders.occlude(g1[j], g2[j], g[rng.integers(len(g))], rng)
+    wf, wb = zip(*(labels.weights(i) for i in pick))
     return {"g1": g1, "g2": g2, "cf": labels.coeffs_f[pick], "cb": labels.coeffs_b[pick],
-            "wf": np.stack([labels.weights(i)[0] for i in pick]), "wb": np.stack([labels.weights(i)[1] for i in pick]),
-            "bases": footage.bases[clip]}
+            "wf": np.stack(wf), "wb": np.stack(wb), "bases": footage.bases[clip]}
 
 
 def finetune(model, variables, static, sigmas, footage: Footage, labels, train_idx, cfg: AdaptConfig,

@@ -265,9 +265,7 @@ def self_train_config(config, workdir, log=print) -> list[dict]:
     st = config.selftrain
     clips = read_clips(footage_inputs(st.footage), int(st.max_frames))
     minutes, kw = selftrain_settings(st)
-    adapt_cfg = AdaptConfig(learning_rate=float(kw["learning_rate"]), trainable=str(kw["trainable"]),
-                            synthetic_batch=int(kw["synthetic_batch"]), occluders=float(kw["occluders"]),
-                            seed=int(config.seed))
+    adapt_cfg = AdaptConfig(**kw, seed=int(config.seed))
     return self_train(clips, workdir, rounds=int(st.rounds), checkpoint=config.init_from or None,
                       minutes=float(minutes), log=log, config=adapt_cfg, holdout=float(st.holdout),
                       split_by_time=True)

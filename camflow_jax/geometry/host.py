@@ -28,7 +28,7 @@ import numpy as np
 from camflow_jax.geometry import checks
 
 __all__ = ["in_frame", "gray", "pixel_grid", "warp", "warp_validity", "homography_flow", "resize_flow",
-           "resize_intrinsics", "crop_intrinsics", "constant_value", "real_array"]
+           "resize_intrinsics", "crop_intrinsics", "constant_value"]
 
 
 def gray(img) -> np.ndarray:
@@ -83,7 +83,7 @@ def pixel_grid(h: int, w: int, dtype=np.float64) -> tuple[np.ndarray, np.ndarray
     return xs, ys
 
 
-def real_array(fn: str, name: str, x, booleans: bool = False) -> np.ndarray:
+def _real_array(fn: str, name: str, x, booleans: bool = False) -> np.ndarray:
     """``x`` as a numpy array of real numbers (booleans too where ``booleans``: an image may be a
     mask) by :func:`camflow_jax.geometry.checks.real_array` (lists converted; ragged lists,
     strings, objects, complex numbers are a ValueError naming ``fn`` and the argument); bfloat16
@@ -94,7 +94,7 @@ def real_array(fn: str, name: str, x, booleans: bool = False) -> np.ndarray:
 
 def _check_flow(fn: str, flow) -> np.ndarray:
     """``flow`` as a numpy array ``[H, W, 2]``, or a ValueError naming ``fn`` and its shape."""
-    flow = real_array(fn, "flow", flow)
+    flow = _real_array(fn, "flow", flow)
     if flow.ndim != 3 or flow.shape[-1] != 2:
         raise ValueError(f"{fn}: flow has shape {flow.shape}; expected [H, W, 2] (one flow, (u, v) per pixel)")
     return flow
@@ -125,7 +125,7 @@ def warp(image: np.ndarray, flow: np.ndarray, *, exact: bool = True) -> np.ndarr
     validity rule; 10-40x faster, for measurements that need no more (the plausibility checks).
     """
     flow = _check_flow("warp", flow)
-    image = real_array("warp", "image", image, booleans=True)
+    image = _real_array("warp", "image", image, booleans=True)
     h, w = flow.shape[:2]
     if image.ndim not in (2, 3) or image.shape[:2] != (h, w):
         raise ValueError(f"warp: image has shape {image.shape} but flow has shape {flow.shape}; expected image "
