@@ -90,11 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-refine", action="store_true",
                    help="camflow without test-time refinement (the network alone: camflow_net)")
     harness.add_refine_size_flag(p)
-    p.add_argument("--two-motions", action="store_true",
-                   help="camflow: check each pair for a large object moving against the background "
-                        "(point tracks started at camflow's estimate) and keep the background's motion "
-                        "there; better with large moving objects, worse on some real clips "
-                        "(docs/stabilization.md, \"Moving objects with camflow\")")
+    p.add_argument("--two-motions", action=argparse.BooleanOptionalAction, default=None,
+                   help="camflow (on by default): check each pair for a large object moving against the "
+                        "background (point tracks started at camflow's estimate) and keep the motion that "
+                        "explains most of the frame (docs/stabilization.md, \"Moving objects\"); "
+                        "--no-two-motions: camflow's own fit")
     p.add_argument("--checkpoint", type=harness.path_arg,
                    help="CamFlow checkpoint or training workdir (camflow only; default: the shipped model)")
     p.add_argument("--adapt", action="store_true",
@@ -165,14 +165,15 @@ def _estimator(args, estimators):
     harness.camflow_only_flags(name, **{"--depth": args.depth, "--intrinsics": args.intrinsics,
                                           "--fov": args.fov})
     if not registry.is_camflow(name):
-        if args.two_motions:
-            raise ValueError(f"--two-motions only applies to camflow (it checks camflow's estimate with point "
+        if args.two_motions is not None:
+            flag = "--two-motions" if args.two_motions else "--no-two-motions"
+            raise ValueError(f"{flag} only applies to camflow (it checks camflow's estimate with point "
                              f"tracks); {name} does not use it: drop it or choose camflow")
         for flag, given in (("--no-refine", args.no_refine), ("--refine-size", args.refine_size)):
             if given:
                 print(f"note: --estimator {name} ignores {flag}", file=sys.stderr)
         return estimators.make_estimator(name)
-    kwargs = {"two_motion_check": bool(args.two_motions)}
+    kwargs = {"two_motion_check": args.two_motions is not False}
     if args.depth:
         from camflow_jax.data.depth import depth_files
         from camflow_jax.io import video as video_io

@@ -4,9 +4,10 @@ A dense estimate fitted to the whole frame (CamFlow+'s refined flow) lands betwe
 motion and a large foreground object's: both pull on one robust photometric cost. Point
 tracks separate the two. :func:`seeded_tracks` tracks a grid of textured points from where a
 dense flow predicts them (so Lucas-Kanade needs no pyramid: the flow is already within a pixel
-or two), and :func:`background_homography` fits the tracks with RANSAC; where a second motion
-holds a share of the tracks of its own, it keeps the one whose inliers span more of the frame
-(the convex hull's area): a foreground object is compact, the background surrounds it.
+or two), and :func:`track_motions` fits the tracks with RANSAC: one motion, or two where a
+second one holds a share of the tracks of its own. Which is the camera's is decided by the
+pixels, not the tracks: the candidate that explains more of the frame photometrically
+(:func:`camflow_jax.refine.dominant_homography`, the stabilizer's camflow).
 
 Measured in docs/stabilization.md, "Moving objects with camflow".
 """
@@ -18,7 +19,7 @@ import numpy as np
 
 from camflow_jax.geometry.classical import lk_round_trip, robust_fit, to_gray_u8
 
-__all__ = ["seeded_tracks", "background_homography", "TRACK_STEP", "SECOND_MOTION_SHARE"]
+__all__ = ["seeded_tracks", "track_motions", "TRACK_STEP", "SECOND_MOTION_SHARE"]
 
 #: Grid spacing (px) of the tracked points.
 TRACK_STEP = 6
@@ -57,37 +58,32 @@ def seeded_tracks(img1, img2, flow, *, step: int = TRACK_STEP, window: int = 15,
     return lk_round_trip(g1, g2, p1, guess, window=window, levels=levels, round_trip=round_trip)
 
 
-def _hull_area(points) -> float:
-    if len(points) < 3:
-        return 0.0
-    return float(cv2.contourArea(cv2.convexHull(np.asarray(points, np.float32).reshape(-1, 1, 2))))
-
-
-def background_homography(p1, p2, *, threshold: float = 0.5, min_share: float = SECOND_MOTION_SHARE,
-                          min_tracks: int = 16) -> tuple[np.ndarray | None, bool]:
-    """``(H, two_motions)``: the homography (image 1 -> image 2, ``H[2, 2] = 1``) of the
-    background among tracks ``p1 -> p2`` (``[N, 2]``), and whether a second motion was found.
+def track_motions(p1, p2, *, threshold: float = 0.5, min_share: float = SECOND_MOTION_SHARE,
+                  min_tracks: int = 16) -> list[np.ndarray]:
+    """The rigid motions among tracks ``p1 -> p2`` (``[N, 2]``): a list of homographies (image 1
+    -> image 2, ``H[2, 2] = 1``), the largest consensus first.
 
     RANSAC (``threshold`` px) fits the tracks; if at least ``min_share`` of them are left out,
-    RANSAC fits those again. When that second motion's inliers are at least ``min_share`` of
-    all tracks, the motion whose inliers' convex hull is larger is returned, with
-    ``two_motions`` True; otherwise the first. ``(None, False)`` with fewer than
-    ``min_tracks`` tracks or when the fit fails."""
+    RANSAC fits those again, and that second motion is listed when its inliers are at least
+    ``min_share`` of all tracks. Empty with fewer than ``min_tracks`` tracks or when the fit
+    fails. Which motion is the camera's is not decided here: the largest consensus is often a
+    large foreground object's (its texture may be richer than the background's), so the
+    stabilizer compares the candidates photometrically
+    (:func:`camflow_jax.refine.dominant_homography`)."""
     p1 = np.asarray(p1, np.float32).reshape(-1, 2)
     p2 = np.asarray(p2, np.float32).reshape(-1, 2)
     if len(p1) != len(p2):
         raise ValueError(f"p1 and p2 must hold as many points, got {len(p1)} and {len(p2)}")
     n = len(p1)
     if n < max(min_tracks, 4):
-        return None, False
+        return []
     H1, in1 = robust_fit(p1, p2, "ransac", threshold, max_iters=2000)
     if H1 is None:
-        return None, False
+        return []
     rest = np.flatnonzero(~in1)
     if rest.size < max(min_share * n, 4):
-        return H1, False
+        return [H1]
     H2, in2 = robust_fit(p1[rest], p2[rest], "ransac", threshold, max_iters=2000)
     if H2 is None or in2.sum() < min_share * n:
-        return H1, False
-    first, second = _hull_area(p1[in1]), _hull_area(p1[rest[in2]])
-    return (H2 if second > first else H1), True
+        return [H1]
+    return [H1, H2]

@@ -60,7 +60,7 @@ from camflow_jax.refine.pyramid import (
     resample_bases,
 )
 
-__all__ = ["residual", "jacobian", "project_flow", "refine_motion", "refine_with_pyramids", "refine_pair"]
+__all__ = ["residual", "jacobian", "robust_scale", "project_flow", "refine_motion", "refine_with_pyramids", "refine_pair"]
 
 HIGHEST = device.HIGHEST
 
@@ -145,7 +145,10 @@ def jacobian(grad, bu, bv):
 
 
 
-def _robust_sigma(r, inside, cfg):
+def robust_scale(r, inside, cfg: RefineConfig):
+    """The robust scale sigma of residuals ``r`` ``[P]`` at the pixels where ``inside``:
+    1.4826 x their median absolute value (the standard deviation for Gaussian residuals), at
+    least ``cfg.sigma_min``; a median of about 8k of them (a regular stride)."""
     step = max(1, r.shape[0] // 8192)  # the median of ~8k samples is plenty for a scale
     ok = inside[::step] & jnp.isfinite(r[::step])
     mad = bases_lib.quantile_nonneg(jnp.where(ok, jnp.abs(r[::step]), 0.0), 0.5, ok)
@@ -332,7 +335,7 @@ def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineCo
         for li in range(first, last):
             data, stages, grad1 = levels[li]
             r0, _, in0 = residual(*data, coeffs)
-            sigma = _robust_sigma(r0, in0, cfg)
+            sigma = robust_scale(r0, in0, cfg)
             it = 0
             for idx in stages:  # each stage: LM over its bases, the others' flow a fixed offset
                 if len(idx) == n:
@@ -363,7 +366,7 @@ def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineCo
     if sel < num_levels - 1:
         data = levels[sel][0]
         res = [residual(*data, c) for c, _ in runs]
-        scale = _robust_sigma(res[0][0], res[0][2], cfg)
+        scale = robust_scale(res[0][0], res[0][2], cfg)
         level_costs = jnp.stack([jnp.where(jnp.all(jnp.isfinite(c)), _robust(r, inside, cfg.cauchy_width * scale)[0].mean(), jnp.inf)
                                  for (c, _), (r, _, inside) in zip(runs, res)])
         pick = jnp.argmin(level_costs)
@@ -383,7 +386,7 @@ def refine_with_pyramids(pyr1, pyr2, bases, starts, cfg: RefineConfig = RefineCo
     phi1_full, stack2_full, pts_full = full
     resid = [_residual_at(phi1_full, stack2_full, pts_full[0] + fu[i], pts_full[1] + fv[i], every_pixel=True)
              for i in range(cands.shape[0])]
-    sigma = _robust_sigma(resid[0][0], resid[0][2], cfg)
+    sigma = robust_scale(resid[0][0], resid[0][2], cfg)
     width = cfg.cauchy_width * sigma
     costs, maps = [], []
     for i, (c, _) in enumerate(runs):

@@ -23,28 +23,24 @@ silently. docs/stabilization.md, "When an estimator fails", has the measurements
 order.
 
 Moving objects (camflow): the refined flow is a combination of global motion bases, fitted by
-a robust (Cauchy) photometric cost; a large moving object (a passing car) still bends it
-towards its own motion. By default (``inlier_fit=True``) the stabilizer therefore keeps only the
-camera's motion: :func:`inlier_homography` fits a homography, with RANSAC, to the refined flow
-at the pixels the refinement's IRLS weights (the Predictor's ``weights_f``, an inlier map)
-call inliers. A large object still leaves that fit between its motion and the camera's. With
-``two_motion_check=True`` (off by default: it made a real handheld clip shakier; ``stabilize
---two-motions``) the estimator then tracks a grid of textured points from that homography's prediction
-(:func:`camflow_jax.geometry.background.seeded_tracks`); where the tracks show a second motion
-of at least 15 % of them, the one whose inliers span more of the frame is taken for the
-camera's (:func:`camflow_jax.geometry.background.background_homography`; counted in
-``stats()["two_motion_pairs"]``). The estimator returns that homography's flow. Feature estimators
-(``sift_ransac`` ...) are robust by their own RANSAC / MAGSAC fit, which the stabilizer runs
-with a tighter inlier threshold than the registry's 3 px (:data:`FEATURE_THRESHOLD_PX`): with
-3 px, an object moving less than 6 px per frame relative to the background lets RANSAC pick a
-compromise homography that half follows it (measured in docs/stabilization.md, "Moving
-objects").
-
-Measured: on the moving-object clips (textured objects of 25 % and 45 % of the frame) the
-refined flow follows the object part of the way and its weights do not single the object out,
-so the inlier fit alone cannot remove it; the two-motion check does, on most pairs, and made
-a real handheld clip with a large, non-rigid subject shakier (docs/stabilization.md, "Moving
-objects with camflow").
+a robust (Cauchy) photometric cost; a large moving object (a passing car, a hand) bends it
+towards its own motion. The stabilizer keeps only the camera's motion, in two steps. First
+(``inlier_fit=True``) :func:`inlier_homography` fits a homography, with RANSAC, to the refined
+flow at the pixels the refinement's IRLS weights (the Predictor's ``weights_f``, an inlier map)
+call inliers; a large object still leaves that fit between its motion and the camera's. Then
+(``two_motion_check=True``, the default; ``stabilize --no-two-motions`` turns it off) a grid of
+textured points is tracked from that homography's prediction
+(:func:`camflow_jax.geometry.background.seeded_tracks`) and the tracks' rigid motions are
+fitted (:func:`camflow_jax.geometry.background.track_motions`: the largest consensus, and a
+second motion where one holds 15 % of the tracks). Of the fit and those motions, the one that
+explains the most of the frame photometrically, in the refinement's own terms, is the
+camera's (:func:`camflow_jax.refine.dominant_homography`; the pairs where a tracked motion
+replaced the fit are counted in ``stats()["two_motion_pairs"]``). The estimator returns that
+homography's flow. Feature estimators (``sift_ransac`` ...) are robust by their own RANSAC /
+MAGSAC fit, which the stabilizer runs with a tighter inlier threshold than the registry's 3 px
+(:data:`FEATURE_THRESHOLD_PX`): with 3 px, an object moving less than 6 px per frame relative
+to the background lets RANSAC pick a compromise homography that half follows it (measured in
+docs/stabilization.md, "Moving objects").
 """
 
 from __future__ import annotations
@@ -322,14 +318,14 @@ class CamFlowEstimator(VideoEstimator):
 
     def __init__(self, predictor, depth_files=None, intrinsics=None, fov_deg: float | None = None,
                  frame_size: tuple[int, int] | None = None, refine: bool = True,
-                 inlier_fit: bool = True, refine_size: int | None = None, two_motion_check: bool = False):
+                 inlier_fit: bool = True, refine_size: int | None = None, two_motion_check: bool = True):
         """``inlier_fit``: return the flow of :func:`inlier_homography` of the model's flow at
         the refinement's inlier pixels (module doc; the network alone has no weights, so the
         RANSAC fit alone then rejects outliers); False: the model's flow as it is.
-        ``two_motion_check`` (with ``inlier_fit``; off by default, ``stabilize --two-motions``):
-        points tracked from that homography's prediction are checked for a second motion, and
-        where one holds the background's is returned (module doc,
-        :mod:`camflow_jax.geometry.background`).
+        ``two_motion_check`` (with ``inlier_fit``; on by default, ``stabilize --no-two-motions``
+        turns it off): the rigid motions of points tracked from that homography's prediction
+        compete with it, and the one that explains the most of the frame is returned (module
+        doc).
         ``depth_files``: one depth map per video frame (any resolution of the frame's aspect,
         any global scale), for CamFlow+'s depth bases; ``intrinsics`` (fx, fy, cx, cy) in pixels
         of the original ``frame_size`` (H, W), or ``fov_deg`` (horizontal field of view) with
@@ -457,10 +453,13 @@ class CamFlowEstimator(VideoEstimator):
             return None
         fitted = host.homography_flow(H, *flow.shape[:2])
         if self.two_motion_check:
-            H_bg, two = background.background_homography(*background.seeded_tracks(a, b, fitted))
-            if two:
+            from camflow_jax.refine import dominant_homography  # JAX: only camflow needs it
+
+            candidates = [H, *background.track_motions(*background.seeded_tracks(a, b, fitted))]
+            k = dominant_homography(a, b, candidates)[0] if len(candidates) > 1 else 0
+            if k:
                 self.two_motion_pairs += 1
-                H, fitted = H_bg, host.homography_flow(H_bg, *flow.shape[:2])
+                H, fitted = candidates[k], host.homography_flow(candidates[k], *flow.shape[:2])
         self.last_homography = H
         return fitted
 

@@ -93,6 +93,8 @@ def test_estimator_names_old_names_and_no_refine(tmp_path, clip, capsys):
     assert stabilize.main([str(src), "-o", str(tmp_path / "d.avi"), "--two-motions", *fast]) == 2
     err = capsys.readouterr().err
     assert "--two-motions only applies to camflow" in err and len(err.strip().splitlines()) == 1
+    assert stabilize.main([str(src), "-o", str(tmp_path / "e.avi"), "--no-two-motions", *fast]) == 2
+    assert "--no-two-motions only applies to camflow" in capsys.readouterr().err
     assert json.loads((tmp_path / "b.json").read_text())["estimator"] == "ecc"
 
 

@@ -1,5 +1,6 @@
-"""The background's motion among two motions (camflow_jax.geometry.background): oracles are the
-known homographies the points and images were made with (numpy closed forms, OpenCV warps)."""
+"""Rigid motions among point tracks (camflow_jax.geometry.background) and the stabilizer's
+two-motion check: oracles are the known homographies the points and images were made with
+(numpy closed forms, OpenCV warps, the clip's exact pair homographies)."""
 
 import cv2
 import numpy as np
@@ -38,34 +39,34 @@ def _max_error(H, H_ref, h=192, w=320):
     return np.abs(clips.apply_homography_np(H, p) - clips.apply_homography_np(H_ref, p)).max()
 
 
-def test_the_background_wins_when_the_object_has_more_tracks():
-    """RANSAC's largest consensus is the object's (600 tracks against 400), yet the background's
-    motion is returned: its inliers span the frame, the object's a central rectangle."""
+def test_two_motions_are_listed_largest_consensus_first():
+    """RANSAC's largest consensus is the object's (600 tracks against 400): it comes first, the
+    background's second; which is the camera's is left to the pixels (refine.dominant_homography)."""
     p1, p2 = _tracks(np.random.default_rng(0), 400, 600)
-    _, inliers = cv2.findHomography(p1, p2, cv2.RANSAC, 0.5)  # the premise: RANSAC takes the object
-    assert inliers[-600:].mean() > 0.9 and inliers[:-600].mean() < 0.1
-    H, two = background.background_homography(p1, p2)
-    assert two
-    assert _max_error(H, H_BG) < 0.2
+    motions = background.track_motions(p1, p2)
+    assert len(motions) == 2
+    obj = p1[400:]  # the object's motion is only defined on it
+    err = np.linalg.norm(clips.apply_homography_np(motions[0], obj) - clips.apply_homography_np(H_OBJ, obj), axis=1)
+    assert np.median(err) < 0.1 and err.max() < 0.5
+    assert _max_error(motions[1], H_BG) < 0.2
 
 
-def test_one_motion_is_returned_as_it_is():
+def test_one_motion_is_listed_alone():
     rng = np.random.default_rng(1)
     p1 = rng.uniform([0, 0], [320, 192], (500, 2))
     p2 = clips.apply_homography_np(H_BG, p1) + rng.normal(0, 0.05, p1.shape)
-    H, two = background.background_homography(p1, p2)
-    assert not two and _max_error(H, H_BG) < 0.1
+    motions = background.track_motions(p1, p2)
+    assert len(motions) == 1 and _max_error(motions[0], H_BG) < 0.1
     # a small second motion (10 % of the tracks, under the 15 % share) is not a second motion
-    p1o, p2o = _tracks(rng, 450, 50)
-    H, two = background.background_homography(p1o, p2o)
-    assert not two and _max_error(H, H_BG) < 0.2
+    motions = background.track_motions(*_tracks(rng, 450, 50))
+    assert len(motions) == 1 and _max_error(motions[0], H_BG) < 0.2
 
 
 def test_too_few_tracks_and_mismatched_points():
     p = np.zeros((10, 2))
-    assert background.background_homography(p, p) == (None, False)
+    assert background.track_motions(p, p) == []
     with pytest.raises(ValueError, match="as many points"):
-        background.background_homography(np.zeros((20, 2)), np.zeros((19, 2)))
+        background.track_motions(np.zeros((20, 2)), np.zeros((19, 2)))
 
 
 def test_seeded_tracks_find_the_true_positions_from_a_wrong_start():
@@ -153,12 +154,13 @@ def test_point_tracker_follows_a_known_shift_and_drops_lost_points():
 def test_camflow_estimator_takes_the_background_from_a_compromise_flow():
     """The stabilizer's camflow estimator on a pair of the large-foreground clip, with a model
     whose flow lies between the background's exact motion and the object's (as the refined
-    flow does there): the two-motion check (``stabilize --two-motions``) returns the
-    background's motion; without it (the default) the compromise stays."""
-    # the hard set's large-foreground clip slides its object 0.6 widths over 90 frames (2.2 px
-    # a frame); over 12 frames that speed is travel 0.075
-    clip = clips.moving_object_clip(12, 192, 320, seed=3, object_fraction=0.45, travel=0.075)
-    t = 5
+    flow does there): the two-motion check (on by default) returns the background's motion,
+    the one that explains the most of the frame; without it (``stabilize --no-two-motions``)
+    the compromise stays."""
+    # the hard set's large-foreground clip: its object slides 0.6 widths over 90 frames (2.2 px
+    # a frame) and bobs once
+    clip = clips.moving_object_clip(90, 192, 320, seed=3, object_fraction=0.45)
+    t = 40
     a, b = clip.frames[t], clip.frames[t + 1]
     H_bg = clip.pair_homographies[t]
     ys, xs = np.mgrid[0:192, 0:320]
@@ -172,15 +174,29 @@ def test_camflow_estimator_takes_the_background_from_a_compromise_flow():
     def error(flow):
         return float(np.sqrt(((flow - exact) ** 2).sum(-1).mean()))
 
-    checked = estimators.CamFlowEstimator(predictor, two_motion_check=True)
-    unchecked = estimators.CamFlowEstimator(predictor)  # the default: off
+    checked = estimators.CamFlowEstimator(predictor)  # the default: on
+    unchecked = estimators.CamFlowEstimator(predictor, two_motion_check=False)
     assert error(unchecked(a, b)) > 1.0
     assert error(checked(a, b)) < 0.1
     assert checked.stats()["two_motion_pairs"] == 1 and "two_motion_pairs" not in unchecked.stats()
 
 
+def test_the_check_keeps_a_good_fit_on_a_still_pair():
+    """One motion (the clip without its object) and a model flow that is already exact: the
+    check keeps the fit (no tracked motion replaces it, or one that is as exact)."""
+    clip = clips.moving_object_clip(90, 192, 320, seed=3, with_object=False)
+    t = 40
+    ys, xs = np.mgrid[0:192, 0:320]
+    grid = np.stack([xs, ys], -1).astype(float)
+    exact = (clips.apply_homography_np(clip.pair_homographies[t], grid) - grid).astype(np.float32)
+    est = estimators.CamFlowEstimator(lambda img1, img2, **kw: {"flow_f": exact,
+                                                               "weights_f": np.ones((192, 320), np.float32)})
+    flow = est(clip.frames[t], clip.frames[t + 1])
+    assert float(np.sqrt(((flow - exact) ** 2).sum(-1).mean())) < 0.05
+
+
 def test_make_estimator_passes_the_check_on():
-    """``make_estimator`` (what ``stabilize --two-motions`` calls) hands the option to the
-    camflow estimator; off unless asked for."""
-    assert estimators.make_estimator("camflow", two_motion_check=True).two_motion_check
-    assert not estimators.make_estimator("camflow").two_motion_check
+    """``make_estimator`` (what ``stabilize`` calls) hands the option to the camflow estimator;
+    on unless turned off (``--no-two-motions``)."""
+    assert estimators.make_estimator("camflow").two_motion_check
+    assert not estimators.make_estimator("camflow", two_motion_check=False).two_motion_check

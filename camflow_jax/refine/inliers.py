@@ -1,0 +1,94 @@
+"""How much of a pair each candidate motion explains, in the refinement's own terms.
+
+A pixel is an inlier of a motion when the refinement would give it a robust weight of at least
+1/2 there: its residual ``phi(I_2)(x + F(x)) - phi(I_1)(x)`` (locally normalised grey levels,
+:func:`camflow_jax.refine.pyramid.local_normalize`) is at most the Cauchy width
+``c = RefineConfig.cauchy_width * sigma``. To compare candidates, all of them are judged on one
+scale, ``sigma``, the smallest of their robust scales (1.4826 x the median absolute residual),
+over the pixels that every candidate keeps inside image 2. The share of those pixels each
+candidate explains is its *inlier share*.
+
+This picks the dominant motion where two compete (a large object moving against the
+background): the refined CamFlow+ flow, a combination of smooth global bases fitted by one
+robust cost, bends towards both motions, and so does a homography fitted to it; a rigid motion
+taken from point tracks explains one of them exactly, and the motion that explains more of the
+frame is the camera's (docs/stabilization.md, "Moving objects"). Textureless pixels are inliers
+of every candidate, so they do not decide.
+
+:func:`inlier_shares` is pure ``jax.numpy`` (jit it per image size); :func:`dominant_homography`
+is its host wrapper for homographies of full-size frames.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import cv2
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from camflow_jax.geometry import device, host
+from camflow_jax.refine.config import RefineConfig
+from camflow_jax.refine.pyramid import gray, local_normalize
+from camflow_jax.refine.solver import robust_scale
+
+__all__ = ["inlier_shares", "dominant_homography"]
+
+
+def inlier_shares(img1, img2, flows, cfg: RefineConfig = RefineConfig()) -> jax.Array:
+    """``[K]`` inlier shares (module doc) of candidate flows ``[K, H, W, 2]`` (image 1 -> image
+    2, pixels of image 1's grid) for the pair ``img1``, ``img2`` (``[H, W]`` or ``[H, W, C]``,
+    grey levels 0..255 for ``cfg.epsilon``); normalised with ``cfg``'s ``local_sigma``,
+    ``epsilon`` and ``presmooth``, judged with its ``cauchy_width`` and ``sigma_min``. Zeros where
+    no pixel stays inside image 2 for every candidate."""
+    g1, g2 = gray(img1), gray(img2)
+    if g1.shape != g2.shape or flows.ndim != 4 or flows.shape[1:] != g1.shape + (2,):
+        raise ValueError(f"inlier_shares needs two images of one size and flows [K, H, W, 2] on it, "
+                         f"got {g1.shape}, {g2.shape} and {flows.shape}")
+    phi1, phi2 = (local_normalize(g, cfg.local_sigma, cfg.epsilon, cfg.presmooth) for g in (g1, g2))
+    h, w = g1.shape
+    grid = device.pixel_grid(h, w).reshape(-1, 2)
+
+    def residual(flow):
+        x, y = grid[:, 0] + flow[..., 0].ravel(), grid[:, 1] + flow[..., 1].ravel()
+        sample = device.sample_bilinear(phi2[..., None], x, y, mode="edge")[:, 0]
+        return sample - phi1.ravel(), device.in_frame(x, y, h, w)
+
+    r, inside = jax.vmap(residual)(jnp.asarray(flows, jnp.float32))
+    common = jnp.all(inside, axis=0)
+    sigma = jnp.min(jax.vmap(lambda rk: robust_scale(rk, common, cfg))(r))
+    inlier = (jnp.abs(r) <= cfg.cauchy_width * sigma) & common[None]
+    return jnp.sum(inlier, axis=1) / jnp.maximum(jnp.sum(common), 1)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _homography_shares(g1, g2, Hs, cfg):
+    h, w = g1.shape
+    flows = jax.vmap(lambda H: device.homography_to_flow(H, h, w))(Hs)
+    return inlier_shares(g1, g2, flows, cfg)
+
+
+def dominant_homography(img1, img2, homographies, cfg: RefineConfig = RefineConfig()) -> tuple[int, np.ndarray]:
+    """``(index, shares)``: which of ``homographies`` (image 1 -> image 2 pixels, each ``[3, 3]``)
+    explains the most of the pair, and each one's inlier share (:func:`inlier_shares`; numpy).
+
+    Judged on the grey images shrunk (area) to at most ``cfg.max_size`` on the longer side, the
+    refinement's working size, with the homographies conjugated to that size. Ties go to the
+    first candidate."""
+    Hs = np.asarray(homographies, np.float64)
+    if Hs.ndim != 3 or Hs.shape[1:] != (3, 3) or len(Hs) == 0 or not np.all(np.isfinite(Hs)):
+        raise ValueError(f"homographies must be finite [K, 3, 3] with K >= 1, got shape {Hs.shape}")
+    g1, g2 = (np.asarray(host.gray(x), np.float32) for x in (img1, img2))
+    if g1.shape != g2.shape:
+        raise ValueError(f"the two images must have one size, got {g1.shape} and {g2.shape}")
+    h, w = g1.shape
+    s = min(1.0, cfg.max_size / max(h, w))
+    if s < 1.0:
+        hs, ws = max(1, int(round(h * s))), max(1, int(round(w * s)))
+        g1, g2 = (cv2.resize(g, (ws, hs), interpolation=cv2.INTER_AREA) for g in (g1, g2))
+        # pixel centres: x' = (x + 0.5) ws / w - 0.5, as INTER_AREA maps them
+        S = np.array([[ws / w, 0, 0.5 * ws / w - 0.5], [0, hs / h, 0.5 * hs / h - 0.5], [0, 0, 1.0]])
+        Hs = S[None] @ Hs @ np.linalg.inv(S)[None]
+    shares = np.asarray(_homography_shares(jnp.asarray(g1), jnp.asarray(g2), jnp.asarray(Hs, jnp.float32), cfg))
+    return int(np.argmax(shares)), shares
