@@ -1,4 +1,5 @@
-"""The background's motion where a second, foreground motion competes with it (numpy + OpenCV).
+"""The rigid motions among point tracks where a foreground motion competes with the background's
+(numpy + OpenCV).
 
 A dense estimate fitted to the whole frame (CamFlow+'s refined flow) lands between the camera's
 motion and a large foreground object's: both pull on one robust photometric cost. Point
@@ -9,7 +10,7 @@ second one holds a share of the tracks of its own. Which is the camera's is deci
 pixels, not the tracks: the candidate that explains more of the frame photometrically
 (:func:`camflow_jax.refine.dominant_homography`, the stabilizer's camflow).
 
-Measured in docs/stabilization.md, "Moving objects with camflow".
+Measured in docs/stabilization.md, "Moving objects".
 """
 
 from __future__ import annotations

@@ -455,7 +455,8 @@ class CamFlowEstimator(VideoEstimator):
         if self.two_motion_check:
             from camflow_jax.refine import dominant_homography  # JAX: only camflow needs it
 
-            candidates = [H, *background.track_motions(*background.seeded_tracks(a, b, fitted))]
+            tracked = background.track_motions(*background.seeded_tracks(a, b, fitted))
+            candidates = [H, *(m for m in tracked if np.all(np.isfinite(m)))]
             k = dominant_homography(a, b, candidates)[0] if len(candidates) > 1 else 0
             if k:
                 self.two_motion_pairs += 1

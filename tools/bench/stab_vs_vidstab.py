@@ -125,6 +125,7 @@ def _adapted_rows(named: dict, args) -> list[dict]:
             adapt_run.save(tmp, variables, model_config, loaded[2], report, overwrite=True)
             factory = stab_estimators.make_estimator("camflow", checkpoint=tmp).fresh
             for row in stabilization.compare_with_vidstab({cname: clip}, {"camflow+adapt": factory}, vidstab=False,
+                                                          ecc=args.ecc_score,
                                                           log=lambda m: print(m, file=sys.stderr, flush=True)):
                 row.update(adapt_seconds=report["total_seconds"], adapt_steps=report["steps"],
                            adapt_heldout_before_px=report["heldout_error_before_px"],
