@@ -10,7 +10,14 @@ import math
 from camflow_jax.models.camflow import group_layout
 from camflow_jax.models.config import DEPTH_GROUP, GROUP_NAMES
 
-__all__ = ['RefineConfig', 'active_stages', 'default_groups', 'NOISE_SIZE', 'NOISE_BLOCK', 'OUT_OF_FRAME_WIDTHS']
+__all__ = ['RefineConfig', 'shrunk_size', 'active_stages', 'default_groups', 'NOISE_SIZE', 'NOISE_BLOCK', 'OUT_OF_FRAME_WIDTHS']
+
+
+def shrunk_size(h: int, w: int, longest: int) -> tuple[int, int]:
+    """``h x w`` itself, or shrunk (aspect kept, at least 8 px a side) so its longer side is
+    ``longest``: the refinement's working size for ``longest = RefineConfig.max_size``."""
+    s = min(1.0, longest / max(h, w))
+    return max(8, round(h * s)), max(8, round(w * s))
 
 
 #: Out-of-frame pixels cost as much as a residual of this many Cauchy widths.

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from camflow_jax.geometry import device, host
-from camflow_jax.refine.config import RefineConfig
+from camflow_jax.refine.config import RefineConfig, shrunk_size
 from camflow_jax.refine.pyramid import gray, local_normalize
 from camflow_jax.refine.solver import robust_scale
 
@@ -83,9 +83,8 @@ def dominant_homography(img1, img2, homographies, cfg: RefineConfig = RefineConf
     if g1.shape != g2.shape:
         raise ValueError(f"the two images must have one size, got {g1.shape} and {g2.shape}")
     h, w = g1.shape
-    s = min(1.0, cfg.max_size / max(h, w))
-    if s < 1.0:
-        hs, ws = max(1, int(round(h * s))), max(1, int(round(w * s)))
+    hs, ws = shrunk_size(h, w, cfg.max_size)
+    if (hs, ws) != (h, w):
         g1, g2 = (cv2.resize(g, (ws, hs), interpolation=cv2.INTER_AREA) for g in (g1, g2))
         # pixel centres: x' = (x + 0.5) ws / w - 0.5, as INTER_AREA maps them
         S = np.array([[ws / w, 0, 0.5 * ws / w - 0.5], [0, hs / h, 0.5 * hs / h - 0.5], [0, 0, 1.0]])

@@ -39,7 +39,7 @@ from camflow_jax.geometry import classical, device, host
 from camflow_jax.io.cpus import usable_cpus
 from camflow_jax.refine import pyramid as refine_pyramid
 from camflow_jax.refine import solver as refine_solver
-from camflow_jax.refine.config import RefineConfig
+from camflow_jax.refine.config import RefineConfig, shrunk_size
 
 __all__ = ["PairRefiner", "PERCENTILE_STRIDE"]
 
@@ -101,17 +101,10 @@ class PairRefiner:
         self._pool = None  # two threads for the pair's directions on a multi-core CPU (_in_parallel)
         self._pool_lock = threading.Lock()
 
-    @staticmethod
-    def _shrunk(h: int, w: int, longest: int) -> tuple[int, int]:
-        """``h x w`` itself, or shrunk (aspect kept, at least 8 px a side) so its longer side is
-        ``longest``."""
-        s = min(1.0, longest / max(h, w))
-        return max(8, round(h * s)), max(8, round(w * s))
-
     def working_size(self, h: int, w: int, cfg: "RefineConfig") -> tuple[int, int]:
         """The refinement's resolution for an ``h x w`` (landscape) input: the input itself, or
         shrunk so its longer side is ``cfg.max_size``."""
-        return self._shrunk(h, w, cfg.max_size)
+        return shrunk_size(h, w, cfg.max_size)
 
     def fit_config(self, h: int, w: int, cfg: "RefineConfig") -> tuple["RefineConfig", str]:
         """``(settings, note)`` for an ``h x w`` (landscape) input: ``cfg`` and no note when its
@@ -133,7 +126,7 @@ class PairRefiner:
         (:meth:`working_size`)."""
         if cfg.detail_size is None:
             return None
-        hd, wd = self._shrunk(h, w, cfg.detail_size)
+        hd, wd = shrunk_size(h, w, cfg.detail_size)
         hw, ww = self.working_size(h, w, cfg)
         return (hd, wd) if hd >= hw and wd >= ww and (hd, wd) != (hw, ww) else None
 

@@ -56,14 +56,16 @@ class HullRule(stab_estimators.CamFlowEstimator):
         if flow is None:
             return None
         p1, p2 = background.seeded_tracks(a, b, flow)
-        motions = background.track_motions(p1, p2)
-        if len(motions) < 2:
+        if len(p1) < 16:
             return flow
-        _, in1 = classical.robust_fit(p1, p2, "ransac", 0.5, max_iters=2000)
-        rest = np.flatnonzero(~in1)
-        _, in2 = classical.robust_fit(p1[rest], p2[rest], "ransac", 0.5, max_iters=2000)
-        first, second = _hull_area(p1[in1]), _hull_area(p1[rest[in2]])
-        H = motions[1] if second > first else motions[0]
+        H1, in1 = classical.robust_fit(p1, p2, "ransac", 0.5, max_iters=2000)
+        rest = np.flatnonzero(~in1) if H1 is not None else []
+        if len(rest) < max(background.SECOND_MOTION_SHARE * len(p1), 4):
+            return flow  # one motion: camflow's fit stays
+        H2, in2 = classical.robust_fit(p1[rest], p2[rest], "ransac", 0.5, max_iters=2000)
+        if H2 is None or in2.sum() < background.SECOND_MOTION_SHARE * len(p1):
+            return flow
+        H = H2 if _hull_area(p1[rest[in2]]) > _hull_area(p1[in1]) else H1
         self.last_homography = H
         return host.homography_flow(H, *flow.shape[:2])
 
