@@ -28,6 +28,10 @@ from camflow_jax.models.layers import onnx_form_active
 from camflow_jax.models.mask import MaskNet
 from camflow_jax.models.met import MotionEstimationTransformer, combine_directional
 
+#: The most a pair's contrast is stretched by :func:`apply_contrast_floor` (a near-uniform pair
+#: would otherwise have its noise amplified without bound).
+MAX_CONTRAST_GAIN = 10.0
+
 # Per-channel statistics of the release, applied to its stored (OpenCV, BGR) channel order.
 IMAGE_MEAN_BGR = (118.93, 113.97, 102.60)
 IMAGE_STD_BGR = (69.85, 68.81, 72.45)
@@ -127,6 +131,8 @@ class CamFlow(nn.Module):
         the mask net) on the B forward rows instead of 2B, about half the network's work. The
         same parameters and the same forward outputs as the two-direction pass."""
         self._check_inputs(gray1, gray2, bases, bases_b)
+        if self.config.contrast_floor > 0:
+            gray1, gray2 = apply_contrast_floor(gray1, gray2, self.config.contrast_floor)
         if forward_only and bases_b is not None:
             raise ValueError("CamFlow: forward_only takes the forward bases alone (bases_b=None)")
         b = gray1.shape[0]
@@ -263,6 +269,27 @@ def init_variables(model: CamFlow, key: jax.Array, height: int | None = None, wi
     stats = walk(shapes.get("batch_stats", {}), (),
                  lambda p, x, _: np.zeros(x.shape) if p[-1] == "mean" else np.ones(x.shape))
     return {"params": params, "batch_stats": stats}
+
+
+def apply_contrast_floor(gray1: jax.Array, gray2: jax.Array, floor: float) -> tuple[jax.Array, jax.Array]:
+    """Each pair of normalised grey images (:func:`preprocess`; ``[B, H, W, 1]``) with a spread
+    below ``floor``, stretched to it: with ``m`` and ``s`` the mean and standard deviation of
+    the pair's pixels (both images together) and the gain ``g = clip(floor / s, 1,``
+    :data:`MAX_CONTRAST_GAIN` ``)``, ``gray -> (gray - m) g + m / g``.
+
+    The network was trained on images of the release's mean and spread; a dark pair (a night
+    scene, an underexposed clip) reaches it as a narrow band far below that mean, and its
+    estimate degrades to about no motion at all (docs/network.md, "Dark and flat pairs"). The
+    stretch widens the band and moves its mean towards the release's by the same gain. Both
+    images get one map, so brightness constancy between them holds; a pair whose spread is at
+    least ``floor`` is unchanged (``g = 1``)."""
+    both = jnp.concatenate([gray1, gray2], axis=-1).astype(jnp.float32)
+    m = jnp.mean(both, axis=(1, 2, 3), keepdims=True)
+    s = jnp.sqrt(jnp.mean(jnp.square(both - m), axis=(1, 2, 3), keepdims=True))
+    g = jnp.clip(floor / jnp.maximum(s, 1e-6), 1.0, MAX_CONTRAST_GAIN)
+    # where(): a pair at or above the floor keeps its values bit for bit
+    stretch = lambda x: jnp.where(g > 1.0, (x - m) * g + m / g, x).astype(x.dtype)  # noqa: E731
+    return stretch(gray1), stretch(gray2)
 
 
 def count_params(params: Any) -> int:

@@ -11,6 +11,7 @@ reads one back (keys that are not architecture fields are left to the caller).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Mapping
 
 from camflow_jax.models import precision as precision_lib
@@ -41,6 +42,11 @@ class ModelConfig:
         (``layer_depth[i]`` must be ``levels - i``) and attention heads.
       window_size: Swin window (input sides must be multiples of 2^levels x window).
       mlp_ratio: MLP hidden width / token width.
+      contrast_floor: the least grey-level spread (standard deviation, in the normalised units of
+        :func:`camflow_jax.models.preprocess`) a pair reaches the network with; a darker or
+        flatter pair is stretched to it (:func:`camflow_jax.models.camflow.apply_contrast_floor`).
+        0 turns it off (the release has no such step). Not a weight: any checkpoint runs with
+        either value.
     """
 
     group_sizes: tuple[int, ...] = (12, 12)
@@ -52,6 +58,7 @@ class ModelConfig:
     num_heads: tuple[int, ...] = (3, 12, 24)
     window_size: int = 8
     mlp_ratio: float = 3.0
+    contrast_floor: float = 0.5
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen: normalize once)
@@ -85,9 +92,16 @@ class ModelConfig:
                     raise ValueError(f"num_heads[{i}]={heads[i]} does not divide dim {embed * 2 ** (i + s)}")
         if embed % 2:
             raise ValueError(f"embed_dim must be even, got {embed}")
+        try:
+            floor = float(self.contrast_floor)
+        except (TypeError, ValueError):
+            floor = float("nan")
+        if not (math.isfinite(floor) and floor >= 0):
+            raise ValueError(f"model_config.contrast_floor must be a finite number >= 0 (0: off), got {self.contrast_floor!r}")
         for k, v in dict(group_sizes=sizes, group_names=names, precision=str(self.precision), embed_dim=embed,
                          depths=depths, layer_depth=layer_depth, num_heads=heads,
-                         window_size=int(self.window_size), mlp_ratio=float(self.mlp_ratio)).items():
+                         window_size=int(self.window_size), mlp_ratio=float(self.mlp_ratio),
+                         contrast_floor=floor).items():
             set_(k, v)
 
     @property

@@ -94,6 +94,27 @@ def test_onnx_in_onnxruntime_gives_the_predictors_flows(tiny, exported):
     np.testing.assert_allclose(ex["flow_f"][0], want["flow_f"], atol=1e-4)
 
 
+def test_onnx_stretches_a_dark_pair_as_the_network_does(tiny, exported):
+    # The contrast floor is part of the exported graph: a pair at a fifth of its brightness
+    # (below the floor) gets the Predictor's flows from ONNX Runtime too.
+    from camflow_jax.models import preprocess
+
+    _, pred = tiny
+    out, _ = exported
+    ex = _example(out)
+    dark = {k: np.round(ex[k].astype(np.float32) * 0.2) for k in ("img1", "img2")}
+    grey = np.concatenate([np.asarray(preprocess(dark[k][0], H, W)) for k in ("img1", "img2")])
+    assert grey.std() < 0.5 * pred.model.config.contrast_floor  # well below the floor: stretched
+    want = pred(dark["img1"][0].astype(np.uint8), dark["img2"][0].astype(np.uint8), depth1=ex["depth1"][0],
+                depth2=ex["depth2"][0], intrinsics=ex["K"][0], refine=False)
+    sess = ort.InferenceSession(str(out / "network.onnx"), providers=["CPUExecutionProvider"])
+    feeds = {"img1": dark["img1"], "img2": dark["img2"],
+             "bases_f": _bases(pred, ex["depth1"][0], ex["K"][0]), "bases_b": _bases(pred, ex["depth2"][0], ex["K"][0])}
+    got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    for k in ("flow_f", "flow_b"):
+        assert np.max(np.abs(got[k][0] - want[k])) < 1e-3, k
+
+
 # Two levels, two blocks per stage (the second shifted, with the region mask): every step the
 # ONNX form rewrites (thin and regular 3x3 convs, GELU, window and class attention, LayerNorm)
 # and the coarse-to-fine warp between levels.

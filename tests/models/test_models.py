@@ -201,12 +201,16 @@ def test_model_config_is_the_single_source_of_architecture_fields():
     # model.json files: the shipped one and a minimal early one read back through ModelConfig.
     shipped = checkpoint.read_model_config(checkpoint.pretrained_path())
     # (the shipped one was written before the precision policy: it says dtype float32 and
-    # reads as the default policy, 'exact')
-    assert ModelConfig.from_dict(shipped).to_dict() == {**{k: shipped[k] for k in FIELDS if k != "precision"},
-                                                        "precision": "exact"}
+    # reads as the default policy, 'exact'; and before the contrast floor: it gets the default)
+    assert ModelConfig.from_dict(shipped).to_dict() == {
+        **{k: shipped[k] for k in FIELDS if k not in ("precision", "contrast_floor")},
+        "precision": "exact", "contrast_floor": ModelConfig().contrast_floor}
     assert ModelConfig.from_dict({"group_sizes": [12, 12], "height": 320, "dtype": None}) == ModelConfig()
     with pytest.raises(ValueError, match="group_names"):
         ModelConfig(group_sizes=(12, 12), group_names=("stochastic", "homography"))
+    for bad in (-0.1, float("nan"), "dim"):
+        with pytest.raises(ValueError, match="contrast_floor must be a finite number >= 0"):
+            ModelConfig(contrast_floor=bad)
 
 
 def test_preprocess_matches_release_pipeline_with_opencv():
@@ -336,3 +340,54 @@ def test_window_attention_gradients_keep_the_compute_dtype():
                   *(x.astype(jnp.float32) for x in (q, k, v)), bias)[1](jnp.ones(shape, jnp.float32))
     for a, b in zip(grads, ref):
         np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b), rtol=0.05, atol=0.05)
+
+
+def test_contrast_floor_stretches_dim_pairs_to_the_floor_and_leaves_others_bit_for_bit():
+    from camflow_jax.models.camflow import MAX_CONTRAST_GAIN, apply_contrast_floor
+
+    rng = np.random.default_rng(3)
+    base = rng.normal(0.0, 1.0, (3, 16, 24, 1)).astype(np.float32)
+    # a dim dark pair (spread 0.1, mean -1.3), a normal pair (spread 1), a nearly flat pair
+    scales, means = np.array([0.1, 1.0, 0.01]), np.array([-1.3, 0.2, 0.0])
+    g1 = (base * scales[:, None, None, None] + means[:, None, None, None]).astype(np.float32)
+    g2 = np.roll(g1, 2, axis=2)  # the same pixels moved: the pair's statistics are g1's
+    o1, o2 = (np.asarray(x) for x in apply_contrast_floor(jnp.asarray(g1), jnp.asarray(g2), 0.5))
+    both = np.concatenate([g1, g2], -1).reshape(3, -1).astype(np.float64)
+    m, s = both.mean(1), both.std(1)
+    gain = np.clip(0.5 / s, 1.0, MAX_CONTRAST_GAIN)
+    for i in range(3):  # numpy closed form: (x - m) g + m / g
+        np.testing.assert_allclose(o1[i], (g1[i] - m[i]) * gain[i] + m[i] / gain[i], atol=1e-5)
+        np.testing.assert_allclose(o2[i], (g2[i] - m[i]) * gain[i] + m[i] / gain[i], atol=1e-5)
+    out = np.concatenate([o1, o2], -1).reshape(3, -1)
+    assert abs(out[0].std() - 0.5) < 1e-4  # stretched to the floor, mean pulled in by the gain
+    assert abs(out[0].mean() - m[0] / gain[0]) < 1e-5 and gain[0] == pytest.approx(0.5 / s[0])
+    assert np.array_equal(o1[1], g1[1]) and np.array_equal(o2[1], g2[1])  # above the floor: untouched
+    assert gain[2] == MAX_CONTRAST_GAIN and abs(out[2].std() - MAX_CONTRAST_GAIN * s[2]) < 1e-4  # capped
+    # one map for both images: their difference scales by the gain (brightness constancy kept)
+    np.testing.assert_allclose(o2[0] - o1[0], (g2[0] - g1[0]) * gain[0], atol=1e-5)
+
+
+def test_a_dark_pair_gets_about_the_motion_of_its_bright_original():
+    # The renderer's exact flow is the oracle: the shipped network on two plain synthetic scenes,
+    # bright and darkened to a fifth, with the contrast floor (the default) and without it.
+    import dataclasses
+
+    from camflow_jax.data.synthetic import SyntheticScenes
+    from camflow_jax.predictor import Predictor
+
+    on = Predictor.from_pretrained()
+    off = Predictor(on.model.clone(config=dataclasses.replace(on.model.config, contrast_floor=0.0)),
+                    on.variables, on.static_bases, on.model_config)
+    scenes = SyntheticScenes(seed=11, num_samples=6, height=128, width=256)
+    rows = [scenes[i] for i in (0, 5)]
+    assert [r["category"] for r in rows] == ["RE", "RE"]
+    dark = lambda x: np.round(x.astype(np.float32) * 0.2).astype(np.uint8)  # noqa: E731
+
+    def epe(pred, r, f=lambda x: x):
+        flow = pred(f(r["img1"]), f(r["img2"]), refine=False)["flow_f"]
+        return float(np.hypot(*(flow - r["flow_f"]).transpose(2, 0, 1)).mean())
+
+    bright = np.mean([epe(on, r) for r in rows])
+    assert np.mean([epe(off, r) for r in rows]) == pytest.approx(bright, abs=1e-4)  # bright: no change
+    assert np.mean([epe(off, r, dark) for r in rows]) > 1.5 * bright  # the failure the floor is for
+    assert np.mean([epe(on, r, dark) for r in rows]) < 1.25 * bright
