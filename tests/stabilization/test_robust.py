@@ -220,12 +220,15 @@ def test_ecc_refine_recovers_a_known_homography_from_a_start_off_by_a_pixel():
     assert classical.ecc_refine(flat, flat, np.eye(3)) is None  # nothing to align: no answer
 
 
-def test_tool_bad_size_exits_2():
-    res = subprocess.run([sys.executable, "-m", "tools.bench", "stab_vs_vidstab", "--size", "big"],
+@pytest.mark.parametrize("args, said", [(["--size", "big"], "size must be HxW"),
+                                        (["--adapt-seeds", "1,x"], "seeds must be integers"),
+                                        (["--adapt-seeds", "2,2"], "seeds must be distinct")])
+def test_tool_bad_argument_exits_2(args, said):
+    res = subprocess.run([sys.executable, "-m", "tools.bench", "stab_vs_vidstab", *args],
                          capture_output=True, text=True, cwd=ROOT,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert res.returncode == 2
-    assert "size must be HxW" in res.stderr
+    assert said in res.stderr
     assert "Traceback" not in res.stderr
 
 

@@ -9,7 +9,10 @@ A clip: a still-camera video of Debian's opencv-doc (``vtest``, ``tree``, ``mega
 (:func:`camflow_jax.stabilization.clips.shake_video`: exact pair homographies where the source
 camera was still), ``planar`` (the synthetic planar clip, exact everywhere) or ``object`` (the
 planar clip with a large object sliding across it, :func:`~camflow_jax.stabilization.clips.moving_object_clip`:
-exact background motion; ``object_late``: the object only in the last third, the pairs scored). The model adapts
+exact background motion; ``object_late``: the object only in the last third, the pairs scored), or one of the
+stabilizer's hard clips (``low_res``, ``dark_noisy``, ``low_texture``, ``large_foreground``:
+:func:`tools.bench.stabilization.hard_clips` as ``stab_vs_vidstab --hard`` builds them, 120 frames
+of vtest at 288x384 or 90 synthetic frames at 192x320, whatever ``--frames``). The model adapts
 on the first two thirds (:func:`camflow_jax.adaptation.run.adapt_clips`, its budget ``--minutes``
 labels included) and is scored on every ``--eval-every``-th pair of the last third, which it never
 saw: the network alone and refined, before and after, against the exact motion (mean end-point
@@ -42,10 +45,11 @@ from camflow_jax.stabilization import clips as clips_lib
 from tools.bench import opencv_doc, timing
 
 VIDEOS = {"vtest": "vtest.avi", "tree": "tree.avi", "megamind": "Megamind.avi"}
+HARD = ("low_res", "dark_noisy", "low_texture", "large_foreground")
 
 
 def shaken_clip(name: str, frames: int, seed: int):
-    """(ShakyClip at 640x480 with exact pair homographies, fps)."""
+    """(ShakyClip with exact pair homographies, fps): 640x480, or a hard clip at its own size."""
     if name == "planar":
         return clips_lib.planar_clip(frames, 480, 640, seed=seed), 30.0
     if name == "object":
@@ -55,6 +59,14 @@ def shaken_clip(name: str, frames: int, seed: int):
         full = clips_lib.moving_object_clip(frames, 480, 640, seed=seed)
         k = (2 * frames) // 3
         return dataclasses.replace(full, frames=np.concatenate([plain.frames[:k], full.frames[k:]])), 30.0
+    if name in HARD:  # stab_vs_vidstab --hard's clips, with its defaults (vtest at 10 fps)
+        from tools.bench import stabilization
+
+        video = stabilization.find_vtest()
+        if video is None:
+            raise FileNotFoundError(f"vtest.avi: {opencv_doc.MISSING_DATA}")
+        fps = 10.0 if name != "large_foreground" else 30.0
+        return stabilization.hard_clips(video, 120, (288, 384), seed, 10.0, (192, 320), 90)[name], fps
     path = os.path.join(opencv_doc.OPENCV_DOC, VIDEOS[name])
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: {opencv_doc.MISSING_DATA}")
@@ -121,7 +133,7 @@ def _round_scores(out: dict) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--clip", default="vtest", choices=sorted(VIDEOS) + ["planar", "object", "object_late"])
+    p.add_argument("--clip", default="vtest", choices=sorted(VIDEOS) + ["planar", "object", "object_late", *HARD])
     p.add_argument("--frames", type=int, default=300)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--minutes", type=float, default=DEFAULT_MINUTES)

@@ -6,7 +6,9 @@
 Clips: OpenCV's vtest.avi (``apt-get install opencv-doc``; ``--video`` for another still-camera
 video) shaken by a seeded known motion, and the synthetic moving-object clip with and without
 its object (``--synthetic-size``, ``--synthetic-frames``; ``--no-synthetic`` skips them);
-``--hard`` adds the hard set (:func:`tools.bench.stabilization.hard_clips`).
+``--hard`` adds the hard set (:func:`tools.bench.stabilization.hard_clips`); ``--clips`` keeps
+only the named ones. ``--adapt-minutes M`` adds a row per clip with the network adapted to it
+first, one per ``--adapt-seeds`` seed (the adaptation's own randomness: batches, synthetic pairs).
 ``--checkpoint DIR``: the model the camflow estimators run (default: the shipped one). The
 work is :func:`tools.bench.stabilization.compare_with_vidstab`; this script parses
 arguments and prints the table (with the load average: timings on a shared machine are
@@ -20,6 +22,7 @@ import json
 import os
 import sys
 
+from camflow_jax.adaptation.config import AdaptConfig
 from camflow_jax.cli import harness
 from camflow_jax.compilation import cache
 from camflow_jax.estimators import registry
@@ -36,6 +39,16 @@ def _size(text: str) -> tuple[int, int]:
     if h < 16 or w < 16:
         raise argparse.ArgumentTypeError(f"size must be at least 16x16, got {text!r}")
     return h, w
+
+
+def _seeds(text: str) -> tuple[int, ...]:
+    try:
+        seeds = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seeds must be integers separated by commas, got {text!r}") from None
+    if len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"seeds must be distinct, got {text!r}")
+    return seeds
 
 
 def main(argv=None) -> int:
@@ -64,6 +77,11 @@ def main(argv=None) -> int:
     p.add_argument("--adapt-minutes", type=harness.finite_float, default=None, metavar="M",
                    help="add a row camflow+adapt per clip: the network adapted to that clip first "
                         "(camflow_jax.adaptation, M minutes, labels included), as stabilize --adapt does")
+    p.add_argument("--adapt-seeds", type=_seeds, default=(AdaptConfig().seed,), metavar="S[,S...]",
+                   help="with --adapt-minutes: one adapted row per seed (AdaptConfig.seed; default: its default)")
+    p.add_argument("--clips", type=lambda t: [c for c in t.split(",") if c], default=None, metavar="NAME[,NAME...]",
+                   help="only these clips (vtest_shaken, moving_object, no_object and, with --hard, low_res, "
+                        "dark_noisy, low_texture, large_foreground)")
     p.add_argument("--out", help="JSON file for all rows")
     args = p.parse_args(argv)
     cache.enable()  # compiled programs kept per user (docs/performance.md, "Compile once")
@@ -89,6 +107,11 @@ def main(argv=None) -> int:
         if args.hard:
             named.update(stabilization.hard_clips(video, args.frames, args.size, args.seed, fps,
                                                   args.synthetic_size, args.synthetic_frames))
+        if args.clips:
+            unknown = sorted(set(args.clips) - set(named))
+            if unknown:
+                raise ValueError(f"--clips: no clip named {', '.join(unknown)} here (the clips: {', '.join(named)})")
+            named = {k: v for k, v in named.items() if k in args.clips}
         factories = {n: stab_estimators.make_estimator(n, checkpoint=args.checkpoint).fresh for n in names}
         load0 = load_average()
         rows = stabilization.compare_with_vidstab(named, factories, vidstab=not args.no_vidstab, floor=args.floor,
@@ -118,19 +141,21 @@ def _adapted_rows(named: dict, args) -> list[dict]:
     rows = []
     loaded = adapt_run.load_model(args.checkpoint)
     for cname, clip in named.items():
-        with tempfile.TemporaryDirectory() as tmp:
-            variables, model_config, report = adapt_run.adapt_clips(
-                [Clip(cname, clip.frames[:300])], minutes=args.adapt_minutes, model=loaded, progress=False,
-                log=lambda m: print(m, file=sys.stderr, flush=True))
-            adapt_run.save(tmp, variables, model_config, loaded[2], report, overwrite=True)
-            factory = stab_estimators.make_estimator("camflow", checkpoint=tmp).fresh
-            for row in stabilization.compare_with_vidstab({cname: clip}, {"camflow+adapt": factory}, vidstab=False,
-                                                          ecc=args.ecc_score,
-                                                          log=lambda m: print(m, file=sys.stderr, flush=True)):
-                row.update(adapt_seconds=report["total_seconds"], adapt_steps=report["steps"],
-                           adapt_heldout_before_px=report["heldout_error_before_px"],
-                           adapt_heldout_after_px=report["heldout_error_after_px"])
-                rows.append(row)
+        for seed in args.adapt_seeds:
+            method = "camflow+adapt" if len(args.adapt_seeds) == 1 else f"camflow+adapt(seed={seed})"
+            with tempfile.TemporaryDirectory() as tmp:
+                variables, model_config, report = adapt_run.adapt_clips(
+                    [Clip(cname, clip.frames[:300])], minutes=args.adapt_minutes, model=loaded, progress=False,
+                    config=AdaptConfig(seed=seed), log=lambda m: print(m, file=sys.stderr, flush=True))
+                adapt_run.save(tmp, variables, model_config, loaded[2], report, overwrite=True)
+                factory = stab_estimators.make_estimator("camflow", checkpoint=tmp).fresh
+                for row in stabilization.compare_with_vidstab({cname: clip}, {method: factory}, vidstab=False,
+                                                              ecc=args.ecc_score,
+                                                              log=lambda m: print(m, file=sys.stderr, flush=True)):
+                    row.update(adapt_seed=seed, adapt_seconds=report["total_seconds"], adapt_steps=report["steps"],
+                               adapt_heldout_before_px=report["heldout_error_before_px"],
+                               adapt_heldout_after_px=report["heldout_error_after_px"])
+                    rows.append(row)
     return rows
 
 

@@ -1,0 +1,1 @@
+"""Studies behind docs/network.md (see :mod:`tools.bench.studies`)."""
