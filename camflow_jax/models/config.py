@@ -25,8 +25,8 @@ GROUP_NAMES = (HOMOGRAPHY_GROUP, STOCHASTIC_GROUP, DEPTH_GROUP)
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """CamFlow / CamFlow+ architecture. Defaults: the released CamFlow (24 bases); CamFlow+
-    adds a depth group (``group_sizes=(12, 12, 12)``).
+    """CamFlow / CamFlow+ architecture. Defaults: the released CamFlow (24 bases), with our
+    contrast floor for dark pairs; CamFlow+ adds a depth group (``group_sizes=(12, 12, 12)``).
 
     Attributes:
       group_sizes: bases per group, in the order of :data:`GROUP_NAMES`.
