@@ -219,7 +219,9 @@ def label_pairs(predictor, clips: list[Clip], pairs: list, settings: TeacherSett
     ``minimum`` pairs are labelled: the labels then cover a prefix of ``pairs`` (order them
     so that a prefix is useful, :func:`spread`)."""
     net_hw = (predictor.height, predictor.width)
-    fingerprint = model_fingerprint(predictor.variables)
+    # the weights and the settings that change the network's answers without a weight (the
+    # contrast floor, the precision policy): ModelConfig's repr holds them all
+    fingerprint = f"{model_fingerprint(predictor.variables)}|{getattr(predictor.model, 'config', None)!r}"
     cache = None if cache_dir is None else Path(cache_dir)
     bs = settings.batch_size or max(1, predictor.preferred_batch_size())
     bases_of = {}  # input size -> the constant-depth basis set at the network size (numpy)

@@ -17,6 +17,7 @@ from camflow_jax.adaptation import run, teacher
 from camflow_jax.adaptation.config import AdaptConfig
 from camflow_jax.adaptation.footage import Clip, clip_pairs, read_clips, split_pairs
 from camflow_jax.geometry import host
+from camflow_jax.predictor import Predictor
 from camflow_jax.stabilization.clips import planar_clip
 from helpers import ROOT
 
@@ -78,6 +79,14 @@ def test_cached_labels_are_read_back_and_a_damaged_chunk_is_relabelled(loaded, l
         third = teacher.label_pairs(loaded[4], clips, pairs, cache_dir=cache, progress=False)
     assert third.seconds > 0
     np.testing.assert_allclose(third.coeffs_f, labels.coeffs_f, atol=1e-5)
+    # the same weights with the network's contrast floor off answer differently: not read back
+    import dataclasses
+
+    pred = loaded[4]
+    model = pred.model.clone(config=dataclasses.replace(pred.model.config, contrast_floor=0.0))
+    other = teacher.label_pairs(Predictor(model, pred.variables, pred.static_bases, pred.model_config),
+                                clips, pairs, cache_dir=cache, progress=False)
+    assert other.seconds > 0
 
 
 def test_forward_backward_weight_against_closed_forms():
