@@ -207,6 +207,19 @@ def _with_precision(model, precision: str | None, dtype: str | None):
     return model.clone(config=dataclasses.replace(config, precision=precision))  # validates precision
 
 
+def _with_contrast_floor(model, floor: float | None):
+    """``model`` with the contrast floor ``floor`` (:class:`camflow_jax.models.ModelConfig`);
+    unchanged when it is None or already that."""
+    if floor is None:
+        return model
+    config = getattr(model, "config", None)
+    if not dataclasses.is_dataclass(config) or not hasattr(config, "contrast_floor"):
+        raise ValueError(f"contrast_floor={floor!r} needs a CamFlow model (with a ModelConfig)")
+    if floor == config.contrast_floor:
+        return model
+    return model.clone(config=dataclasses.replace(config, contrast_floor=floor))  # validates it
+
+
 # ----------------------------------------------------------------------------- predictor
 class Predictor:
     """Runs a CamFlow / CamFlow+ model on image pairs of any size and orientation.
@@ -235,6 +248,8 @@ class Predictor:
         "Precision policy").
       dtype: the older spelling: 'bfloat16' is ``precision='bfloat16'``; 'float32' keeps the
         model config's policy if it computes in float32, else 'exact'.
+      contrast_floor: the network's contrast floor for dark pairs
+        (:func:`camflow_jax.models.camflow.apply_contrast_floor`; None: the model config's, 0: off).
     """
 
     confidence = False  # the default of __call__'s confidence (set by __init__)
@@ -244,12 +259,13 @@ class Predictor:
 
     def __init__(self, model, variables, static_bases, model_config: Mapping[str, Any] | None = None,
                  *, channel_order: str = "rgb", refine: "bool | refine_lib.RefineConfig" = True,
-                 confidence: bool = False, precision: str | None = None, dtype: str | None = None):
+                 confidence: bool = False, precision: str | None = None, dtype: str | None = None,
+                 contrast_floor: float | None = None):
         cache.enable()  # before anything compiles (the user's JAX settings win)
         if hasattr(model_config, "to_dict"):  # ml_collections.ConfigDict
             model_config = model_config.to_dict()
         cfg = dict(model_config or {})
-        model = _with_precision(model, precision, dtype)
+        model = _with_contrast_floor(_with_precision(model, precision, dtype), contrast_floor)
         self.model = model
         self.precision = getattr(getattr(model, "config", None), "precision", None)  # the policy in use
         if cfg and self.precision is not None:  # the config says what runs

@@ -74,16 +74,22 @@ def _bases(pred, depth, K):
     return np.asarray(_BUILDERS[id(pred)](pred.static_bases, depth, K))[None]
 
 
+def _onnx_outputs(out, pred, ex, img1, img2) -> dict:
+    """ONNX Runtime's outputs of the exported network on ``img1``, ``img2`` (``[1, h, w, 3]``)
+    with the example's depths and intrinsics turned into bases as the Predictor builds them."""
+    sess = ort.InferenceSession(str(out / "network.onnx"), providers=["CPUExecutionProvider"])
+    assert [i.name for i in sess.get_inputs()] == ["img1", "img2", "bases_f", "bases_b"]
+    feeds = {"img1": np.asarray(img1, np.float32), "img2": np.asarray(img2, np.float32),
+             "bases_f": _bases(pred, ex["depth1"][0], ex["K"][0]), "bases_b": _bases(pred, ex["depth2"][0], ex["K"][0])}
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+
 def test_onnx_in_onnxruntime_gives_the_predictors_flows(tiny, exported):
     _, pred = tiny
     out, _ = exported
     ex = _example(out)
     want = _predictor_outputs(pred, ex)
-    sess = ort.InferenceSession(str(out / "network.onnx"), providers=["CPUExecutionProvider"])
-    assert [i.name for i in sess.get_inputs()] == ["img1", "img2", "bases_f", "bases_b"]
-    feeds = {"img1": ex["img1"].astype(np.float32), "img2": ex["img2"].astype(np.float32),
-             "bases_f": _bases(pred, ex["depth1"][0], ex["K"][0]), "bases_b": _bases(pred, ex["depth2"][0], ex["K"][0])}
-    got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    got = _onnx_outputs(out, pred, ex, ex["img1"], ex["img2"])
     assert np.mean(np.abs(want["flow_f"])) > 0.5  # a real motion, not zeros
     for k in ("flow_f", "flow_b"):
         assert got[k].shape == (1, H, W, 2)
@@ -105,12 +111,8 @@ def test_onnx_stretches_a_dark_pair_as_the_network_does(tiny, exported):
     dark = {k: np.round(ex[k].astype(np.float32) * 0.2) for k in ("img1", "img2")}
     grey = np.concatenate([np.asarray(preprocess(dark[k][0], H, W)) for k in ("img1", "img2")])
     assert grey.std() < 0.5 * pred.model.config.contrast_floor  # well below the floor: stretched
-    want = pred(dark["img1"][0].astype(np.uint8), dark["img2"][0].astype(np.uint8), depth1=ex["depth1"][0],
-                depth2=ex["depth2"][0], intrinsics=ex["K"][0], refine=False)
-    sess = ort.InferenceSession(str(out / "network.onnx"), providers=["CPUExecutionProvider"])
-    feeds = {"img1": dark["img1"], "img2": dark["img2"],
-             "bases_f": _bases(pred, ex["depth1"][0], ex["K"][0]), "bases_b": _bases(pred, ex["depth2"][0], ex["K"][0])}
-    got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    want = _predictor_outputs(pred, {**ex, **{k: v.astype(np.uint8) for k, v in dark.items()}})
+    got = _onnx_outputs(out, pred, ex, dark["img1"], dark["img2"])
     for k in ("flow_f", "flow_b"):
         assert np.max(np.abs(got[k][0] - want[k])) < 1e-3, k
 

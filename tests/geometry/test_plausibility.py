@@ -337,14 +337,11 @@ def test_a_zoom_the_network_misses_in_part_of_the_image_is_refined_again_and_fou
     whose directions agree: it is within half a pixel of the exact zoom. (The scene is dim: with
     the network's contrast floor its start is right and nothing needs a retry, so the floor is
     off here.)"""
-    import dataclasses
-
     from camflow_jax.predictor import Predictor
     from camflow_jax.refine import RefineConfig
 
-    no_floor = dataclasses.replace(shipped.model.config, contrast_floor=0.0)
-    shipped = Predictor(shipped.model.clone(config=no_floor), shipped.variables, shipped.static_bases,
-                        shipped.model_config)
+    shipped = Predictor(shipped.model, shipped.variables, shipped.static_bases, shipped.model_config,
+                        contrast_floor=0.0)
 
     img = SyntheticScenes(seed=44, num_samples=1, height=192, width=320, categories=("RE",))[0]["img1"]
     img = np.clip(np.asarray(img), 0, 255).astype(np.uint8)

@@ -370,14 +370,12 @@ def test_contrast_floor_stretches_dim_pairs_to_the_floor_and_leaves_others_bit_f
 def test_a_dark_pair_gets_about_the_motion_of_its_bright_original():
     # The renderer's exact flow is the oracle: the shipped network on two plain synthetic scenes,
     # bright and darkened to a fifth, with the contrast floor (the default) and without it.
-    import dataclasses
-
     from camflow_jax.data.synthetic import SyntheticScenes
     from camflow_jax.predictor import Predictor
 
     on = Predictor.from_pretrained()
-    off = Predictor(on.model.clone(config=dataclasses.replace(on.model.config, contrast_floor=0.0)),
-                    on.variables, on.static_bases, on.model_config)
+    off = Predictor(on.model, on.variables, on.static_bases, on.model_config, contrast_floor=0.0)
+    assert off.model.config.contrast_floor == 0.0 and on.model.config.contrast_floor > 0
     scenes = SyntheticScenes(seed=11, num_samples=6, height=128, width=256)
     rows = [scenes[i] for i in (0, 5)]
     assert [r["category"] for r in rows] == ["RE", "RE"]

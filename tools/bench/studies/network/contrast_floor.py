@@ -16,7 +16,6 @@ every second pair. The shipped model, network alone.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -68,8 +67,8 @@ def main(argv=None) -> int:
     for floor, mean in ROWS:
         camflow_model.apply_contrast_floor = rule if mean == "pulled" else _kept_mean
         try:
-            model = shipped.model.clone(config=dataclasses.replace(shipped.model.config, contrast_floor=floor))
-            pred = Predictor(model, shipped.variables, shipped.static_bases, shipped.model_config)
+            pred = Predictor(shipped.model, shipped.variables, shipped.static_bases, shipped.model_config,
+                             contrast_floor=floor)
             per = {c: [] for c in CATEGORIES}
             for r in rows:
                 o = pred(r["img1"], r["img2"], r["depth1"], r["depth2"], r["K"], refine=False)
