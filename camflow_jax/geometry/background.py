@@ -19,13 +19,50 @@ import cv2
 import numpy as np
 
 from camflow_jax.geometry.classical import lk_round_trip, robust_fit, to_gray_u8
+from camflow_jax.geometry.host import homography_flow
 
-__all__ = ["seeded_tracks", "track_motions", "TRACK_STEP", "SECOND_MOTION_SHARE"]
+__all__ = ["inlier_homography", "seeded_tracks", "track_motions", "motion_candidates", "TRACK_STEP",
+           "SECOND_MOTION_SHARE"]
 
 #: Grid spacing (px) of the tracked points.
 TRACK_STEP = 6
 #: A second motion counts when its RANSAC inliers are at least this share of all tracks.
 SECOND_MOTION_SHARE = 0.15
+
+
+def inlier_homography(flow, weights=None, *, min_weight: float = 0.5, num_points: int = 4096,
+                      threshold: float | None = None, min_points: int = 32) -> np.ndarray | None:
+    """Homography (image-1 -> image-2 pixels, ``H[2, 2] = 1``) of a forward flow ``[H, W, 2]``
+    at its inlier pixels, or None when none can be fitted.
+
+    Points on a regular grid (about ``num_points``) whose ``weights`` ``[H, W]`` (e.g. the
+    refinement's IRLS weights; None: all points) are at least ``min_weight`` are matched to
+    x + flow(x) and fitted with RANSAC (``threshold`` pixels, default 0.1 % of the diagonal
+    and at least 0.5 px), then least squares on RANSAC's inliers. If fewer than ``min_points``
+    pass the weight test, the best-weighted half of the grid is used instead.
+    """
+    flow = np.asarray(flow, np.float32)
+    if flow.ndim != 3 or flow.shape[-1] != 2:
+        raise ValueError(f"flow must be [H, W, 2], got shape {flow.shape}")
+    h, w = flow.shape[:2]
+    step = max(1, int(np.sqrt(h * w / float(num_points))))
+    ys, xs = np.mgrid[step // 2:h:step, step // 2:w:step]
+    ys, xs = ys.ravel(), xs.ravel()
+    f = flow[ys, xs]
+    keep = np.all(np.isfinite(f), axis=-1)
+    if weights is not None:
+        wts = np.asarray(weights, np.float32).reshape(h, w)[ys, xs]
+        good = keep & (wts >= min_weight)
+        if good.sum() < min_points:
+            good = keep & (wts >= np.median(wts[keep])) if keep.any() else keep
+        keep = good
+    if keep.sum() < max(min_points, 4):
+        return None
+    src = np.stack([xs, ys], -1)[keep].astype(np.float32)
+    dst = src + f[keep]
+    if threshold is None:
+        threshold = max(0.5, 1e-3 * float(np.hypot(h, w)))
+    return robust_fit(src, dst, "ransac", threshold, max_iters=2000)[0]
 
 
 def seeded_tracks(img1, img2, flow, *, step: int = TRACK_STEP, window: int = 15, levels: int = 1,
@@ -88,3 +125,18 @@ def track_motions(p1, p2, *, threshold: float = 0.5, min_share: float = SECOND_M
     if H2 is None or in2.sum() < min_share * n:
         return [H1]
     return [H1, H2]
+
+
+def motion_candidates(img1, img2, flow, weights=None) -> list[np.ndarray]:
+    """The candidate camera motions of a pair from a dense estimate ``flow`` ``[H, W, 2]`` (image 1
+    -> image 2) and its inlier ``weights`` ``[H, W]`` (e.g. the refinement's IRLS weights):
+    ``[H_fit, *tracked]``, the homography fitted to the flow's inliers
+    (:func:`inlier_homography`) and the rigid motions of points tracked from its prediction
+    (:func:`seeded_tracks`, :func:`track_motions`: one, or two where a second motion holds a
+    share of the tracks). Empty when no homography fits. Which candidate is the camera's is
+    decided photometrically (:func:`camflow_jax.refine.dominant_homography`)."""
+    H = inlier_homography(flow, weights)
+    if H is None:
+        return []
+    tracked = track_motions(*seeded_tracks(img1, img2, homography_flow(H, *np.shape(flow)[:2])))
+    return [H, *(m for m in tracked if np.all(np.isfinite(m)))]

@@ -5,7 +5,8 @@
 * :mod:`.solver`: the robust Levenberg-Marquardt solve (:func:`refine_motion`,
   :func:`refine_with_pyramids`, :func:`refine_pair`);
 * :mod:`.inliers`: how much of a pair each candidate motion explains (:func:`inlier_shares`,
-  :func:`dominant_homography`: the dominant motion where two compete);
+  :func:`dominant_homography`: the dominant motion where two compete; :func:`inlier_weights`,
+  :func:`homography_weights`: per pixel);
 * :mod:`.pairs`: :class:`PairRefiner`, one pair as the Predictor refines it (working size,
   detail level, starts, both directions).
 

@@ -15,8 +15,11 @@ taken from point tracks explains one of them exactly, and the motion that explai
 frame is the camera's (docs/stabilization.md, "Moving objects"). Textureless pixels are inliers
 of every candidate, so they do not decide.
 
-:func:`inlier_shares` is pure ``jax.numpy`` (jit it per image size); :func:`dominant_homography`
-is its host wrapper for homographies of full-size frames.
+:func:`inlier_shares` and :func:`inlier_weights` (each candidate's per-pixel robust weight on
+that scale) are pure ``jax.numpy`` (jit them per image size); :func:`dominant_homography` and
+:func:`homography_weights` are their host wrappers for homographies of full-size frames (the
+stabilizer keeps the camera's motion with the first; the adaptation's teacher weights a label
+by the camera's motion with the second, docs/adaptation.md).
 """
 
 from __future__ import annotations
@@ -33,18 +36,15 @@ from camflow_jax.refine.config import RefineConfig, shrunk_size
 from camflow_jax.refine.pyramid import gray, local_normalize
 from camflow_jax.refine.solver import robust_scale
 
-__all__ = ["inlier_shares", "dominant_homography"]
+__all__ = ["inlier_shares", "inlier_weights", "dominant_homography", "homography_weights"]
 
 
-def inlier_shares(img1, img2, flows, cfg: RefineConfig = RefineConfig()) -> jax.Array:
-    """``[K]`` inlier shares (module doc) of candidate flows ``[K, H, W, 2]`` (image 1 -> image
-    2, pixels of image 1's grid) for the pair ``img1``, ``img2`` (``[H, W]`` or ``[H, W, C]``,
-    grey levels 0..255 for ``cfg.epsilon``); normalised with ``cfg``'s ``local_sigma``,
-    ``epsilon`` and ``presmooth``, judged with its ``cauchy_width`` and ``sigma_min``. Zeros where
-    no pixel stays inside image 2 for every candidate."""
+def _judged(img1, img2, flows, cfg: RefineConfig):
+    """``(r [K, P], inside [K, P], common [P], width)``: each candidate's residuals, where it keeps
+    the pixel inside image 2, where all do, and the common Cauchy width (module doc)."""
     g1, g2 = gray(img1), gray(img2)
     if g1.shape != g2.shape or flows.ndim != 4 or flows.shape[1:] != g1.shape + (2,):
-        raise ValueError(f"inlier_shares needs two images of one size and flows [K, H, W, 2] on it, "
+        raise ValueError(f"candidate flows need two images of one size and flows [K, H, W, 2] on it, "
                          f"got {g1.shape}, {g2.shape} and {flows.shape}")
     phi1, phi2 = (local_normalize(g, cfg.local_sigma, cfg.epsilon, cfg.presmooth) for g in (g1, g2))
     h, w = g1.shape
@@ -58,8 +58,28 @@ def inlier_shares(img1, img2, flows, cfg: RefineConfig = RefineConfig()) -> jax.
     r, inside = jax.vmap(residual)(jnp.asarray(flows, jnp.float32))
     common = jnp.all(inside, axis=0)
     sigma = jnp.min(jax.vmap(lambda rk: robust_scale(rk, common, cfg))(r))
-    inlier = (jnp.abs(r) <= cfg.cauchy_width * sigma) & common[None]
+    return r, inside, common, cfg.cauchy_width * sigma
+
+
+def inlier_shares(img1, img2, flows, cfg: RefineConfig = RefineConfig()) -> jax.Array:
+    """``[K]`` inlier shares (module doc) of candidate flows ``[K, H, W, 2]`` (image 1 -> image
+    2, pixels of image 1's grid) for the pair ``img1``, ``img2`` (``[H, W]`` or ``[H, W, C]``,
+    grey levels 0..255 for ``cfg.epsilon``); normalised with ``cfg``'s ``local_sigma``,
+    ``epsilon`` and ``presmooth``, judged with its ``cauchy_width`` and ``sigma_min``. Zeros where
+    no pixel stays inside image 2 for every candidate."""
+    r, _, common, width = _judged(img1, img2, flows, cfg)
+    inlier = (jnp.abs(r) <= width) & common[None]
     return jnp.sum(inlier, axis=1) / jnp.maximum(jnp.sum(common), 1)
+
+
+def inlier_weights(img1, img2, flows, cfg: RefineConfig = RefineConfig()) -> jax.Array:
+    """``[K, H, W]``: each candidate flow's per-pixel Cauchy weight ``1 / (1 + (r / c)^2)`` on the
+    common scale of :func:`inlier_shares` (``c`` its Cauchy width; a pixel it explains has a
+    weight of at least 1/2), 0 where the candidate moves the pixel out of image 2: the IRLS
+    weights the refinement would give each candidate. Arguments as :func:`inlier_shares`."""
+    r, inside, _, width = _judged(img1, img2, flows, cfg)
+    h, w = np.shape(flows)[1:3]
+    return jnp.where(inside, 1.0 / (1.0 + (r / width) ** 2), 0.0).reshape(-1, h, w)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
@@ -69,13 +89,15 @@ def _homography_shares(g1, g2, Hs, cfg):
     return inlier_shares(g1, g2, flows, cfg)
 
 
-def dominant_homography(img1, img2, homographies, cfg: RefineConfig = RefineConfig()) -> tuple[int, np.ndarray]:
-    """``(index, shares)``: which of ``homographies`` (image 1 -> image 2 pixels, each ``[3, 3]``)
-    explains the most of the pair, and each one's inlier share (:func:`inlier_shares`; numpy).
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _homography_weights(g1, g2, H, cfg):
+    h, w = g1.shape
+    return inlier_weights(g1, g2, device.homography_to_flow(H, h, w)[None], cfg)[0]
 
-    Judged on the grey images shrunk (area) to at most ``cfg.max_size`` on the longer side, the
-    refinement's working size, with the homographies conjugated to that size. Ties go to the
-    first candidate."""
+
+def _at_working_size(img1, img2, homographies, cfg: RefineConfig):
+    """``(g1, g2, Hs)``: the grey images shrunk (area) to at most ``cfg.max_size`` on the longer
+    side, the refinement's working size, and the homographies conjugated to that size."""
     Hs = np.asarray(homographies, np.float64)
     if Hs.ndim != 3 or Hs.shape[1:] != (3, 3) or len(Hs) == 0 or not np.all(np.isfinite(Hs)):
         raise ValueError(f"homographies must be finite [K, 3, 3] with K >= 1, got shape {Hs.shape}")
@@ -89,5 +111,24 @@ def dominant_homography(img1, img2, homographies, cfg: RefineConfig = RefineConf
         # pixel centres: x' = (x + 0.5) ws / w - 0.5, as INTER_AREA maps them
         S = np.array([[ws / w, 0, 0.5 * ws / w - 0.5], [0, hs / h, 0.5 * hs / h - 0.5], [0, 0, 1.0]])
         Hs = S[None] @ Hs @ np.linalg.inv(S)[None]
-    shares = np.asarray(_homography_shares(jnp.asarray(g1), jnp.asarray(g2), jnp.asarray(Hs, jnp.float32), cfg))
+    return jnp.asarray(g1), jnp.asarray(g2), jnp.asarray(Hs, jnp.float32)
+
+
+def dominant_homography(img1, img2, homographies, cfg: RefineConfig = RefineConfig()) -> tuple[int, np.ndarray]:
+    """``(index, shares)``: which of ``homographies`` (image 1 -> image 2 pixels, each ``[3, 3]``)
+    explains the most of the pair, and each one's inlier share (:func:`inlier_shares`; numpy).
+
+    Judged on the grey images shrunk (area) to at most ``cfg.max_size`` on the longer side, the
+    refinement's working size, with the homographies conjugated to that size. Ties go to the
+    first candidate."""
+    shares = np.asarray(_homography_shares(*_at_working_size(img1, img2, homographies, cfg), cfg))
     return int(np.argmax(shares)), shares
+
+
+def homography_weights(img1, img2, homography, cfg: RefineConfig = RefineConfig()) -> np.ndarray:
+    """``[h, w]`` float32: the Cauchy weights (:func:`inlier_weights`) of one homography (image 1
+    -> image 2 pixels) at the refinement's working size ``(h, w)`` (as
+    :func:`dominant_homography` judges): near 1 where it explains the pair, low on what moves
+    otherwise."""
+    g1, g2, Hs = _at_working_size(img1, img2, np.asarray(homography, np.float64)[None], cfg)
+    return np.asarray(_homography_weights(g1, g2, Hs[0], cfg), np.float32)

@@ -25,9 +25,10 @@ order.
 Moving objects (camflow): the refined flow is a combination of global motion bases, fitted by
 a robust (Cauchy) photometric cost; a large moving object (a passing car, a hand) bends it
 towards its own motion. The stabilizer keeps only the camera's motion, in two steps. First
-(``inlier_fit=True``) :func:`inlier_homography` fits a homography, with RANSAC, to the refined
-flow at the pixels the refinement's IRLS weights (the Predictor's ``weights_f``, an inlier map)
-call inliers; a large object still leaves that fit between its motion and the camera's. Then
+(``inlier_fit=True``) :func:`camflow_jax.geometry.background.inlier_homography` fits a
+homography, with RANSAC, to the refined flow at the pixels the refinement's IRLS weights (the
+Predictor's ``weights_f``, an inlier map) call inliers; a large object still leaves that fit
+between its motion and the camera's. Then
 (``two_motion_check=True``, the default; ``stabilize --no-two-motions`` turns it off) a grid of
 textured points is tracked from that homography's prediction
 (:func:`camflow_jax.geometry.background.seeded_tracks`) and the tracks' rigid motions are
@@ -52,11 +53,10 @@ import numpy as np
 
 from camflow_jax.data import depth as depth_lib
 from camflow_jax.estimators import registry
-from camflow_jax.geometry import background, checks, classical, host, plausibility
+from camflow_jax.geometry import background, checks, host, plausibility
 from camflow_jax.io.cpus import usable_cpus
 
-__all__ = ["DEFAULT", "VideoEstimator", "RegistryEstimator", "CamFlowEstimator", "make_estimator",
-           "inlier_homography"]
+__all__ = ["DEFAULT", "VideoEstimator", "RegistryEstimator", "CamFlowEstimator", "make_estimator"]
 
 #: The stabilizer's default estimator: Shi-Tomasi corners tracked by Lucas-Kanade. On the hard
 #: set's development seeds it beat SIFT matching on every clip, dark and blurred ones by 3-8x,
@@ -271,41 +271,6 @@ class RegistryEstimator(VideoEstimator):
         return state
 
 
-def inlier_homography(flow, weights=None, *, min_weight: float = 0.5, num_points: int = 4096,
-                      threshold: float | None = None, min_points: int = 32) -> np.ndarray | None:
-    """Homography (image-1 -> image-2 pixels, ``H[2, 2] = 1``) of a forward flow ``[H, W, 2]``
-    at its inlier pixels, or None when none can be fitted.
-
-    Points on a regular grid (about ``num_points``) whose ``weights`` ``[H, W]`` (e.g. the
-    refinement's IRLS weights; None: all points) are at least ``min_weight`` are matched to
-    x + flow(x) and fitted with RANSAC (``threshold`` pixels, default 0.1 % of the diagonal
-    and at least 0.5 px), then least squares on RANSAC's inliers. If fewer than ``min_points``
-    pass the weight test, the best-weighted half of the grid is used instead.
-    """
-    flow = np.asarray(flow, np.float32)
-    if flow.ndim != 3 or flow.shape[-1] != 2:
-        raise ValueError(f"flow must be [H, W, 2], got shape {flow.shape}")
-    h, w = flow.shape[:2]
-    step = max(1, int(np.sqrt(h * w / float(num_points))))
-    ys, xs = np.mgrid[step // 2:h:step, step // 2:w:step]
-    ys, xs = ys.ravel(), xs.ravel()
-    f = flow[ys, xs]
-    keep = np.all(np.isfinite(f), axis=-1)
-    if weights is not None:
-        wts = np.asarray(weights, np.float32).reshape(h, w)[ys, xs]
-        good = keep & (wts >= min_weight)
-        if good.sum() < min_points:
-            good = keep & (wts >= np.median(wts[keep])) if keep.any() else keep
-        keep = good
-    if keep.sum() < max(min_points, 4):
-        return None
-    src = np.stack([xs, ys], -1)[keep].astype(np.float32)
-    dst = src + f[keep]
-    if threshold is None:
-        threshold = max(0.5, 1e-3 * float(np.hypot(h, w)))
-    return classical.robust_fit(src, dst, "ransac", threshold, max_iters=2000)[0]
-
-
 class CamFlowEstimator(VideoEstimator):
     """The registry's ``camflow`` (``refine=False``: ``camflow_net``) around a loaded predictor,
     with per-frame depth for CamFlow+.
@@ -319,8 +284,9 @@ class CamFlowEstimator(VideoEstimator):
     def __init__(self, predictor, depth_files=None, intrinsics=None, fov_deg: float | None = None,
                  frame_size: tuple[int, int] | None = None, refine: bool = True,
                  inlier_fit: bool = True, refine_size: int | None = None, two_motion_check: bool = True):
-        """``inlier_fit``: return the flow of :func:`inlier_homography` of the model's flow at
-        the refinement's inlier pixels (module doc; the network alone has no weights, so the
+        """``inlier_fit``: return the flow of
+        :func:`~camflow_jax.geometry.background.inlier_homography` of the model's flow at the
+        refinement's inlier pixels (module doc; the network alone has no weights, so the
         RANSAC fit alone then rejects outliers); False: the model's flow as it is.
         ``two_motion_check`` (with ``inlier_fit``; on by default, ``stabilize --no-two-motions``
         turns it off): the rigid motions of points tracked from that homography's prediction
@@ -447,22 +413,21 @@ class CamFlowEstimator(VideoEstimator):
         if m.weights is not None and np.size(m.weights) == flow.shape[0] * flow.shape[1]:
             weights = np.asarray(m.weights, np.float32).reshape(flow.shape[:2])
             self.inlier_fractions.append(float((weights >= 0.5).mean()))
-        H = inlier_homography(flow, weights)
-        if H is None:  # too few inliers: counted as a failure (identity), never a stale motion
+        if self.two_motion_check:
+            candidates = background.motion_candidates(a, b, flow, weights)
+        else:
+            candidates = [H] if (H := background.inlier_homography(flow, weights)) is not None else []
+        if not candidates:  # too few inliers: counted as a failure (identity), never a stale motion
             self.coefficients[-1] = None
             return None
-        fitted = host.homography_flow(H, *flow.shape[:2])
-        if self.two_motion_check:
+        k = 0
+        if len(candidates) > 1:
             from camflow_jax.refine import dominant_homography  # JAX: only camflow needs it
 
-            tracked = background.track_motions(*background.seeded_tracks(a, b, fitted))
-            candidates = [H, *(m for m in tracked if np.all(np.isfinite(m)))]
-            k = dominant_homography(a, b, candidates)[0] if len(candidates) > 1 else 0
-            if k:
-                self.two_motion_pairs += 1
-                H, fitted = candidates[k], host.homography_flow(candidates[k], *flow.shape[:2])
-        self.last_homography = H
-        return fitted
+            k = dominant_homography(a, b, candidates)[0]
+            self.two_motion_pairs += int(k > 0)
+        self.last_homography = H = candidates[k]
+        return host.homography_flow(H, *flow.shape[:2])
 
     def fresh(self) -> "CamFlowEstimator":
         new = super().fresh()

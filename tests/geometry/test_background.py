@@ -200,3 +200,24 @@ def test_make_estimator_passes_the_check_on():
     on unless turned off (``--no-two-motions``)."""
     assert estimators.make_estimator("camflow").two_motion_check
     assert not estimators.make_estimator("camflow", two_motion_check=False).two_motion_check
+
+
+def test_motion_candidates_list_the_fit_and_both_tracked_motions():
+    """The candidates the stabilizer and the adaptation's teacher choose from: on a pair of the
+    large-foreground clip with a flow 1.2 px off the background's motion, the fit to that flow
+    (about 1.2 px off) and two tracked motions, one of them the background's exact motion; on
+    the same pair without the object, the fit and one tracked motion."""
+    ys, xs = np.mgrid[0:192, 0:320]
+    grid = np.stack([xs, ys], -1).astype(float)
+    for with_object, count in ((True, 3), (False, 2)):
+        clip = clips.moving_object_clip(90, 192, 320, seed=3, object_fraction=0.45, with_object=with_object)
+        t = 40
+        H_bg = clip.pair_homographies[t]
+        flow = (clips.apply_homography_np(H_bg, grid) - grid + [1.2, 0.0]).astype(np.float32)
+        cands = background.motion_candidates(clip.frames[t], clip.frames[t + 1], flow)
+        assert len(cands) == count, with_object
+        mean_error = [float(np.linalg.norm(clips.apply_homography_np(H, grid) - clips.apply_homography_np(H_bg, grid),
+                                           axis=-1).mean()) for H in cands]
+        assert 1.0 < mean_error[0] < 1.4 and min(mean_error[1:]) < 0.1, mean_error
+    assert background.motion_candidates(clip.frames[t], clip.frames[t + 1], np.full((192, 320, 2), np.nan,
+                                                                                     np.float32)) == []

@@ -102,3 +102,33 @@ def test_bad_arguments_are_named():
         refine.dominant_homography(img, img[:, :100], [np.eye(3)])
     with pytest.raises(ValueError, match="flows"):
         refine.inlier_shares(img, img, jnp.zeros((1, H, 10, 2)))
+
+
+def test_inlier_weights_are_cauchy_weights_high_on_the_region_a_motion_explains():
+    """Per pixel, on the two-region pair: the background's translation weighs its own region (60 %
+    of the frame, left) at least twice as much as the object's, and the object's the reverse;
+    an identical pair has a residual of 0, so weight 1 exactly, except where the flow moves a
+    pixel out of image 2, where it is 0: the library's bilinear rule (``0 <= x < W - 1``, the same
+    for y) leaves out the last row, and the last column, or the last three under a 2 px shift right."""
+    img1, img2 = _two_region_pair()
+    wts = np.asarray(refine.inlier_weights(img1, img2, jnp.stack([_flow(T_A), _flow(T_B)])))
+    assert wts.shape == (2, H, W) and wts.min() >= 0 and wts.max() <= 1
+    inner = np.s_[4:-4, 4:-4]  # away from the frame's edges
+    left, right = wts[:, inner[0], 4:SPLIT - 4], wts[:, inner[0], SPLIT + 4:-4]
+    assert left[0].mean() > 2 * right[0].mean() and right[1].mean() > 2 * left[1].mean()
+    img = _texture(np.random.default_rng(3), 1.0)[4:4 + H, 4:4 + W].astype(np.uint8)
+    same = np.asarray(refine.inlier_weights(img, img, jnp.stack([_flow((0, 0)), _flow((2, 0))])))
+    assert np.all(same[0][:-1, :-1] == 1.0) and np.all(same[0][-1] == 0) and np.all(same[0][:, -1] == 0)
+    assert np.all(same[1][:, -3:] == 0.0) and np.all(same[1][-1] == 0) and same[1][:-1, :-3].min() > 0
+
+
+def test_homography_weights_at_the_working_size():
+    """One homography's weights at the refinement's working size (288 x 173 for 320 x 192): the
+    background's translation weighs the background's columns (scaled by 288 / 320) over twice
+    the object's."""
+    img1, img2 = _two_region_pair(1)
+    wts = refine.homography_weights(img1, img2, _translation(T_A))
+    hs, ws = refine.shrunk_size(H, W, refine.RefineConfig().max_size)
+    assert wts.shape == (hs, ws) and wts.dtype == np.float32
+    split = int(SPLIT * ws / W)
+    assert wts[4:-4, 4:split - 4].mean() > 2 * wts[4:-4, split + 4:-4].mean()

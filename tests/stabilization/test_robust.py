@@ -14,7 +14,7 @@ import cv2
 import numpy as np
 import pytest
 
-from camflow_jax.geometry import classical
+from camflow_jax.geometry import background, classical
 from camflow_jax.stabilization import clips, estimators, metrics, pipeline, render
 from helpers import ROOT
 from tools.bench import stabilization, timing
@@ -72,7 +72,7 @@ def test_inlier_homography_ignores_a_pasted_patch():
     flow[patch] = clips.homography_flow_np(H_obj, h, w)[patch]
     weights = np.where(patch, 0.05, 0.9).astype(np.float32)
     for wts in (weights, None):  # with the refinement's weights, and by RANSAC alone
-        H = estimators.inlier_homography(flow, wts)
+        H = background.inlier_homography(flow, wts)
         assert _corner_error(H, H_bg, h, w) < 0.05
     # a naive least-squares fit of the same flow is pulled by the patch (the test can fail)
     src = np.stack(np.meshgrid(np.arange(w), np.arange(h)), -1).reshape(-1, 2).astype(np.float32)
