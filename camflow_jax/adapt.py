@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="share of the pairs kept apart to check on (default 0.125, every 8th pair)")
     p.add_argument("--split-by-time", action="store_true",
                    help="hold out the last share of each clip instead of every k-th pair")
+    p.add_argument("--no-two-motions", action="store_true",
+                   help="label every pair by the refined flow, also where a large object moving by itself bends it "
+                        "(by default such pairs are labelled by the camera's motion, docs/adaptation.md)")
     p.add_argument("--no-cache", action="store_true", help="do not keep or read teacher labels on disk")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     harness.add_verbose_flag(p)
@@ -90,6 +93,7 @@ def _run(args) -> int:
         raise ValueError(f"--occluders must be a share in [0, 1], got {args.occluders:g}")
     from camflow_jax.adaptation import run
     from camflow_jax.adaptation.config import AdaptConfig
+    from camflow_jax.adaptation.teacher import TeacherSettings
     from camflow_jax.io import interrupt
 
     config = AdaptConfig(learning_rate=args.lr, trainable=args.trainable, max_steps=args.steps,
@@ -101,6 +105,7 @@ def _run(args) -> int:
 
     report = run.adapt(args.inputs, args.out, checkpoint=args.checkpoint, minutes=args.minutes,
                        max_frames=args.max_frames, overwrite=args.overwrite, config=config,
+                       teacher=TeacherSettings(two_motions=not args.no_two_motions),
                        holdout=args.holdout, split_by_time=args.split_by_time,
                        cache_dir=None if args.no_cache else "default", progress=not args.quiet, log=log,
                        stop=interrupt.check)

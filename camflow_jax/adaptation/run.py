@@ -121,7 +121,9 @@ def adapt_clips(clips: list[Clip], *, checkpoint=None, minutes: float = DEFAULT_
         if not k:
             key = r.split(":")[0].split(" (")[0]
             reasons[key] = reasons.get(key, 0) + 1
+    two_motion = int(np.sum(labels.two_motion & labels.keep))
     log(f"teacher: kept {kept} of {len(labels)} pairs" + (f" (dropped: {reasons})" if reasons else "")
+        + (f", {two_motion} labelled by the camera's motion against a moving object" if two_motion else "")
         + (f"; {labels.seconds:.1f} s refining" if labels.seconds else " (read from the cache)"))
     if not any(labels.keep[i] for i in train_idx):
         raise ValueError(f"the teacher trusted none of the {len(train_idx)} pairs to learn from "
@@ -148,13 +150,14 @@ def adapt_clips(clips: list[Clip], *, checkpoint=None, minutes: float = DEFAULT_
         "clips": [{"name": c.name, "frames": int(len(c.frames)), "size_hw": list(c.size_hw)} for c in clips],
         "pairs": len(pairs), "pairs_labelled": len(labels), "pairs_learned_from": history["pairs_learned"],
         "pairs_held_out": len(held), "held_out_kept": int(sum(labels.keep[i] for i in held)),
-        "teacher_kept": kept, "teacher_dropped": reasons, "teacher_seconds": labels.seconds,
+        "teacher_kept": kept, "teacher_dropped": reasons, "teacher_two_motion": two_motion,
+        "teacher_seconds": labels.seconds,
         "heldout_error_before_px": before, "heldout_error_after_px": after,
         "ratio": None if not before or after is None else after / before,
         "steps": history["steps"], "train_seconds": history["seconds"],
         "total_seconds": time.perf_counter() - t0, "config": dataclasses.asdict(config),
         "teacher": {"refine": repr(teacher.refine), "fb_scale": teacher.fb_scale,
-                    "min_trusted": teacher.min_trusted},
+                    "min_trusted": teacher.min_trusted, "two_motions": teacher.two_motions},
         "checkpoint": "shipped" if checkpoint is None else os.fspath(checkpoint),
         "log": history["log"],
     }

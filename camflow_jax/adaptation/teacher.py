@@ -17,7 +17,17 @@ A label is what the refinement returns, kept in the form the network predicts:
 * ``keep`` ``[n]``: False for pairs the teacher does not trust (``reason`` says why): a
   refinement that improved neither direction, a Predictor result flagged implausible (its
   ``plausibility`` report), non-finite values, or less than :data:`MIN_TRUSTED` of the pixels
-  trusted.
+  trusted;
+* ``two_motion`` ``[n]``: True for pairs labelled by the camera's motion instead of the refined
+  flow. A large object moving by itself bends the refined flow towards its own motion (one
+  robust cost over smooth global bases pulls towards both). Where points tracked from the
+  refined flow hold two rigid motions and one of them explains more of the frame than the
+  homography fitted to the refined flow's inliers (the stabilizer's test,
+  :func:`camflow_jax.geometry.background.motion_candidates` and
+  :func:`camflow_jax.refine.dominant_homography`), that motion is the label: its flow in both
+  directions projected on the bases (least squares), weighted by its own robust weights
+  (:func:`camflow_jax.refine.homography_weights`, low on the object) and the forward-backward
+  agreement. ``TeacherSettings.two_motions=False`` turns this off.
 
 Footage has no depth: the labels use the constant depth of the Predictor (the model then works
 as CamFlow, its depth bases in the homography span).
@@ -43,12 +53,13 @@ import cv2
 import numpy as np
 
 from camflow_jax.adaptation.footage import Clip
-from camflow_jax.geometry import host
+from camflow_jax.geometry import background, host
 from camflow_jax.io.atomic import atomic_file
 from camflow_jax.refine import RefineConfig
 
 __all__ = ["Labels", "TeacherSettings", "label_pairs", "label_flows", "spread", "model_fingerprint", "fb_weight",
-           "default_cache_dir", "CHUNK", "FB_SCALE", "MIN_TRUSTED", "CACHE_VERSION"]
+           "default_cache_dir", "CHUNK", "FB_SCALE", "MIN_TRUSTED", "CACHE_VERSION", "MAX_PROJECTION_ERROR",
+           "AMBIGUOUS_SHARE"]
 
 #: Pairs per cached chunk of labels.
 CHUNK = 32
@@ -57,7 +68,14 @@ FB_SCALE = 0.5
 #: A pair with less than this share of trusted weight (mean weight over both directions) is dropped.
 MIN_TRUSTED = 0.2
 #: Bump when the label format or its computation changes: older cached chunks are not read.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+#: Two tracked motions whose inlier shares are closer than this cannot be told apart: which one
+#: is the camera's is a guess, and the pair is dropped. (On the development clips the camera's
+#: motion led the object's by 0.13-0.26; a pair that picked the object led by 0.05.)
+AMBIGUOUS_SHARE = 0.1
+#: A camera-motion label (``two_motion``) is used only where its projection on the bases is
+#: within this mean end-point error (network pixels) of the motion's flow.
+MAX_PROJECTION_ERROR = 0.25
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,10 +84,13 @@ class TeacherSettings:
     refine: RefineConfig = RefineConfig()
     fb_scale: float = FB_SCALE
     min_trusted: float = MIN_TRUSTED
+    two_motions: bool = True  # label pairs with a second moving motion by the camera's (module doc)
+    ambiguous_share: float = AMBIGUOUS_SHARE
     batch_size: int | None = None  # pairs per predict_batch call (None: the predictor's preferred)
 
     def key(self) -> str:
-        return repr((CACHE_VERSION, self.refine, float(self.fb_scale), float(self.min_trusted)))
+        return repr((CACHE_VERSION, self.refine, float(self.fb_scale), float(self.min_trusted),
+                     bool(self.two_motions), float(self.ambiguous_share)))
 
 
 @dataclasses.dataclass
@@ -83,6 +104,11 @@ class Labels:
     keep: np.ndarray
     reason: list
     seconds: float = 0.0  # time spent refining (0 for labels read from the cache)
+    two_motion: np.ndarray | None = None  # [n] bool (None: all False)
+
+    def __post_init__(self):
+        if self.two_motion is None:
+            self.two_motion = np.zeros(len(self.pairs), bool)
 
     def __len__(self) -> int:
         return len(self.pairs)
@@ -139,7 +165,7 @@ def _chunk_key(clips, pairs, fingerprint: str, settings: TeacherSettings, net_hw
     return h.hexdigest()
 
 
-_FIELDS = ("coeffs_f", "coeffs_b", "weight_f", "weight_b", "keep")
+_FIELDS = ("coeffs_f", "coeffs_b", "weight_f", "weight_b", "keep", "two_motion")
 
 
 def _read_chunk(path: Path) -> dict | None:
@@ -177,14 +203,61 @@ def _write_chunk(path: Path, chunk: dict) -> None:
                       stacklevel=3)
 
 
-def _trusted(out: dict, bases: np.ndarray, net_hw, settings: TeacherSettings) -> dict:
-    """One pair's label from a refined Predictor result at the input size."""
+def _camera_motion(img1, img2, out: dict, settings: TeacherSettings):
+    """The camera's homography (image 1 -> image 2, input pixels) where a second motion competes
+    with it and the refined flow bends towards both (module doc, ``two_motion``); None where the
+    refined flow is the label; the string ``"ambiguous"`` where the two tracked motions explain
+    the pair within :data:`AMBIGUOUS_SHARE` of each other (the pair is then dropped)."""
+    from camflow_jax.refine import dominant_homography
+
+    flow = np.asarray(out["flow_f"], np.float32)
+    weights = np.asarray(out["weights_f"], np.float32)
+    weights = weights.reshape(flow.shape[:2]) if weights.size == flow.shape[0] * flow.shape[1] else None
+    candidates = background.motion_candidates(img1, img2, flow, weights)
+    if len(candidates) < 3:  # no second tracked motion: the refined flow is the label
+        return None
+    k, shares = dominant_homography(img1, img2, candidates, settings.refine)
+    if not k:
+        return None
+    if abs(float(shares[1]) - float(shares[2])) < settings.ambiguous_share:
+        return "ambiguous"
+    return candidates[k]
+
+
+def _projector(bases: np.ndarray) -> np.ndarray:
+    """``[N, h * w * 2]``: the least-squares map from a flow at the network size to coefficients,
+    the minimum-norm one (with constant depth the depth bases lie in the homography span, so the
+    set is rank-deficient: singular values below 1e-6 of the largest are cut)."""
+    return np.linalg.pinv(bases.reshape(len(bases), -1).T.astype(np.float64), rcond=1e-6)
+
+
+def _weighted(cf, cb, bases, robust, improved, net_hw, settings: TeacherSettings) -> dict:
+    """A kept label: coefficients, and weights from the robust weights ``robust`` (two maps of
+    any size) times the forward-backward agreement of the label's flows; a direction not
+    ``improved`` gets 0."""
+    h, w = net_hw
+    ff, fbk = label_flows(cf, bases), label_flows(cb, bases)
+    weights = []
+    for rw, (fa, fo), ok in zip(robust, ((ff, fbk), (fbk, ff)), improved):
+        rw = cv2.resize(np.asarray(rw, np.float32), (w, h), interpolation=cv2.INTER_AREA)
+        wgt = np.clip(rw, 0, 1) * fb_weight(fa, fo, settings.fb_scale) * float(ok)
+        weights.append(np.round(255 * wgt).astype(np.uint8))
+    share = float(np.mean([x.mean() for x in weights])) / 255.0
+    keep, reason = True, ""
+    if share < settings.min_trusted:
+        keep, reason = False, f"only {100 * share:.0f}% of the pixels trusted (< {100 * settings.min_trusted:.0f}%)"
+    return dict(coeffs_f=cf, coeffs_b=cb, weight_f=weights[0], weight_b=weights[1], keep=keep, reason=reason,
+                two_motion=False)
+
+
+def _trusted(out: dict, img1, img2, bases: np.ndarray, projector: np.ndarray, net_hw,
+             settings: TeacherSettings) -> dict:
+    """One pair's label from a refined Predictor result at the input size (module doc)."""
     h, w = net_hw
     cf, cb = np.asarray(out["coeffs_f"], np.float32), np.asarray(out["coeffs_b"], np.float32)
     info = out.get("refine_info") or {}
     improved = list(info.get("improved", [True, True]))
     plaus = out.get("plausibility") or {}
-    ff, fbk = label_flows(cf, bases), label_flows(cb, bases)
     reason = ""
     if not (np.all(np.isfinite(cf)) and np.all(np.isfinite(cb))):
         reason = "non-finite refinement"
@@ -194,18 +267,28 @@ def _trusted(out: dict, bases: np.ndarray, net_hw, settings: TeacherSettings) ->
         reason = "the refinement improved neither direction"
     if reason:
         zero = np.zeros((h, w), np.uint8)
-        return dict(coeffs_f=cf, coeffs_b=cb, weight_f=zero, weight_b=zero, keep=False, reason=reason)
-    weights = []
-    for d, (fa, fo, ok) in enumerate(((ff, fbk, improved[0]), (fbk, ff, improved[-1]))):
-        rw = np.asarray(out["weights_" + "fb"[d]], np.float32).reshape(np.shape(out["flow_f"])[:2])
-        rw = cv2.resize(rw, (w, h), interpolation=cv2.INTER_AREA)
-        wgt = np.clip(rw, 0, 1) * fb_weight(fa, fo, settings.fb_scale) * float(ok)
-        weights.append(np.round(255 * wgt).astype(np.uint8))
-    share = float(np.mean([x.mean() for x in weights])) / 255.0
-    keep, reason = True, ""
-    if share < settings.min_trusted:
-        keep, reason = False, f"only {100 * share:.0f}% of the pixels trusted (< {100 * settings.min_trusted:.0f}%)"
-    return dict(coeffs_f=cf, coeffs_b=cb, weight_f=weights[0], weight_b=weights[1], keep=keep, reason=reason)
+        return dict(coeffs_f=cf, coeffs_b=cb, weight_f=zero, weight_b=zero, keep=False, reason=reason,
+                    two_motion=False)
+    H = _camera_motion(img1, img2, out, settings) if settings.two_motions else None
+    if isinstance(H, str):
+        zero = np.zeros((h, w), np.uint8)
+        return dict(coeffs_f=cf, coeffs_b=cb, weight_f=zero, weight_b=zero, keep=False, two_motion=False,
+                    reason="two motions explain the pair about equally: which is the camera's is unclear")
+    if H is not None:
+        from camflow_jax.refine import homography_weights
+
+        hi, wi = np.shape(out["flow_f"])[:2]
+        flows = [host.resize_flow(host.homography_flow(M, hi, wi), h, w) for M in (H, np.linalg.inv(H))]
+        coeffs = [(projector @ f.reshape(-1).astype(np.float64)).astype(np.float32) for f in flows]
+        err = max(float(np.hypot(*(label_flows(c, bases) - f).transpose(2, 0, 1)).mean())
+                  for c, f in zip(coeffs, flows))
+        if err <= MAX_PROJECTION_ERROR:
+            robust = (homography_weights(img1, img2, H, settings.refine),
+                      homography_weights(img2, img1, np.linalg.inv(H), settings.refine))
+            return _weighted(*coeffs, bases, robust, (True, True), net_hw, settings) | {"two_motion": True}
+    shape = np.shape(out["flow_f"])[:2]
+    robust = [np.asarray(out["weights_" + d], np.float32).reshape(shape) for d in "fb"]
+    return _weighted(cf, cb, bases, robust, (improved[0], improved[-1]), net_hw, settings)
 
 
 def label_pairs(predictor, clips: list[Clip], pairs: list, settings: TeacherSettings = TeacherSettings(), *,
@@ -224,7 +307,7 @@ def label_pairs(predictor, clips: list[Clip], pairs: list, settings: TeacherSett
     fingerprint = f"{model_fingerprint(predictor.variables)}|{getattr(predictor.model, 'config', None)!r}"
     cache = None if cache_dir is None else Path(cache_dir)
     bs = settings.batch_size or max(1, predictor.preferred_batch_size())
-    bases_of = {}  # input size -> the constant-depth basis set at the network size (numpy)
+    bases_of = {}  # input size -> (the constant-depth basis set at the network size, its projector)
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -248,11 +331,13 @@ def label_pairs(predictor, clips: list[Clip], pairs: list, settings: TeacherSett
                     outs = predictor.predict_batch([clips[c].frames[a] for c, a, _ in sub],
                                                    [clips[c].frames[b] for c, _, b in sub],
                                                    refine=settings.refine, batch_size=bs)
-                    for (c, _, _), out in zip(sub, outs):
+                    for (c, a, b), out in zip(sub, outs):
                         hw = clips[c].size_hw
                         if hw not in bases_of:
-                            bases_of[hw] = np.asarray(predictor.constant_depth_bases(hw), np.float32)
-                        rows.append(_trusted(out, bases_of[hw], net_hw, settings))
+                            bases = np.asarray(predictor.constant_depth_bases(hw), np.float32)
+                            bases_of[hw] = (bases, _projector(bases))
+                        rows.append(_trusted(out, clips[c].frames[a], clips[c].frames[b], *bases_of[hw],
+                                             net_hw, settings))
                     if bar is not None:
                         bar.update(len(sub))
                 got = {k: np.stack([r[k] for r in rows]) for k in _FIELDS}
@@ -267,9 +352,9 @@ def label_pairs(predictor, clips: list[Clip], pairs: list, settings: TeacherSett
         if bar is not None:
             bar.close()
     done = sum(len(p["keep"]) for p in parts)
-    return Labels(list(pairs[:done]), *(np.concatenate([p[k] for p in parts]) for k in _FIELDS[:4]),
-                  np.concatenate([p["keep"] for p in parts]).astype(bool),
-                  [r for p in parts for r in p["reason"]], seconds)
+    cat = {k: np.concatenate([p[k] for p in parts]) for k in _FIELDS}
+    return Labels(list(pairs[:done]), *(cat[k] for k in _FIELDS[:4]), cat["keep"].astype(bool),
+                  [r for p in parts for r in p["reason"]], seconds, cat["two_motion"].astype(bool))
 
 
 def spread(indices: list) -> list:

@@ -1,7 +1,8 @@
 """Self-training and test-time adaptation (camflow_jax.adaptation, python -m camflow_jax.adapt).
 
 Oracles: the known homographies of planar clips (:func:`camflow_jax.stabilization.clips.planar_clip`,
-exact pair motion), numpy closed forms (an exact inverse flow agrees with itself), file bytes
+exact pair motion; with a moving object, the background's exact motion and the object's mask),
+numpy closed forms (an exact inverse flow agrees with itself), file bytes
 (an interrupted run leaves the previous checkpoint's files as they were)."""
 
 import os
@@ -18,7 +19,7 @@ from camflow_jax.adaptation.config import AdaptConfig
 from camflow_jax.adaptation.footage import Clip, clip_pairs, read_clips, split_pairs
 from camflow_jax.geometry import host
 from camflow_jax.predictor import Predictor
-from camflow_jax.stabilization.clips import planar_clip
+from camflow_jax.stabilization.clips import moving_object_clip, planar_clip
 from helpers import ROOT
 
 H, W = 128, 256  # the shipped network's own size: the labels' grid equals the input grid
@@ -63,6 +64,33 @@ def test_labels_of_a_homography_clip_follow_the_known_homographies(clip, loaded,
         wf, wb = labels.weights(i)
         # the refinement trusts a clean planar pair (Cauchy IRLS weights average about 0.5 there)
         assert wf.mean() > 0.3 and wb.mean() > 0.3
+    assert not labels.two_motion.any()  # one motion: the refined flow is every label
+
+
+def test_labels_of_a_clip_with_a_large_moving_object_follow_the_camera(loaded):
+    """A planar clip with an object of 30 % of the frame sliding across it (about 2.5 px a frame
+    of its own): the refined flow bends towards the object, so those pairs are labelled by the
+    camera's motion. Against the clip's exact background homographies the labels are several
+    times closer than the refined flow's, and their weights are low on the object (the clip's own
+    object mask). A pair whose two motions explain it about equally is dropped, not guessed."""
+    obj = moving_object_clip(7, H, W, seed=0, object_fraction=0.3, travel=0.06)
+    clips = [Clip("object", obj.frames)]
+    pairs = clip_pairs(clips)
+    bases = np.asarray(loaded[4].constant_depth_bases((H, W)), np.float32)
+    got = {tm: teacher.label_pairs(loaded[4], clips, pairs, teacher.TeacherSettings(two_motions=tm), progress=False)
+           for tm in (True, False)}
+    lab = got[True]
+    assert not got[False].two_motion.any()
+    assert lab.two_motion.sum() >= 4, (lab.two_motion, lab.reason)
+    assert all(r.startswith("two motions explain the pair about equally") for r, k in zip(lab.reason, lab.keep)
+               if not k), lab.reason
+    err = {tm: [_epe(teacher.label_flows(got[tm].coeffs_f[i], bases), host.homography_flow(obj.pair_homographies[t], H, W))
+                for i, (_, t, _) in enumerate(pairs) if lab.two_motion[i]] for tm in got}
+    assert np.mean(err[True]) < 0.1 and np.mean(err[True]) < 0.25 * np.mean(err[False]), err
+    for i, (_, t, _) in enumerate(pairs):
+        if lab.two_motion[i]:
+            wf, on = lab.weights(i)[0], obj.info["object_mask"][t]
+            assert wf[on].mean() < 0.5 * wf[~on].mean(), (t, wf[on].mean(), wf[~on].mean())
 
 
 def test_cached_labels_are_read_back_and_a_damaged_chunk_is_relabelled(loaded, labelled):

@@ -7,7 +7,8 @@
 Each mode is a module of this package with a ``main(argv)`` (``command(argv)`` where the mode
 sets something up first: the benchmark turns huge pages on, as the package's entry points do).
 The one-off studies behind single numbers of the docs run as modules of their own:
-``python -m tools.bench.studies.<topic>.<name>`` (refinement, plausibility, stabilization).
+``python -m tools.bench.studies.<topic>.<name>`` (adaptation, network, plausibility, refinement,
+stabilization).
 """
 
 from __future__ import annotations

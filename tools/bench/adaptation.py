@@ -39,6 +39,7 @@ import numpy as np
 from camflow_jax.adaptation import run
 from camflow_jax.adaptation.config import DEFAULT_MINUTES, TRAINABLE, AdaptConfig
 from camflow_jax.adaptation.footage import Clip
+from camflow_jax.adaptation.teacher import TeacherSettings
 from camflow_jax.geometry import host
 from camflow_jax.predictor import Predictor
 from camflow_jax.stabilization import clips as clips_lib
@@ -145,6 +146,8 @@ def main(argv=None) -> int:
                    help="decay of the weights' running average (0: the last step's weights)")
     p.add_argument("--occluders", type=float, default=AdaptConfig().occluders,
                    help="share of footage pairs given a pasted moving occluder")
+    p.add_argument("--no-two-motions", action="store_true",
+                   help="the teacher labels every pair by the refined flow (adapt --no-two-motions)")
     p.add_argument("--eval-every", type=int, default=2)
     p.add_argument("--rounds", type=int, default=0, help="self-training rounds instead of one adaptation")
     p.add_argument("--bench", type=int, default=0, help="synthetic benchmark pairs for the forgetting check")
@@ -187,6 +190,7 @@ def main(argv=None) -> int:
         t0 = time.time()
         with tempfile.TemporaryDirectory() as d:
             reports = run.self_train(train, d, rounds=a.rounds, minutes=a.minutes, config=cfg, cache_dir=None,
+                                     teacher=TeacherSettings(two_motions=not a.no_two_motions),
                                      progress=False, log=log, split_by_time=True, holdout=0.25,
                                      evaluate=lambda mdl, v: _round_scores(evaluate(mdl, v, "round")))
         res["rounds"] = [{k: r.get(k) for k in ("round", "teacher_kept", "heldout_error_before_px",
@@ -196,7 +200,7 @@ def main(argv=None) -> int:
     else:
         t0 = time.time()
         new, _, rep = run.adapt_clips(train, minutes=a.minutes, config=cfg, model=loaded, cache_dir=None,
-                                      progress=False, log=log)
+                                      progress=False, log=log, teacher=TeacherSettings(two_motions=not a.no_two_motions))
         res["adapt"] = {k: v for k, v in rep.items() if k != "log"}
         res["adapt_seconds"] = time.time() - t0
         if a.save:

@@ -1,0 +1,1 @@
+"""Studies behind docs/adaptation.md (see :mod:`tools.bench.studies`)."""
