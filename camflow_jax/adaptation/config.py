@@ -46,8 +46,9 @@ class AdaptConfig:
             raise ValueError(f"the budget must be > 0 seconds or a step count, got {self.seconds}")
         if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
             raise ValueError(f"learning_rate must be a finite number > 0, got {self.learning_rate}")
-        if int(self.batch_size) < 1 or int(self.synthetic_batch) < 0 or int(self.synthetic_pool) < 1:
-            raise ValueError("batch_size must be >= 1, synthetic_batch >= 0 and synthetic_pool >= 1")
+        for name, least in (("batch_size", 1), ("synthetic_batch", 0), ("synthetic_pool", 1)):
+            if int(getattr(self, name)) < least:
+                raise ValueError(f"{name} must be >= {least}, got {getattr(self, name)!r}")
         if not 0 <= self.synthetic_share < 1:
             raise ValueError(f"synthetic_share must be in [0, 1), got {self.synthetic_share}")
         if not 0 <= self.average < 1:

@@ -176,7 +176,7 @@ def validate_heldout(config) -> None:
 
 def validate_selftrain(st) -> None:
     """``selftrain`` (configs/default.py): one line naming the key that is off."""
-    from camflow_jax.adaptation.config import TRAINABLE, selftrain_settings
+    from camflow_jax.adaptation.config import AdaptConfig, selftrain_settings
 
     if st.rounds < 0:
         raise ValueError(f"config key selftrain.rounds must be >= 0 (0 = ordinary training), got {st.rounds}")
@@ -186,17 +186,16 @@ def validate_selftrain(st) -> None:
         raise ValueError("config key selftrain.footage is empty: give the video, frame folder or folder of clips "
                          "to self-train on (--config.selftrain.footage=DIR)")
     minutes, kw = selftrain_settings(st)
-    for key, v in (("minutes", minutes), ("learning_rate", kw["learning_rate"])):
-        if not (np.isfinite(v) and v > 0):
-            raise ValueError(f"config key selftrain.{key} must be a finite number > 0, got {v!r}")
+    if not (np.isfinite(minutes) and minutes > 0):
+        raise ValueError(f"config key selftrain.minutes must be a finite number > 0, got {minutes!r}")
     if not 0 < st.holdout < 1:
         raise ValueError(f"config key selftrain.holdout must be a share in (0, 1), got {st.holdout!r}")
-    if st.max_frames < 3 or kw["synthetic_batch"] < 0:
-        raise ValueError("config keys selftrain.max_frames must be >= 3 and selftrain.synthetic_batch >= 0")
-    if not 0 <= kw["occluders"] <= 1:
-        raise ValueError(f"config key selftrain.occluders must be a share in [0, 1], got {kw['occluders']!r}")
-    if kw["trainable"] not in TRAINABLE:
-        raise ValueError(f"config key selftrain.trainable must be one of {sorted(TRAINABLE)}, got {kw['trainable']!r}")
+    if st.max_frames < 3:
+        raise ValueError(f"config key selftrain.max_frames must be >= 3, got {st.max_frames!r}")
+    try:  # the adaptation's own checks of its settings (one copy): learning_rate, synthetic_batch, ...
+        AdaptConfig(**kw)
+    except ValueError as e:
+        raise ValueError(f"config key selftrain.{e}") from None
 
 
 def validate_render(data) -> None:

@@ -288,7 +288,10 @@ def test_the_selftrain_config_is_checked_naming_the_key():
     for key, value, words in (("minutes", 0.0, "selftrain.minutes must be a finite number > 0"),
                               ("holdout", 1.0, "selftrain.holdout must be a share"),
                               ("occluders", -0.1, "selftrain.occluders must be a share"),
-                              ("trainable", "most", "selftrain.trainable must be one of")):
+                              ("trainable", "most", "selftrain.trainable must be one of"),
+                              ("learning_rate", -1e-3, "selftrain.learning_rate must be a finite number > 0"),
+                              ("synthetic_batch", -1, "selftrain.synthetic_batch must be >= 0"),
+                              ("max_frames", 2, "selftrain.max_frames must be >= 3")):
         bad = c.copy_and_resolve_references()
         bad.selftrain[key] = value
         with pytest.raises(ValueError, match=words):
