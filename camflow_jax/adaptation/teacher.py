@@ -203,25 +203,25 @@ def _write_chunk(path: Path, chunk: dict) -> None:
                       stacklevel=3)
 
 
-def _camera_motion(img1, img2, out: dict, settings: TeacherSettings):
-    """The camera's homography (image 1 -> image 2, input pixels) where a second motion competes
-    with it and the refined flow bends towards both (module doc, ``two_motion``); None where the
-    refined flow is the label; the string ``"ambiguous"`` where the two tracked motions explain
-    the pair within :data:`AMBIGUOUS_SHARE` of each other (the pair is then dropped)."""
+def _camera_motion(img1, img2, out: dict, settings: TeacherSettings) -> tuple[np.ndarray | None, str]:
+    """``(H, reason)``: the camera's homography (image 1 -> image 2, input pixels) where a second
+    motion competes with it and the refined flow bends towards both (module doc, ``two_motion``),
+    else None (the refined flow is the label); ``reason`` is not empty where the two tracked
+    motions explain the pair within ``settings.ambiguous_share`` of each other (the pair is then
+    dropped)."""
     from camflow_jax.refine import dominant_homography
 
     flow = np.asarray(out["flow_f"], np.float32)
-    weights = np.asarray(out["weights_f"], np.float32)
-    weights = weights.reshape(flow.shape[:2]) if weights.size == flow.shape[0] * flow.shape[1] else None
+    weights = np.asarray(out["weights_f"], np.float32).reshape(flow.shape[:2])
     candidates = background.motion_candidates(img1, img2, flow, weights)
     if len(candidates) < 3:  # no second tracked motion: the refined flow is the label
-        return None
+        return None, ""
     k, shares = dominant_homography(img1, img2, candidates, settings.refine)
     if not k:
-        return None
+        return None, ""
     if abs(float(shares[1]) - float(shares[2])) < settings.ambiguous_share:
-        return "ambiguous"
-    return candidates[k]
+        return None, "two motions explain the pair about equally: which is the camera's is unclear"
+    return candidates[k], ""
 
 
 def _projector(bases: np.ndarray) -> np.ndarray:
@@ -258,33 +258,31 @@ def _trusted(out: dict, img1, img2, bases: np.ndarray, projector: np.ndarray, ne
     info = out.get("refine_info") or {}
     improved = list(info.get("improved", [True, True]))
     plaus = out.get("plausibility") or {}
-    reason = ""
+    H, reason = None, ""
     if not (np.all(np.isfinite(cf)) and np.all(np.isfinite(cb))):
         reason = "non-finite refinement"
     elif plaus.get("plausible", True) is False:
         reason = "implausible: " + "; ".join(plaus.get("reasons") or ["(no reason given)"])
     elif not any(improved):
         reason = "the refinement improved neither direction"
+    elif settings.two_motions:
+        H, reason = _camera_motion(img1, img2, out, settings)
     if reason:
         zero = np.zeros((h, w), np.uint8)
         return dict(coeffs_f=cf, coeffs_b=cb, weight_f=zero, weight_b=zero, keep=False, reason=reason,
                     two_motion=False)
-    H = _camera_motion(img1, img2, out, settings) if settings.two_motions else None
-    if isinstance(H, str):
-        zero = np.zeros((h, w), np.uint8)
-        return dict(coeffs_f=cf, coeffs_b=cb, weight_f=zero, weight_b=zero, keep=False, two_motion=False,
-                    reason="two motions explain the pair about equally: which is the camera's is unclear")
     if H is not None:
         from camflow_jax.refine import homography_weights
 
         hi, wi = np.shape(out["flow_f"])[:2]
-        flows = [host.resize_flow(host.homography_flow(M, hi, wi), h, w) for M in (H, np.linalg.inv(H))]
+        motions = (H, np.linalg.inv(H))
+        flows = [host.resize_flow(host.homography_flow(M, hi, wi), h, w) for M in motions]
         coeffs = [(projector @ f.reshape(-1).astype(np.float64)).astype(np.float32) for f in flows]
         err = max(float(np.hypot(*(label_flows(c, bases) - f).transpose(2, 0, 1)).mean())
                   for c, f in zip(coeffs, flows))
         if err <= MAX_PROJECTION_ERROR:
-            robust = (homography_weights(img1, img2, H, settings.refine),
-                      homography_weights(img2, img1, np.linalg.inv(H), settings.refine))
+            robust = (homography_weights(img1, img2, motions[0], settings.refine),
+                      homography_weights(img2, img1, motions[1], settings.refine))
             return _weighted(*coeffs, bases, robust, (True, True), net_hw, settings) | {"two_motion": True}
     shape = np.shape(out["flow_f"])[:2]
     robust = [np.asarray(out["weights_" + d], np.float32).reshape(shape) for d in "fb"]

@@ -162,6 +162,7 @@ def main(argv=None) -> int:
     model, variables, static, model_config, pred0 = loaded
     cfg = AdaptConfig(learning_rate=a.lr, trainable=a.trainable, max_steps=a.steps, synthetic_batch=a.synthetic,
                           average=a.average, occluders=a.occluders)
+    teacher = TeacherSettings(two_motions=not a.no_two_motions)
     train = [Clip(a.clip, clip.frames[:n_train], fps)]
     res = {"args": vars(a), "machine": timing.host_info(), "load_before": timing.load_average()}
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
@@ -190,7 +191,7 @@ def main(argv=None) -> int:
         t0 = time.time()
         with tempfile.TemporaryDirectory() as d:
             reports = run.self_train(train, d, rounds=a.rounds, minutes=a.minutes, config=cfg, cache_dir=None,
-                                     teacher=TeacherSettings(two_motions=not a.no_two_motions),
+                                     teacher=teacher,
                                      progress=False, log=log, split_by_time=True, holdout=0.25,
                                      evaluate=lambda mdl, v: _round_scores(evaluate(mdl, v, "round")))
         res["rounds"] = [{k: r.get(k) for k in ("round", "teacher_kept", "heldout_error_before_px",
@@ -200,7 +201,7 @@ def main(argv=None) -> int:
     else:
         t0 = time.time()
         new, _, rep = run.adapt_clips(train, minutes=a.minutes, config=cfg, model=loaded, cache_dir=None,
-                                      progress=False, log=log, teacher=TeacherSettings(two_motions=not a.no_two_motions))
+                                      progress=False, log=log, teacher=teacher)
         res["adapt"] = {k: v for k, v in rep.items() if k != "log"}
         res["adapt_seconds"] = time.time() - t0
         if a.save:
@@ -218,9 +219,7 @@ def main(argv=None) -> int:
             res["summary"]["bench_before"], res["summary"]["bench_after"] = \
                 res["before"]["bench_net"], res["after"]["bench_net"]
         print(json.dumps(res["summary"], indent=1))
-    res["load_after"] = timing.load_average()
-    with open(a.out, "w") as fh:
-        json.dump(res, fh, indent=1, default=float)
+    timing.write_result(a.out, res)
     return 0
 
 

@@ -7,20 +7,21 @@ average around its timed part (:func:`load_average`: timings on a shared machine
 indicative, the load says how shared it was), and times its calls here: :func:`timed` (one
 call), :func:`repeat` (one call, again and again), :func:`interleaved` (several calls in turn,
 round after round, so that a change of load hits all of them alike) and :func:`time_command` (a
-command line, start to exit). Nothing here imports JAX: the stabilizer's modes and the
+command line, start to exit); :func:`write_result` ends a run, its load after it recorded. Nothing here imports JAX: the stabilizer's modes and the
 accelerator check run without it.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import platform
 import subprocess
 import time
 from collections.abc import Callable
 
-__all__ = ["load_average", "cpu_model", "host_info", "timed", "repeat", "interleaved", "time_command"]
+__all__ = ["load_average", "cpu_model", "host_info", "timed", "repeat", "interleaved", "time_command", "write_result"]
 
 
 def load_average() -> list[float]:
@@ -97,3 +98,11 @@ def time_command(cmd: list[str], env: dict | None = None) -> float:
         last = (res.stderr.strip().splitlines() or ["(no message)"])[-1]
         raise OSError(f"{os.path.basename(cmd[0])} {' '.join(cmd[1:3])} ... failed ({res.returncode}): {last}")
     return time.perf_counter() - t0
+
+
+def write_result(path, result: dict) -> None:
+    """Records the load average after the run in ``result["load_after"]`` and writes ``result``
+    as JSON to ``path`` (numpy scalars as floats)."""
+    result["load_after"] = load_average()
+    with open(path, "w") as fh:
+        json.dump(result, fh, indent=1, default=float)

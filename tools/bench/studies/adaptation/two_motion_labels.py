@@ -88,9 +88,7 @@ def main(argv=None) -> int:
         out.update(pairs=len(pairs), size_hw=[h, w])
         res["clips"][name] = out
         print(name, json.dumps(out), file=sys.stderr, flush=True)
-    res["load_after"] = timing.load_average()
-    with open(a.out, "w") as fh:
-        json.dump(res, fh, indent=1)
+    timing.write_result(a.out, res)
     return 0
 
 

@@ -85,9 +85,7 @@ def main(argv=None) -> int:
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}), file=sys.stderr,
               flush=True)
         res["rows"].append(out)
-    res["load_after"] = timing.load_average()
-    with open(a.out, "w") as f:
-        json.dump(res, f, indent=1)
+    timing.write_result(a.out, res)
     return 0
 
 

@@ -49,9 +49,7 @@ def main(argv=None) -> int:
                    **{k: s[k] for k in ("net", "refined", "refine_seconds", "net_seconds", "iterations")}}
             res["rows"].append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
-    res["load_after"] = timing.load_average()
-    with open(a.out, "w") as fh:
-        json.dump(res, fh, indent=1)
+    timing.write_result(a.out, res)
     return 0
 
 
