@@ -22,12 +22,14 @@ from camflow_jax.geometry.classical import lk_round_trip, robust_fit, to_gray_u8
 from camflow_jax.geometry.host import homography_flow
 
 __all__ = ["inlier_homography", "seeded_tracks", "track_motions", "motion_candidates", "TRACK_STEP",
-           "SECOND_MOTION_SHARE"]
+           "SECOND_MOTION_SHARE", "REFIT_PX"]
 
 #: Grid spacing (px) of the tracked points.
 TRACK_STEP = 6
 #: A second motion counts when its RANSAC inliers are at least this share of all tracks.
 SECOND_MOTION_SHARE = 0.15
+#: Each motion is fitted again by RANSAC at this threshold (px) to its own inlier tracks.
+REFIT_PX = 0.25
 
 
 def inlier_homography(flow, weights=None, *, min_weight: float = 0.5, num_points: int = 4096,
@@ -97,17 +99,22 @@ def seeded_tracks(img1, img2, flow, *, step: int = TRACK_STEP, window: int = 15,
 
 
 def track_motions(p1, p2, *, threshold: float = 0.5, min_share: float = SECOND_MOTION_SHARE,
-                  min_tracks: int = 16) -> list[np.ndarray]:
+                  min_tracks: int = 16, refit: float | None = REFIT_PX) -> list[np.ndarray]:
     """The rigid motions among tracks ``p1 -> p2`` (``[N, 2]``): a list of homographies (image 1
     -> image 2, ``H[2, 2] = 1``), the largest consensus first.
 
     RANSAC (``threshold`` px) fits the tracks; if at least ``min_share`` of them are left out,
     RANSAC fits those again, and that second motion is listed when its inliers are at least
-    ``min_share`` of all tracks. Empty with fewer than ``min_tracks`` tracks or when the fit
-    fails. Which motion is the camera's is not decided here: the largest consensus is often a
-    large foreground object's (its texture may be richer than the background's), so the
-    stabilizer compares the candidates photometrically
-    (:func:`camflow_jax.refine.dominant_homography`)."""
+    ``min_share`` of all tracks. Each motion is then fitted again to its own inliers (None: not):
+    RANSAC at ``refit`` px, then three rounds of least squares on those within ``refit`` px of
+    the fit. Where two motions differ by about a pixel, a consensus at ``threshold`` can take
+    tracks of both and land between them, and a fit at one pixel's error is coarse on noisy
+    tracks; the refit returns to the motion most of them share and averages their noise
+    (docs/stabilization.md, "Moving objects").
+    Empty with fewer than ``min_tracks`` tracks or when the fit fails. Which motion is the
+    camera's is not decided here: the largest consensus is often a large foreground object's
+    (its texture may be richer than the background's), so the stabilizer compares the
+    candidates photometrically (:func:`camflow_jax.refine.dominant_homography`)."""
     p1 = np.asarray(p1, np.float32).reshape(-1, 2)
     p2 = np.asarray(p2, np.float32).reshape(-1, 2)
     if len(p1) != len(p2):
@@ -115,28 +122,55 @@ def track_motions(p1, p2, *, threshold: float = 0.5, min_share: float = SECOND_M
     n = len(p1)
     if n < max(min_tracks, 4):
         return []
-    H1, in1 = robust_fit(p1, p2, "ransac", threshold, max_iters=2000)
+
+    def fit(idx):
+        H, inl = robust_fit(p1[idx], p2[idx], "ransac", threshold, max_iters=2000)
+        own = idx[inl]
+        if H is not None and refit is not None and own.size >= 8:
+            H = _refit(p1[own], p2[own], H, refit)
+        return H, inl
+
+    H1, in1 = fit(np.arange(n))
     if H1 is None:
         return []
     rest = np.flatnonzero(~in1)
     if rest.size < max(min_share * n, 4):
         return [H1]
-    H2, in2 = robust_fit(p1[rest], p2[rest], "ransac", threshold, max_iters=2000)
+    H2, in2 = fit(rest)
     if H2 is None or in2.sum() < min_share * n:
         return [H1]
     return [H1, H2]
 
 
-def motion_candidates(img1, img2, flow, weights=None) -> list[np.ndarray]:
+def _refit(p1, p2, H, threshold: float, rounds: int = 3) -> np.ndarray:
+    """``H`` fitted again to its tracks ``p1 -> p2``: RANSAC at ``threshold`` px, then
+    ``rounds`` of least squares (``cv2.findHomography``'s DLT and Levenberg-Marquardt) on the
+    tracks within ``threshold`` of the current fit. Keeps the last fit that succeeded."""
+    Hr = robust_fit(p1, p2, "ransac", threshold, max_iters=2000)[0]
+    H = H if Hr is None else Hr
+    for _ in range(rounds):
+        q = np.c_[p1, np.ones(len(p1))] @ H.T
+        near = np.linalg.norm(q[:, :2] / q[:, 2:] - p2, axis=1) < threshold
+        if near.sum() < 8:
+            break
+        Hn = cv2.findHomography(p1[near], p2[near], 0)[0]
+        if Hn is None or not np.all(np.isfinite(Hn)) or abs(Hn[2, 2]) < 1e-12:
+            break
+        H = Hn / Hn[2, 2]
+    return H
+
+
+def motion_candidates(img1, img2, flow, weights=None, **track_options) -> list[np.ndarray]:
     """The candidate camera motions of a pair from a dense estimate ``flow`` ``[H, W, 2]`` (image 1
     -> image 2) and its inlier ``weights`` ``[H, W]`` (e.g. the refinement's IRLS weights):
     ``[H_fit, *tracked]``, the homography fitted to the flow's inliers
     (:func:`inlier_homography`) and the rigid motions of points tracked from its prediction
-    (:func:`seeded_tracks`, :func:`track_motions`: one, or two where a second motion holds a
-    share of the tracks). Empty when no homography fits. Which candidate is the camera's is
-    decided photometrically (:func:`camflow_jax.refine.dominant_homography`)."""
+    (:func:`seeded_tracks`, :func:`track_motions` with ``track_options``: one, or two where a
+    second motion holds a share of the tracks). Empty when no homography fits. Which candidate
+    is the camera's is decided photometrically (:func:`camflow_jax.refine.dominant_homography`)."""
     H = inlier_homography(flow, weights)
     if H is None:
         return []
-    tracked = track_motions(*seeded_tracks(img1, img2, homography_flow(H, *np.shape(flow)[:2])))
+    tracked = track_motions(*seeded_tracks(img1, img2, homography_flow(H, *np.shape(flow)[:2])),
+                            **track_options)
     return [H, *(m for m in tracked if np.all(np.isfinite(m)))]

@@ -414,7 +414,7 @@ class CamFlowEstimator(VideoEstimator):
             weights = np.asarray(m.weights, np.float32).reshape(flow.shape[:2])
             self.inlier_fractions.append(float((weights >= 0.5).mean()))
         if self.two_motion_check:
-            candidates = background.motion_candidates(a, b, flow, weights)
+            candidates = self._candidates(a, b, flow, weights)
         else:
             candidates = [H] if (H := background.inlier_homography(flow, weights)) is not None else []
         if not candidates:  # too few inliers: counted as a failure (identity), never a stale motion
@@ -428,6 +428,10 @@ class CamFlowEstimator(VideoEstimator):
             self.two_motion_pairs += int(k > 0)
         self.last_homography = H = candidates[k]
         return host.homography_flow(H, *flow.shape[:2])
+
+    def _candidates(self, a, b, flow, weights) -> list[np.ndarray]:
+        """The two-motion check's candidates (:func:`camflow_jax.geometry.background.motion_candidates`)."""
+        return background.motion_candidates(a, b, flow, weights)
 
     def fresh(self) -> "CamFlowEstimator":
         new = super().fresh()

@@ -6,7 +6,7 @@ import cv2
 import numpy as np
 import pytest
 
-from camflow_jax.geometry import background
+from camflow_jax.geometry import background, host
 from camflow_jax.stabilization import clips, estimators
 
 
@@ -60,6 +60,30 @@ def test_one_motion_is_listed_alone():
     # a small second motion (10 % of the tracks, under the 15 % share) is not a second motion
     motions = background.track_motions(*_tracks(rng, 450, 50))
     assert len(motions) == 1 and _max_error(motions[0], H_BG) < 0.2
+
+
+def test_the_refit_takes_the_background_motion_from_noisy_tracks():
+    """Tracks of the large-foreground clip (the hard set's 45 % object, a development seed),
+    started 0.3 px off the background's exact motion: the tracked motion nearest the exact one
+    is within 0.06 px of it on every sampled pair, where a single RANSAC fit at 0.5 px is up to
+    0.14 px off; the refit's RANSAC and least squares return to the motion of most of its
+    tracks and average their noise."""
+    clip = clips.moving_object_clip(90, 192, 320, seed=7, object_fraction=0.45)
+    ys, xs = np.mgrid[0:192:4, 0:320:4]
+    grid = np.stack([xs.ravel(), ys.ravel()], -1).astype(float)
+
+    def rms(H, H_ref):
+        return float(np.sqrt(((clips.apply_homography_np(H, grid) - clips.apply_homography_np(H_ref, grid)) ** 2)
+                             .sum(-1).mean()))
+
+    best = []
+    for t in range(0, 89, 8):
+        H_bg = clip.pair_homographies[t]
+        flow = host.homography_flow(H_bg, 192, 320).astype(np.float32) + 0.3
+        motions = background.track_motions(*background.seeded_tracks(clip.frames[t], clip.frames[t + 1], flow))
+        assert len(motions) == 2  # the background's and the object's
+        best.append(min(rms(m, H_bg) for m in motions))
+    assert max(best) < 0.06 and np.mean(best) < 0.03, best
 
 
 def test_too_few_tracks_and_mismatched_points():
