@@ -68,7 +68,7 @@ FB_SCALE = 0.5
 #: A pair with less than this share of trusted weight (mean weight over both directions) is dropped.
 MIN_TRUSTED = 0.2
 #: Bump when the label format or its computation changes: older cached chunks are not read.
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 #: Two tracked motions whose inlier shares are closer than this cannot be told apart: which one
 #: is the camera's is a guess, and the pair is dropped. (On the development clips the camera's
 #: motion led the object's by 0.13-0.26; a pair that picked the object led by 0.05.)
@@ -90,7 +90,7 @@ class TeacherSettings:
 
     def key(self) -> str:
         return repr((CACHE_VERSION, self.refine, float(self.fb_scale), float(self.min_trusted),
-                     bool(self.two_motions), float(self.ambiguous_share)))
+                     bool(self.two_motions), float(self.ambiguous_share), background.REFIT_PX))
 
 
 @dataclasses.dataclass
