@@ -123,23 +123,18 @@ def track_motions(p1, p2, *, threshold: float = 0.5, min_share: float = SECOND_M
     if n < max(min_tracks, 4):
         return []
 
-    def fit(idx):
-        H, inl = robust_fit(p1[idx], p2[idx], "ransac", threshold, max_iters=2000)
-        own = idx[inl]
-        if H is not None and refit is not None and own.size >= 8:
-            H = _refit(p1[own], p2[own], H, refit)
-        return H, inl
-
-    H1, in1 = fit(np.arange(n))
+    H1, in1 = robust_fit(p1, p2, "ransac", threshold, max_iters=2000)
     if H1 is None:
         return []
+    motions = [(H1, np.flatnonzero(in1))]
     rest = np.flatnonzero(~in1)
-    if rest.size < max(min_share * n, 4):
-        return [H1]
-    H2, in2 = fit(rest)
-    if H2 is None or in2.sum() < min_share * n:
-        return [H1]
-    return [H1, H2]
+    if rest.size >= max(min_share * n, 4):
+        H2, in2 = robust_fit(p1[rest], p2[rest], "ransac", threshold, max_iters=2000)
+        if H2 is not None and in2.sum() >= min_share * n:
+            motions.append((H2, rest[in2]))
+    if refit is None:
+        return [H for H, _ in motions]
+    return [_refit(p1[own], p2[own], H, refit) if own.size >= 8 else H for H, own in motions]
 
 
 def _refit(p1, p2, H, threshold: float, rounds: int = 3) -> np.ndarray:
@@ -149,8 +144,8 @@ def _refit(p1, p2, H, threshold: float, rounds: int = 3) -> np.ndarray:
     Hr = robust_fit(p1, p2, "ransac", threshold, max_iters=2000)[0]
     H = H if Hr is None else Hr
     for _ in range(rounds):
-        q = np.c_[p1, np.ones(len(p1))] @ H.T
-        near = np.linalg.norm(q[:, :2] / q[:, 2:] - p2, axis=1) < threshold
+        moved = cv2.perspectiveTransform(p1.reshape(-1, 1, 2), H).reshape(-1, 2)
+        near = np.linalg.norm(moved - p2, axis=1) < threshold
         if near.sum() < 8:
             break
         Hn = cv2.findHomography(p1[near], p2[near], 0)[0]

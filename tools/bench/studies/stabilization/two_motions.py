@@ -3,7 +3,8 @@ camflow's own inlier fit (``--no-two-motions``), the earlier rule that took the 
 whose inliers span the larger convex hull (kept here only to compare), and the check as it
 ships: the candidate that explains the most of the frame photometrically
 (``camflow_jax.refine.dominant_homography``), and that check with each tracked motion fitted
-once (``camflow_one_fit``, before the tighter refit of ``background.track_motions``). docs/stabilization.md, "Moving objects".
+once (``camflow_one_fit``, before the tighter refit of ``background.track_motions``).
+docs/stabilization.md, "Moving objects".
 
 Clips: the hard set at ``--seed`` (the development seeds are 1 and 2; 0 is the evaluation
 seed the docs' tables use), the synthetic clips with and without a 25 % object, vtest shaken,
