@@ -103,7 +103,9 @@ def make_step(model, tx, static, sigmas, synthetic_share: float):
 
     def loss_fn(params, batch_stats, real, syn):
         v = {"params": params, "batch_stats": batch_stats}
-        out = model.apply(v, real["g1"], real["g2"], real["bases"], real["bases"], train=False, confidence=False)
+        # one basis set for both directions (bases_b None): the network sums it without copying it
+        # per pair and direction
+        out = model.apply(v, real["g1"], real["g2"], real["bases"], None, train=False, confidence=False)
         lf = jnp.einsum("bk,khwc->bhwc", real["cf"], real["bases"])
         lb = jnp.einsum("bk,khwc->bhwc", real["cb"], real["bases"])
         l_real = 0.5 * (_l1(out["flow_f"], lf, real["wf"]) + _l1(out["flow_b"], lb, real["wb"]))
@@ -129,7 +131,7 @@ def make_step(model, tx, static, sigmas, synthetic_share: float):
 
 @functools.partial(jax.jit, static_argnums=0)
 def _forward(model, variables, g1, g2, bases):
-    out = model.apply(variables, g1, g2, bases, bases, train=False, confidence=False)
+    out = model.apply(variables, g1, g2, bases, None, train=False, confidence=False)
     return out["flow_f"], out["flow_b"]
 
 
