@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-__all__ = ["AdaptConfig", "TRAINABLE", "DEFAULT_MINUTES", "selftrain_settings"]
+__all__ = ["AdaptConfig", "TRAINABLE", "SCHEDULES", "DEFAULT_MINUTES", "selftrain_settings"]
 
 #: The default budget of the whole job (labels, fine-tuning, checks), minutes: 300 frames of
 #: 640x480 fit 5 minutes on 2 CPU cores (docs/adaptation.md, "Cost").
@@ -22,6 +22,10 @@ TRAINABLE = {
     "late": ("met/head_", "met/norm_", "met/tokens_", "met/ca_", "met/encoder_level_2"),
     "heads": ("met/head_", "met/norm_", "met/tokens_"),
 }
+
+#: The learning rate over a run: constant, or a half cosine from ``learning_rate`` down to 0 over
+#: the run's steps or, under a time budget, over its seconds after the first step's compilation.
+SCHEDULES = ("constant", "cosine")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +40,7 @@ class AdaptConfig:
     synthetic_pool: int = 48  # synthetic pairs rendered once and cycled through
     trainable: str = "all"
     average: float = 0.95  # decay of the running average of the weights returned at the end (0: the last step's)
+    schedule: str = "constant"  # the learning rate over the run: SCHEDULES
     occluders: float = 0.0  # share of footage pairs given a pasted moving occluder (camflow_jax.adaptation.occluders)
     seed: int = 0
 
@@ -53,6 +58,8 @@ class AdaptConfig:
             raise ValueError(f"synthetic_share must be in [0, 1), got {self.synthetic_share}")
         if not 0 <= self.average < 1:
             raise ValueError(f"average must be in [0, 1) (0: no running average), got {self.average}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {list(SCHEDULES)}, got {self.schedule!r}")
         if not 0 <= self.occluders <= 1:
             raise ValueError(f"occluders must be a share in [0, 1], got {self.occluders}")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import sys
 import time
 
@@ -28,7 +29,8 @@ from camflow_jax.adaptation.config import TRAINABLE, AdaptConfig
 from camflow_jax.models import basis_set
 from camflow_jax.models.camflow import preprocess
 
-__all__ = ["Footage", "SyntheticPool", "finetune", "footage_batch", "network_flows", "trainable_mask"]
+__all__ = ["Footage", "SyntheticPool", "finetune", "footage_batch", "learning_rate", "network_flows", "optimizer",
+           "trainable_mask"]
 
 def _path(p) -> str:
     return "/".join(str(getattr(k, "key", getattr(k, "name", k))) for k in p)
@@ -37,6 +39,18 @@ def _path(p) -> str:
 @jax.jit
 def _averaged(avg, params, decay):
     return jax.tree.map(lambda a, p: decay * a + (1 - decay) * p, avg, params)
+
+
+def learning_rate(cfg: AdaptConfig, step: int, elapsed: float, first: float) -> float:
+    """The rate of step ``step`` (0-based) of a run configured by ``cfg`` (its ``schedule``), ``elapsed``
+    seconds into it, its first step (compilation included) having taken ``first`` seconds."""
+    if cfg.schedule == "constant":
+        return cfg.learning_rate
+    if cfg.max_steps:
+        done = step / cfg.max_steps
+    else:
+        done = (elapsed - first) / max(cfg.seconds - first, 1e-9) if step else 0.0
+    return cfg.learning_rate * 0.5 * (1.0 + math.cos(math.pi * min(max(done, 0.0), 1.0)))
 
 
 def average_decay(step: int, decay: float) -> float:
@@ -91,6 +105,14 @@ class SyntheticPool:
                    col("depth2").astype(np.float32), col("K").astype(np.float32))
 
 
+def optimizer(params, trainable: str) -> optax.GradientTransformation:
+    """Adam without its rate on the parameters ``trainable`` names, zero on the others: the step
+    multiplies its updates by ``-lr`` (:func:`make_step`, :func:`learning_rate`)."""
+    mask = trainable_mask(params, trainable)
+    return optax.chain(optax.masked(optax.scale_by_adam(), mask),
+                       optax.masked(optax.set_to_zero(), jax.tree.map(lambda m: not m, mask)))
+
+
 def _l1(pred, label, weight):
     """Weighted mean of |du| + |dv| (``weight`` ``[B, h, w]``)."""
     err = jnp.abs(pred - label).sum(-1)
@@ -98,7 +120,9 @@ def _l1(pred, label, weight):
 
 
 def make_step(model, tx, static, sigmas, synthetic_share: float):
-    """The jitted step ``(params, opt_state, batch_stats, real, syn) -> (params, opt_state, terms)``."""
+    """The jitted step ``(params, opt_state, batch_stats, real, syn, lr) -> (params, opt_state,
+    terms)``: ``tx`` scales the gradients (Adam without its rate), the step moves the parameters
+    by ``-lr`` times that (the rate a traced scalar, so a schedule does not recompile)."""
     share = float(synthetic_share)
 
     def loss_fn(params, batch_stats, real, syn):
@@ -121,9 +145,10 @@ def make_step(model, tx, static, sigmas, synthetic_share: float):
         return (1 - share) * l_real + share * l_syn, terms
 
     @jax.jit
-    def step(params, opt_state, batch_stats, real, syn):
+    def step(params, opt_state, batch_stats, real, syn, lr):
         (loss, terms), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch_stats, real, syn)
         updates, opt_state = tx.update(grads, opt_state, params)
+        updates = jax.tree.map(lambda u: -lr * u, updates)
         return optax.apply_updates(params, updates), opt_state, dict(terms, loss=loss)
 
     return step
@@ -184,9 +209,7 @@ def finetune(model, variables, static, sigmas, footage: Footage, labels, train_i
                          "too little texture, implausible, or not improved by the refinement)")
     rng = np.random.default_rng(cfg.seed)
     params, batch_stats = variables["params"], variables["batch_stats"]
-    mask = trainable_mask(params, cfg.trainable)
-    tx = optax.masked(optax.adam(cfg.learning_rate), mask)
-    tx = optax.chain(tx, optax.masked(optax.set_to_zero(), jax.tree.map(lambda m: not m, mask)))
+    tx = optimizer(params, cfg.trainable)
     opt_state = tx.init(params)
     use_syn = synthetic is not None and cfg.synthetic_batch > 0
     step_fn = make_step(model, tx, jnp.asarray(static), tuple(sigmas), cfg.synthetic_share if use_syn else 0.0)
@@ -204,6 +227,7 @@ def finetune(model, variables, static, sigmas, footage: Footage, labels, train_i
         bar = tqdm(total=int(round(cfg.seconds)) if not cfg.max_steps else cfg.max_steps,
                    desc="adapting", unit="s" if not cfg.max_steps else "step", file=sys.stderr, dynamic_ncols=True)
     avg = params if cfg.average else None
+    first = 0.0
     try:
         step = 0
         while True:
@@ -214,12 +238,16 @@ def finetune(model, variables, static, sigmas, footage: Footage, labels, train_i
             if use_syn:
                 s = rng.choice(len(synthetic.g1), size=cfg.synthetic_batch, replace=False)
                 syn = {k: getattr(synthetic, k)[s] for k in ("g1", "g2", "flow_f", "flow_b", "depth1", "depth2", "K")}
-            params, opt_state, terms = step_fn(params, opt_state, batch_stats, real, syn)
+            lr = learning_rate(cfg, step, time.perf_counter() - t0, first)
+            params, opt_state, terms = step_fn(params, opt_state, batch_stats, real, syn, np.float32(lr))
             step += 1
+            if step == 1:
+                jax.block_until_ready(params)
+                first = time.perf_counter() - t0
             if avg is not None:
                 avg = _averaged(avg, params, np.float32(average_decay(step, cfg.average)))
             if step % 10 == 0 or step == 1:
-                history["log"].append({"step": step, "time": time.perf_counter() - t0,
+                history["log"].append({"step": step, "time": time.perf_counter() - t0, "lr": lr,
                                        **{k: float(v) for k, v in jax.device_get(terms).items()}})
             if stop is not None:
                 stop()

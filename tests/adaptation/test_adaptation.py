@@ -397,3 +397,36 @@ def test_the_weights_running_average_against_a_numpy_loop():
     AdaptConfig(average=0.0)
     with pytest.raises(ValueError, match="average must be in"):
         AdaptConfig(average=1.0)
+
+
+def test_the_learning_rate_schedules_and_the_optimizer_against_optax_adam():
+    """``constant`` keeps the rate; ``cosine`` is the half cosine lr (1 + cos(pi f)) / 2 over the
+    steps (``max_steps``) or over the seconds after the first step; the optimizer's updates times
+    -lr are optax.adam's on the trained parameters and zero on the others."""
+    import math
+
+    import jax
+    import optax
+
+    cos = AdaptConfig(schedule="cosine", max_steps=40, learning_rate=2e-4)
+    assert [ft.learning_rate(cos, s, 0.0, 0.0) for s in (0, 10, 20, 40, 50)] == pytest.approx(
+        [2e-4, 1e-4 * (1 + math.cos(math.pi / 4)), 1e-4, 0.0, 0.0])
+    timed = AdaptConfig(schedule="cosine", seconds=110.0)  # first step 10 s: 100 s of schedule after it
+    assert ft.learning_rate(timed, 0, 0.0, 0.0) == pytest.approx(3e-4)
+    assert ft.learning_rate(timed, 5, 60.0, 10.0) == pytest.approx(1.5e-4)
+    assert ft.learning_rate(timed, 9, 200.0, 10.0) == 0.0
+    assert ft.learning_rate(AdaptConfig(max_steps=40), 39, 99.0, 5.0) == pytest.approx(3e-4)
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        AdaptConfig(schedule="linear")
+
+    rng = np.random.default_rng(1)
+    params = {"met": {"w": rng.normal(size=(4, 3)).astype(np.float32)},
+              "features": {"w": rng.normal(size=(3,)).astype(np.float32)}}
+    tx, ref = ft.optimizer(params, "all"), optax.adam(5e-4)
+    state, ref_state = tx.init(params), ref.init(params["met"])
+    for _ in range(3):
+        grads = jax.tree.map(lambda x: rng.normal(size=x.shape).astype(np.float32), params)
+        u, state = tx.update(grads, state, params)
+        r, ref_state = ref.update(grads["met"], ref_state, params["met"])
+        np.testing.assert_allclose(-5e-4 * np.asarray(u["met"]["w"]), r["w"], rtol=1e-5, atol=1e-9)
+        assert not np.asarray(u["features"]["w"]).any()

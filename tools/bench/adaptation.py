@@ -37,7 +37,7 @@ import cv2
 import numpy as np
 
 from camflow_jax.adaptation import run
-from camflow_jax.adaptation.config import DEFAULT_MINUTES, TRAINABLE, AdaptConfig
+from camflow_jax.adaptation.config import DEFAULT_MINUTES, SCHEDULES, TRAINABLE, AdaptConfig
 from camflow_jax.adaptation.footage import Clip
 from camflow_jax.adaptation.teacher import TeacherSettings
 from camflow_jax.geometry import host
@@ -146,6 +146,8 @@ def main(argv=None) -> int:
                    help="decay of the weights' running average (0: the last step's weights)")
     p.add_argument("--occluders", type=float, default=AdaptConfig().occluders,
                    help="share of footage pairs given a pasted moving occluder")
+    p.add_argument("--schedule", default=AdaptConfig().schedule, choices=SCHEDULES,
+                   help="the learning rate over the run (constant, or a half cosine down to 0)")
     p.add_argument("--no-two-motions", action="store_true",
                    help="the teacher labels every pair by the refined flow (adapt --no-two-motions)")
     p.add_argument("--eval-every", type=int, default=2)
@@ -161,7 +163,7 @@ def main(argv=None) -> int:
     loaded = run.load_model()
     model, variables, static, model_config, pred0 = loaded
     cfg = AdaptConfig(learning_rate=a.lr, trainable=a.trainable, max_steps=a.steps, synthetic_batch=a.synthetic,
-                          average=a.average, occluders=a.occluders)
+                          average=a.average, occluders=a.occluders, schedule=a.schedule)
     teacher = TeacherSettings(two_motions=not a.no_two_motions)
     train = [Clip(a.clip, clip.frames[:n_train], fps)]
     res = {"args": vars(a), "machine": timing.host_info(), "load_before": timing.load_average()}
@@ -203,6 +205,7 @@ def main(argv=None) -> int:
         new, _, rep = run.adapt_clips(train, minutes=a.minutes, config=cfg, model=loaded, cache_dir=None,
                                       progress=False, log=log, teacher=teacher)
         res["adapt"] = {k: v for k, v in rep.items() if k != "log"}
+        res["steps_log"] = [{k: e[k] for k in ("step", "time", "lr", "loss") if k in e} for e in rep["log"]]
         res["adapt_seconds"] = time.time() - t0
         if a.save:
             run.save(a.save, new, model_config, static, rep, overwrite=True)
