@@ -7,8 +7,9 @@ embedded synthetic scenes (:class:`camflow_jax.data.synthetic.SyntheticScenes`, 
 depth), whose loss is the plain L1 distance; the two are mixed by ``synthetic_share`` (the share
 that keeps the network from forgetting what it knew). BatchNorm statistics stay frozen (the
 network runs in inference mode: a few hundred frames of one clip would give noisy statistics);
-Adam at a constant rate updates the parameters ``trainable`` names. The loop runs until its
-time budget or step count is spent.
+Adam, at the rate ``schedule`` gives each step (constant by default: :func:`learning_rate`),
+updates the parameters ``trainable`` names. The loop runs until its time budget or step count
+is spent.
 """
 
 from __future__ import annotations
