@@ -5,7 +5,8 @@
     python -m tools.bench                    # lists the modes
 
 Each mode is a module of this package with a ``main(argv)`` (``command(argv)`` where the mode
-sets something up first: the benchmark turns huge pages on, as the package's entry points do).
+sets something up first: ``benchmark``, ``adaptation`` and ``stab_vs_vidstab`` turn huge pages on, as the
+package's entry points do, so that their times and time budgets are what users get).
 The one-off studies behind single numbers of the docs run as modules of their own:
 ``python -m tools.bench.studies.<topic>.<name>`` (adaptation, network, plausibility, refinement,
 stabilization).

@@ -226,5 +226,15 @@ def main(argv=None) -> int:
     return 0
 
 
+def command(argv=None) -> int:
+    """``python -m tools.bench adaptation``: :func:`main` with transparent huge pages on, as
+    ``python -m camflow_jax.adapt`` runs (a budget buys as many steps as it buys a user: without
+    them a fine-tuning step took about 1.3 s here instead of 1.0 s)."""
+    from camflow_jax.cli import runtime
+
+    runtime.use_huge_pages()
+    return main(argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(command())

@@ -159,5 +159,15 @@ def _adapted_rows(named: dict, args) -> list[dict]:
     return rows
 
 
+def command(argv=None) -> int:
+    """``python -m tools.bench stab_vs_vidstab``: :func:`main` with transparent huge pages on, as
+    ``python -m camflow_jax.stabilize`` runs (``--adapt-minutes`` buys as many steps as
+    ``stabilize --adapt`` does)."""
+    from camflow_jax.cli import runtime
+
+    runtime.use_huge_pages()
+    return main(argv)
+
+
 if __name__ == "__main__":
-    harness.exit_process(main())
+    harness.exit_process(command())
