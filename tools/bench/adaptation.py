@@ -226,14 +226,9 @@ def main(argv=None) -> int:
     return 0
 
 
-def command(argv=None) -> int:
-    """``python -m tools.bench adaptation``: :func:`main` with transparent huge pages on, as
-    ``python -m camflow_jax.adapt`` runs (a budget buys as many steps as it buys a user: without
-    them a fine-tuning step took about 1.3 s here instead of 1.0 s)."""
-    from camflow_jax.cli import runtime
-
-    runtime.use_huge_pages()
-    return main(argv)
+#: ``python -m tools.bench adaptation``: :func:`main` as the package's commands run (huge pages: a budget buys
+#: the steps it buys a user; without them a fine-tuning step took about 1.3 s here instead of 1.0 s).
+command = timing.as_users_run(main)
 
 
 if __name__ == "__main__":

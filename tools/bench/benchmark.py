@@ -163,7 +163,7 @@ from pathlib import Path
 
 from camflow_jax.compilation import cache
 from camflow_jax.export import MissingDependency
-from tools.bench import benchmarking
+from tools.bench import benchmarking, timing
 from tools.bench.benchmarking import MODES
 
 #: The repository root (configs/ lives there).
@@ -249,13 +249,9 @@ def main(argv=None):
         raise SystemExit(2) from None
 
 
-def command(argv=None):
-    """``python -m tools.bench benchmark``: :func:`main` with transparent huge pages on, as the
-    package's entry points run (measure what users get)."""
-    from camflow_jax.cli import runtime
-
-    runtime.use_huge_pages()
-    return main(argv)
+#: ``python -m tools.bench benchmark``: :func:`main` as the package's commands run (huge pages: measure
+#: what users get).
+command = timing.as_users_run(main)
 
 
 if __name__ == "__main__":

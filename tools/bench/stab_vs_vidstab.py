@@ -28,7 +28,7 @@ from camflow_jax.compilation import cache
 from camflow_jax.estimators import registry
 from camflow_jax.io import atomic
 from camflow_jax.stabilization import estimators as stab_estimators
-from tools.bench.timing import load_average
+from tools.bench.timing import as_users_run, load_average
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -159,14 +159,9 @@ def _adapted_rows(named: dict, args) -> list[dict]:
     return rows
 
 
-def command(argv=None) -> int:
-    """``python -m tools.bench stab_vs_vidstab``: :func:`main` with transparent huge pages on, as
-    ``python -m camflow_jax.stabilize`` runs (``--adapt-minutes`` buys as many steps as
-    ``stabilize --adapt`` does)."""
-    from camflow_jax.cli import runtime
-
-    runtime.use_huge_pages()
-    return main(argv)
+#: ``python -m tools.bench stab_vs_vidstab``: :func:`main` as ``stabilize`` runs (huge pages: ``--adapt-minutes``
+#: buys the steps ``stabilize --adapt`` does).
+command = as_users_run(main)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ average around its timed part (:func:`load_average`: timings on a shared machine
 indicative, the load says how shared it was), and times its calls here: :func:`timed` (one
 call), :func:`repeat` (one call, again and again), :func:`interleaved` (several calls in turn,
 round after round, so that a change of load hits all of them alike) and :func:`time_command` (a
-command line, start to exit); :func:`write_result` ends a run, its load after it recorded. Nothing here imports JAX: the stabilizer's modes and the
+command line, start to exit); :func:`write_result` ends a run, its load after it recorded;
+:func:`as_users_run` runs a mode's ``main`` with the process settings of the package's commands. Nothing here imports JAX: the stabilizer's modes and the
 accelerator check run without it.
 """
 
@@ -21,7 +22,8 @@ import subprocess
 import time
 from collections.abc import Callable
 
-__all__ = ["load_average", "cpu_model", "host_info", "timed", "repeat", "interleaved", "time_command", "write_result"]
+__all__ = ["load_average", "cpu_model", "host_info", "timed", "repeat", "interleaved", "time_command", "write_result",
+           "as_users_run"]
 
 
 def load_average() -> list[float]:
@@ -106,3 +108,18 @@ def write_result(path, result: dict) -> None:
     result["load_after"] = load_average()
     with open(path, "w") as fh:
         json.dump(result, fh, indent=1, default=float)
+
+
+def as_users_run(main: Callable[..., int]) -> Callable[..., int]:
+    """``main`` run as the package's commands run: with transparent huge pages for glibc's malloc
+    (:func:`camflow_jax.cli.runtime.use_huge_pages`, which re-executes the process once), so that
+    a mode's times and time budgets are what users get (a mode's ``command``)."""
+
+    def command(argv=None) -> int:
+        from camflow_jax.cli import runtime
+
+        runtime.use_huge_pages()
+        return main(argv)
+
+    command.__doc__ = f"{main.__module__}.main with transparent huge pages on, as the package's commands run."
+    return command
