@@ -41,6 +41,7 @@ class AdaptConfig:
     trainable: str = "all"
     average: float = 0.95  # decay of the running average of the weights returned at the end (0: the last step's)
     schedule: str = "constant"  # the learning rate over the run: SCHEDULES
+    directions: int = 1  # 1: one direction of each pair a step, drawn at random (half the network's work); 2: both
     occluders: float = 0.0  # share of footage pairs given a pasted moving occluder (camflow_jax.adaptation.occluders)
     seed: int = 0
 
@@ -60,6 +61,8 @@ class AdaptConfig:
             raise ValueError(f"average must be in [0, 1) (0: no running average), got {self.average}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {list(SCHEDULES)}, got {self.schedule!r}")
+        if self.directions not in (1, 2):
+            raise ValueError(f"directions must be 1 or 2, got {self.directions!r}")
         if not 0 <= self.occluders <= 1:
             raise ValueError(f"occluders must be a share in [0, 1], got {self.occluders}")
 

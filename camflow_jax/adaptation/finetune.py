@@ -1,9 +1,10 @@
 """The network fine-tuned on teacher labels, mixed with synthetic pairs with exact labels
 (docs/adaptation.md, "What is trained, and how").
 
-One step: a batch of footage pairs, whose loss is the teacher-weighted L1 distance between the
-network's flows and the label flows (:mod:`camflow_jax.adaptation.teacher`), and a batch of the
-embedded synthetic scenes (:class:`camflow_jax.data.synthetic.SyntheticScenes`, exact flows and
+One step: a batch of footage pairs, each in one direction drawn at random (``directions=1``,
+the default: the network's forward-only pass, half its work) or in both, whose loss is the
+teacher-weighted L1 distance between the network's flows and the label flows
+(:mod:`camflow_jax.adaptation.teacher`), and a batch of the embedded synthetic scenes (:class:`camflow_jax.data.synthetic.SyntheticScenes`, exact flows and
 depth), whose loss is the plain L1 distance; the two are mixed by ``synthetic_share`` (the share
 that keeps the network from forgetting what it knew). BatchNorm statistics stay frozen (the
 network runs in inference mode: a few hundred frames of one clip would give noisy statistics);
@@ -31,7 +32,7 @@ from camflow_jax.models import basis_set
 from camflow_jax.models.camflow import preprocess
 
 __all__ = ["Footage", "SyntheticPool", "finetune", "footage_batch", "learning_rate", "network_flows", "optimizer",
-           "trainable_mask"]
+           "synthetic_batch", "trainable_mask"]
 
 def _path(p) -> str:
     return "/".join(str(getattr(k, "key", getattr(k, "name", k))) for k in p)
@@ -120,28 +121,43 @@ def _l1(pred, label, weight):
     return (weight * err).sum() / jnp.maximum(weight.sum(), 1e-6)
 
 
-def make_step(model, tx, static, sigmas, synthetic_share: float):
+def make_step(model, tx, static, sigmas, synthetic_share: float, directions: int = 2):
     """The jitted step ``(params, opt_state, batch_stats, real, syn, lr) -> (params, opt_state,
     terms)``: ``tx`` scales the gradients (Adam without its rate), the step moves the parameters
-    by ``-lr`` times that (the rate a traced scalar, so a schedule does not recompile)."""
+    by ``-lr`` times that (the rate a traced scalar, so a schedule does not recompile).
+    ``directions`` 2: the loss of both directions of each pair; 1: the forward direction of each
+    row alone (the network's forward-only pass, half its work), the batches' rows having been
+    turned round at random (:func:`footage_batch`, :func:`synthetic_batch`)."""
     share = float(synthetic_share)
+    one = directions == 1
 
     def loss_fn(params, batch_stats, real, syn):
         v = {"params": params, "batch_stats": batch_stats}
         # one basis set for both directions (bases_b None): the network sums it without copying it
         # per pair and direction
-        out = model.apply(v, real["g1"], real["g2"], real["bases"], None, train=False, confidence=False)
-        lf = jnp.einsum("bk,khwc->bhwc", real["cf"], real["bases"])
-        lb = jnp.einsum("bk,khwc->bhwc", real["cb"], real["bases"])
-        l_real = 0.5 * (_l1(out["flow_f"], lf, real["wf"]) + _l1(out["flow_b"], lb, real["wb"]))
+        if one:
+            out_f = model.apply(v, real["g1"], real["g2"], real["bases"], None, train=False, confidence=False,
+                                forward_only=True)["flow_f"]
+            lf = jnp.einsum("bk,khwc->bhwc", real["cf"], real["bases"])
+            l_real = _l1(out_f, lf, real["wf"])
+        else:
+            out = model.apply(v, real["g1"], real["g2"], real["bases"], None, train=False, confidence=False)
+            lf = jnp.einsum("bk,khwc->bhwc", real["cf"], real["bases"])
+            lb = jnp.einsum("bk,khwc->bhwc", real["cb"], real["bases"])
+            l_real = 0.5 * (_l1(out["flow_f"], lf, real["wf"]) + _l1(out["flow_b"], lb, real["wb"]))
         terms = {"footage": l_real}
         if syn is None:
             return l_real, terms
         per_image = jax.vmap(lambda d, k: basis_set.with_depth_bases(static, d, k, sigmas))
-        bf, bb = per_image(syn["depth1"], syn["K"]), per_image(syn["depth2"], syn["K"])
-        so = model.apply(v, syn["g1"], syn["g2"], bf, bb, train=False, confidence=False)
+        bf = per_image(syn["depth1"], syn["K"])
         ones = jnp.ones(syn["flow_f"].shape[:3])
-        l_syn = 0.5 * (_l1(so["flow_f"], syn["flow_f"], ones) + _l1(so["flow_b"], syn["flow_b"], ones))
+        if one:
+            so = model.apply(v, syn["g1"], syn["g2"], bf, None, train=False, confidence=False, forward_only=True)
+            l_syn = _l1(so["flow_f"], syn["flow_f"], ones)
+        else:
+            bb = per_image(syn["depth2"], syn["K"])
+            so = model.apply(v, syn["g1"], syn["g2"], bf, bb, train=False, confidence=False)
+            l_syn = 0.5 * (_l1(so["flow_f"], syn["flow_f"], ones) + _l1(so["flow_b"], syn["flow_b"], ones))
         terms["synthetic"] = l_syn
         return (1 - share) * l_real + share * l_syn, terms
 
@@ -182,20 +198,41 @@ def network_flows(model, variables, footage: Footage, pairs, batch: int = 8) -> 
     return np.concatenate(ff), np.concatenate(fb)
 
 
-def footage_batch(footage: Footage, labels, clip: int, pick, rng: np.random.Generator, occluded: float = 0.0) -> dict:
+def footage_batch(footage: Footage, labels, clip: int, pick, rng: np.random.Generator, occluded: float = 0.0,
+                  turned=None) -> dict:
     """One step's footage batch: the images of the labelled pairs ``pick`` (indices into
     ``labels``, all of clip ``clip``), their label coefficients and weights, the clip's bases.
     Each pair gets, with probability ``occluded``, a moving occluder cut from a random frame of
-    the clip (:mod:`camflow_jax.adaptation.occluders`); its label stays the camera's motion."""
+    the clip (:mod:`camflow_jax.adaptation.occluders`); its label stays the camera's motion.
+    ``turned`` (bools, one a pair): those pairs are turned round (image 2 first, the backward
+    label as the forward one), for a step on one direction a row."""
     g = footage.gray[clip]
     g1 = np.stack([g[labels.pairs[i][1]] for i in pick])
     g2 = np.stack([g[labels.pairs[i][2]] for i in pick])
     for j in range(len(pick)):
         if occluded and rng.uniform() < occluded:
             g1[j], g2[j] = occluders.occlude(g1[j], g2[j], g[rng.integers(len(g))], rng)
-    wf, wb = zip(*(labels.weights(i) for i in pick))
-    return {"g1": g1, "g2": g2, "cf": labels.coeffs_f[pick], "cb": labels.coeffs_b[pick],
-            "wf": np.stack(wf), "wb": np.stack(wb), "bases": footage.bases[clip]}
+    wf, wb = (np.stack(w) for w in zip(*(labels.weights(i) for i in pick)))
+    out = {"g1": g1, "g2": g2, "cf": labels.coeffs_f[pick], "cb": labels.coeffs_b[pick],
+           "wf": wf, "wb": wb, "bases": footage.bases[clip]}
+    return out if turned is None else _turned(out, np.asarray(turned, bool), ("g1", "g2"), ("cf", "cb"), ("wf", "wb"))
+
+
+def _turned(batch: dict, turned: np.ndarray, *swaps) -> dict:
+    """``batch`` with, in the rows ``turned``, the two arrays of each pair of keys ``swaps`` exchanged."""
+    out = dict(batch)
+    for a, b in swaps:
+        out[a] = np.where(turned.reshape((-1,) + (1,) * (batch[a].ndim - 1)), batch[b], batch[a])
+        out[b] = np.where(turned.reshape((-1,) + (1,) * (batch[b].ndim - 1)), batch[a], batch[b])
+    return out
+
+
+def synthetic_batch(synthetic: SyntheticPool, pick, turned=None) -> dict:
+    """The synthetic pairs ``pick`` of the pool; ``turned``: those rows turned round (as
+    :func:`footage_batch`)."""
+    out = {k: getattr(synthetic, k)[pick] for k in ("g1", "g2", "flow_f", "flow_b", "depth1", "depth2", "K")}
+    return out if turned is None else _turned(out, np.asarray(turned, bool), ("g1", "g2"), ("flow_f", "flow_b"),
+                                              ("depth1", "depth2"))
 
 
 def finetune(model, variables, static, sigmas, footage: Footage, labels, train_idx, cfg: AdaptConfig,
@@ -213,7 +250,9 @@ def finetune(model, variables, static, sigmas, footage: Footage, labels, train_i
     tx = optimizer(params, cfg.trainable)
     opt_state = tx.init(params)
     use_syn = synthetic is not None and cfg.synthetic_batch > 0
-    step_fn = make_step(model, tx, jnp.asarray(static), tuple(sigmas), cfg.synthetic_share if use_syn else 0.0)
+    step_fn = make_step(model, tx, jnp.asarray(static), tuple(sigmas), cfg.synthetic_share if use_syn else 0.0,
+                        cfg.directions)
+    one = cfg.directions == 1
     by_clip: dict = {}
     for i in idx:
         by_clip.setdefault(labels.pairs[i][0], []).append(i)
@@ -234,11 +273,12 @@ def finetune(model, variables, static, sigmas, footage: Footage, labels, train_i
         while True:
             c = clips[rng.choice(len(clips), p=share / share.sum())]
             pick = rng.choice(by_clip[c], size=cfg.batch_size, replace=len(by_clip[c]) < cfg.batch_size)
-            real = footage_batch(footage, labels, c, pick, rng, cfg.occluders)
+            real = footage_batch(footage, labels, c, pick, rng, cfg.occluders,
+                                 rng.uniform(size=len(pick)) < 0.5 if one else None)
             syn = None
             if use_syn:
                 s = rng.choice(len(synthetic.g1), size=cfg.synthetic_batch, replace=False)
-                syn = {k: getattr(synthetic, k)[s] for k in ("g1", "g2", "flow_f", "flow_b", "depth1", "depth2", "K")}
+                syn = synthetic_batch(synthetic, s, rng.uniform(size=len(s)) < 0.5 if one else None)
             lr = learning_rate(cfg, step, time.perf_counter() - t0, first)
             params, opt_state, terms = step_fn(params, opt_state, batch_stats, real, syn, np.float32(lr))
             step += 1

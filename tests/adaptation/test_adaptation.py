@@ -156,6 +156,46 @@ def test_adaptation_lowers_the_network_error_against_the_exact_motion(clip, load
     assert after < 0.8 * before, (before, after)
 
 
+def test_the_one_direction_step_is_the_backward_loss_of_pairs_turned_round(clip, loaded, labelled):
+    """``AdaptConfig(directions=1)``'s step on pairs all turned round: its footage loss is the
+    label-weighted L1 distance (numpy) between the two-direction network's backward flows and the
+    backward labels, its synthetic loss the plain L1 distance of the backward flows to the
+    renderer's exact backward flows; a rate of 0 leaves the parameters as they were."""
+    import jax
+
+    from camflow_jax.models import basis_set
+
+    model, variables, static, _, pred = loaded
+    clips, pairs, labels, _ = labelled
+    bases = np.asarray(pred.constant_depth_bases((H, W)), np.float32)
+    footage = ft.Footage.of(pred, clips, [bases])
+    pool = ft.SyntheticPool.render(2, H, W, seed=5, channel_order=pred.channel_order)
+    pick = np.array([0, 2, 5])
+    real = ft.footage_batch(footage, labels, 0, pick, np.random.default_rng(0), 0.0, np.ones(3, bool))
+    syn = ft.synthetic_batch(pool, np.array([0, 1]), np.ones(2, bool))
+    tx = ft.optimizer(variables["params"], "all")
+    step = ft.make_step(model, tx, static, tuple(pred.depth_sigmas or ()), 0.3, directions=1)
+    params, _, terms = step(variables["params"], tx.init(variables["params"]), variables["batch_stats"], real, syn,
+                            np.float32(0.0))
+    g = footage.gray[0]
+    out = model.apply(variables, g[pick], g[pick + 1], bases, None, train=False, confidence=False)
+    lab = np.einsum("bk,khwc->bhwc", labels.coeffs_b[pick], bases)
+    w = np.stack([labels.weights(i)[1] for i in pick])
+    err = np.abs(np.asarray(out["flow_b"]) - lab).sum(-1)
+    np.testing.assert_allclose(float(terms["footage"]), (w * err).sum() / w.sum(), rtol=2e-4)
+    sig = tuple(pred.depth_sigmas or ())
+    bf, bb = (np.stack([basis_set.with_depth_bases(static, d[i], pool.K[i], sig) for i in (0, 1)])
+              for d in (pool.depth1, pool.depth2))
+    so = model.apply(variables, pool.g1[:2], pool.g2[:2], bf, bb, train=False, confidence=False)
+    ref = np.abs(np.asarray(so["flow_b"]) - pool.flow_b[:2]).sum(-1).mean()
+    np.testing.assert_allclose(float(terms["synthetic"]), ref, rtol=2e-4)
+    np.testing.assert_allclose(float(terms["loss"]), 0.7 * float(terms["footage"]) + 0.3 * ref, rtol=2e-4)
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(variables["params"])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(ValueError, match="directions must be 1 or 2"):
+        AdaptConfig(directions=3)
+
+
 def test_an_interrupted_adaptation_leaves_the_previous_checkpoint_untouched(clip, loaded, tmp_path):
     out = tmp_path / "adapted"
     out.mkdir()

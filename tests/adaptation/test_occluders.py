@@ -91,3 +91,21 @@ def test_the_footage_batch_occludes_the_images_only_and_keeps_the_labels():
 def test_the_occluder_share_is_checked():
     with pytest.raises(ValueError, match="occluders must be a share in"):
         AdaptConfig(occluders=1.5)
+
+
+def test_a_turned_footage_batch_reads_those_pairs_backwards():
+    """Rows turned round for a one-direction step: image t + 1 first, the backward label and
+    weights as the forward ones (read from the frames and the labels themselves)."""
+    rng = np.random.default_rng(4)
+    gray = rng.random((6, 32, 64, 1), dtype=np.float32)
+    footage = ft.Footage([gray], [np.zeros((3, 32, 64, 2), np.float32)])
+    labels = _labels(5)
+    pick = np.array([0, 3, 4, 1])
+    turned = np.array([True, False, True, False])
+    b = ft.footage_batch(footage, labels, 0, pick, np.random.default_rng(3), 0.0, turned)
+    for j, (t, r) in enumerate(zip(pick, turned)):
+        np.testing.assert_array_equal(b["g1"][j], gray[t + 1] if r else gray[t])
+        np.testing.assert_array_equal(b["g2"][j], gray[t] if r else gray[t + 1])
+        np.testing.assert_array_equal(b["cf"][j], (labels.coeffs_b if r else labels.coeffs_f)[t])
+        np.testing.assert_array_equal(b["cb"][j], (labels.coeffs_f if r else labels.coeffs_b)[t])
+        np.testing.assert_allclose(b["wf"][j], (128 if r else 255) / 255)

@@ -148,6 +148,9 @@ def main(argv=None) -> int:
                    help="share of footage pairs given a pasted moving occluder")
     p.add_argument("--schedule", default=AdaptConfig().schedule, choices=SCHEDULES,
                    help="the learning rate over the run (constant, or a half cosine down to 0)")
+    p.add_argument("--directions", type=int, default=AdaptConfig().directions, choices=(1, 2),
+                   help="directions learned a step: 2 both of each pair, 1 one drawn at random (half the work)")
+    p.add_argument("--batch", type=int, default=AdaptConfig().batch_size, help="footage pairs a step")
     p.add_argument("--no-two-motions", action="store_true",
                    help="the teacher labels every pair by the refined flow (adapt --no-two-motions)")
     p.add_argument("--eval-every", type=int, default=2)
@@ -163,7 +166,8 @@ def main(argv=None) -> int:
     loaded = run.load_model()
     model, variables, static, model_config, pred0 = loaded
     cfg = AdaptConfig(learning_rate=a.lr, trainable=a.trainable, max_steps=a.steps, synthetic_batch=a.synthetic,
-                          average=a.average, occluders=a.occluders, schedule=a.schedule)
+                          average=a.average, occluders=a.occluders, schedule=a.schedule,
+                          directions=a.directions, batch_size=a.batch)
     teacher = TeacherSettings(two_motions=not a.no_two_motions)
     train = [Clip(a.clip, clip.frames[:n_train], fps)]
     res = {"args": vars(a), "machine": timing.host_info(), "load_before": timing.load_average()}
