@@ -4,13 +4,13 @@
 One step: a batch of footage pairs, each in one direction drawn at random (``directions=1``,
 the default: the network's forward-only pass, half its work) or in both, whose loss is the
 teacher-weighted L1 distance between the network's flows and the label flows
-(:mod:`camflow_jax.adaptation.teacher`), and a batch of the embedded synthetic scenes (:class:`camflow_jax.data.synthetic.SyntheticScenes`, exact flows and
-depth), whose loss is the plain L1 distance; the two are mixed by ``synthetic_share`` (the share
-that keeps the network from forgetting what it knew). BatchNorm statistics stay frozen (the
-network runs in inference mode: a few hundred frames of one clip would give noisy statistics);
-Adam, at the rate ``schedule`` gives each step (constant by default: :func:`learning_rate`),
-updates the parameters ``trainable`` names. The loop runs until its time budget or step count
-is spent.
+(:mod:`camflow_jax.adaptation.teacher`), and a batch of the embedded synthetic scenes
+(:class:`camflow_jax.data.synthetic.SyntheticScenes`, exact flows and depth), whose loss is the
+plain L1 distance; the two are mixed by ``synthetic_share`` (the share that keeps the network
+from forgetting what it knew). BatchNorm statistics stay frozen (the network runs in inference
+mode: a few hundred frames of one clip would give noisy statistics); Adam, at the rate
+``schedule`` gives each step (constant by default: :func:`learning_rate`), updates the
+parameters ``trainable`` names. The loop runs until its time budget or step count is spent.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def _l1(pred, label, weight):
     return (weight * err).sum() / jnp.maximum(weight.sum(), 1e-6)
 
 
-def make_step(model, tx, static, sigmas, synthetic_share: float, directions: int = 2):
+def make_step(model, tx, static, sigmas, synthetic_share: float, *, directions: int):
     """The jitted step ``(params, opt_state, batch_stats, real, syn, lr) -> (params, opt_state,
     terms)``: ``tx`` scales the gradients (Adam without its rate), the step moves the parameters
     by ``-lr`` times that (the rate a traced scalar, so a schedule does not recompile).
@@ -135,29 +135,24 @@ def make_step(model, tx, static, sigmas, synthetic_share: float, directions: int
         v = {"params": params, "batch_stats": batch_stats}
         # one basis set for both directions (bases_b None): the network sums it without copying it
         # per pair and direction
-        if one:
-            out_f = model.apply(v, real["g1"], real["g2"], real["bases"], None, train=False, confidence=False,
-                                forward_only=True)["flow_f"]
-            lf = jnp.einsum("bk,khwc->bhwc", real["cf"], real["bases"])
-            l_real = _l1(out_f, lf, real["wf"])
-        else:
-            out = model.apply(v, real["g1"], real["g2"], real["bases"], None, train=False, confidence=False)
-            lf = jnp.einsum("bk,khwc->bhwc", real["cf"], real["bases"])
+        out = model.apply(v, real["g1"], real["g2"], real["bases"], None, train=False, confidence=False,
+                          forward_only=one)
+        lf = jnp.einsum("bk,khwc->bhwc", real["cf"], real["bases"])
+        l_real = _l1(out["flow_f"], lf, real["wf"])
+        if not one:
             lb = jnp.einsum("bk,khwc->bhwc", real["cb"], real["bases"])
-            l_real = 0.5 * (_l1(out["flow_f"], lf, real["wf"]) + _l1(out["flow_b"], lb, real["wb"]))
+            l_real = 0.5 * (l_real + _l1(out["flow_b"], lb, real["wb"]))
         terms = {"footage": l_real}
         if syn is None:
             return l_real, terms
         per_image = jax.vmap(lambda d, k: basis_set.with_depth_bases(static, d, k, sigmas))
         bf = per_image(syn["depth1"], syn["K"])
         ones = jnp.ones(syn["flow_f"].shape[:3])
-        if one:
-            so = model.apply(v, syn["g1"], syn["g2"], bf, None, train=False, confidence=False, forward_only=True)
-            l_syn = _l1(so["flow_f"], syn["flow_f"], ones)
-        else:
-            bb = per_image(syn["depth2"], syn["K"])
-            so = model.apply(v, syn["g1"], syn["g2"], bf, bb, train=False, confidence=False)
-            l_syn = 0.5 * (_l1(so["flow_f"], syn["flow_f"], ones) + _l1(so["flow_b"], syn["flow_b"], ones))
+        bb = None if one else per_image(syn["depth2"], syn["K"])
+        so = model.apply(v, syn["g1"], syn["g2"], bf, bb, train=False, confidence=False, forward_only=one)
+        l_syn = _l1(so["flow_f"], syn["flow_f"], ones)
+        if not one:
+            l_syn = 0.5 * (l_syn + _l1(so["flow_b"], syn["flow_b"], ones))
         terms["synthetic"] = l_syn
         return (1 - share) * l_real + share * l_syn, terms
 
@@ -251,7 +246,7 @@ def finetune(model, variables, static, sigmas, footage: Footage, labels, train_i
     opt_state = tx.init(params)
     use_syn = synthetic is not None and cfg.synthetic_batch > 0
     step_fn = make_step(model, tx, jnp.asarray(static), tuple(sigmas), cfg.synthetic_share if use_syn else 0.0,
-                        cfg.directions)
+                        directions=cfg.directions)
     one = cfg.directions == 1
     by_clip: dict = {}
     for i in idx:

@@ -156,11 +156,12 @@ def test_adaptation_lowers_the_network_error_against_the_exact_motion(clip, load
     assert after < 0.8 * before, (before, after)
 
 
-def test_the_one_direction_step_is_the_backward_loss_of_pairs_turned_round(clip, loaded, labelled):
+def test_the_one_direction_step_is_the_backward_loss_of_pairs_turned_round(loaded, labelled):
     """``AdaptConfig(directions=1)``'s step on pairs all turned round: its footage loss is the
     label-weighted L1 distance (numpy) between the two-direction network's backward flows and the
     backward labels, its synthetic loss the plain L1 distance of the backward flows to the
-    renderer's exact backward flows; a rate of 0 leaves the parameters as they were."""
+    renderer's exact backward flows; a rate of 0 leaves the parameters as they were. With
+    ``directions=2`` on rows not turned, each loss is the mean of the two directions'."""
     import jax
 
     from camflow_jax.models import basis_set
@@ -174,7 +175,8 @@ def test_the_one_direction_step_is_the_backward_loss_of_pairs_turned_round(clip,
     real = ft.footage_batch(footage, labels, 0, pick, np.random.default_rng(0), 0.0, np.ones(3, bool))
     syn = ft.synthetic_batch(pool, np.array([0, 1]), np.ones(2, bool))
     tx = ft.optimizer(variables["params"], "all")
-    step = ft.make_step(model, tx, static, tuple(pred.depth_sigmas or ()), 0.3, directions=1)
+    sig = tuple(pred.depth_sigmas or ())
+    step = ft.make_step(model, tx, static, sig, 0.3, directions=1)
     params, _, terms = step(variables["params"], tx.init(variables["params"]), variables["batch_stats"], real, syn,
                             np.float32(0.0))
     g = footage.gray[0]
@@ -183,7 +185,6 @@ def test_the_one_direction_step_is_the_backward_loss_of_pairs_turned_round(clip,
     w = np.stack([labels.weights(i)[1] for i in pick])
     err = np.abs(np.asarray(out["flow_b"]) - lab).sum(-1)
     np.testing.assert_allclose(float(terms["footage"]), (w * err).sum() / w.sum(), rtol=2e-4)
-    sig = tuple(pred.depth_sigmas or ())
     bf, bb = (np.stack([basis_set.with_depth_bases(static, d[i], pool.K[i], sig) for i in (0, 1)])
               for d in (pool.depth1, pool.depth2))
     so = model.apply(variables, pool.g1[:2], pool.g2[:2], bf, bb, train=False, confidence=False)
@@ -192,6 +193,18 @@ def test_the_one_direction_step_is_the_backward_loss_of_pairs_turned_round(clip,
     np.testing.assert_allclose(float(terms["loss"]), 0.7 * float(terms["footage"]) + 0.3 * ref, rtol=2e-4)
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(variables["params"])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # both directions of rows not turned: the mean of the two directions' losses (numpy)
+    both = ft.make_step(model, tx, static, sig, 0.3, directions=2)
+    _, _, terms2 = both(variables["params"], tx.init(variables["params"]), variables["batch_stats"],
+                        ft.footage_batch(footage, labels, 0, pick, np.random.default_rng(0), 0.0),
+                        ft.synthetic_batch(pool, np.array([0, 1])), np.float32(0.0))
+    lab_f = np.einsum("bk,khwc->bhwc", labels.coeffs_f[pick], bases)
+    w_f = np.stack([labels.weights(i)[0] for i in pick])
+    err_f = np.abs(np.asarray(out["flow_f"]) - lab_f).sum(-1)
+    np.testing.assert_allclose(float(terms2["footage"]),
+                               0.5 * ((w_f * err_f).sum() / w_f.sum() + (w * err).sum() / w.sum()), rtol=2e-4)
+    ref_f = np.abs(np.asarray(so["flow_f"]) - pool.flow_f[:2]).sum(-1).mean()
+    np.testing.assert_allclose(float(terms2["synthetic"]), 0.5 * (ref_f + ref), rtol=2e-4)
     with pytest.raises(ValueError, match="directions must be 1 or 2"):
         AdaptConfig(directions=3)
 
