@@ -20,6 +20,13 @@ that scale) are pure ``jax.numpy`` (jit them per image size); :func:`dominant_ho
 :func:`homography_weights` are their host wrappers for homographies of full-size frames (the
 stabilizer keeps the camera's motion with the first; the adaptation's teacher weights a label
 by the camera's motion with the second, docs/adaptation.md).
+
+:func:`robust_costs` is the refinement's own objective on that common scale: each candidate's
+mean Cauchy cost over the common pixels. Where the inlier share counts pixels (a step at the
+Cauchy width: the right question between two different motions), the cost moves with every
+hundredth of a pixel, so it tells two estimates of one motion apart;
+:func:`flow_costs` is its host wrapper at the working size (``stabilize --adapt`` keeps, per
+pair, the adapted or the unadapted model's motion by it, docs/adaptation.md).
 """
 
 from __future__ import annotations
@@ -36,7 +43,8 @@ from camflow_jax.refine.config import RefineConfig, shrunk_size
 from camflow_jax.refine.pyramid import gray, local_normalize
 from camflow_jax.refine.solver import robust_scale
 
-__all__ = ["inlier_shares", "inlier_weights", "dominant_homography", "homography_weights"]
+__all__ = ["inlier_shares", "inlier_weights", "robust_costs", "dominant_homography", "homography_weights",
+           "flow_costs"]
 
 
 def _judged(img1, img2, flows, cfg: RefineConfig):
@@ -80,6 +88,21 @@ def inlier_weights(img1, img2, flows, cfg: RefineConfig = RefineConfig()) -> jax
     r, inside, _, width = _judged(img1, img2, flows, cfg)
     h, w = np.shape(flows)[1:3]
     return jnp.where(inside, 1.0 / (1.0 + (r / width) ** 2), 0.0).reshape(-1, h, w)
+
+
+def robust_costs(img1, img2, flows, cfg: RefineConfig = RefineConfig()) -> jax.Array:
+    """``[K]``: each candidate flow's mean Cauchy cost ``c^2 / 2 log(1 + (r / c)^2)`` over the
+    pixels every candidate keeps inside image 2, on the common scale of :func:`inlier_shares`
+    (``c`` its Cauchy width): the refinement's objective, one scale for all (module doc); lower
+    fits the pair better. Zeros where no pixel is common. Arguments as :func:`inlier_shares`."""
+    r, _, common, width = _judged(img1, img2, flows, cfg)
+    rho = 0.5 * width ** 2 * jnp.log1p((r / width) ** 2)
+    return jnp.sum(jnp.where(common[None], rho, 0.0), axis=1) / jnp.maximum(jnp.sum(common), 1)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _flow_costs(g1, g2, flows, cfg):
+    return robust_costs(g1, g2, flows, cfg)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
@@ -132,3 +155,23 @@ def homography_weights(img1, img2, homography, cfg: RefineConfig = RefineConfig(
     otherwise."""
     g1, g2, Hs = _at_working_size(img1, img2, np.asarray(homography, np.float64)[None], cfg)
     return np.asarray(_homography_weights(g1, g2, Hs[0], cfg), np.float32)
+
+
+def flow_costs(img1, img2, flows, cfg: RefineConfig = RefineConfig()) -> np.ndarray:
+    """``[K]`` float64: :func:`robust_costs` of candidate flows ``[K, H, W, 2]`` (image 1 -> image
+    2, pixels of image 1's grid) judged as :func:`dominant_homography` judges: the grey images
+    shrunk (area) to at most ``cfg.max_size`` on the longer side, the flows with them
+    (:func:`camflow_jax.geometry.host.resize_flow`, values rescaled)."""
+    flows = np.asarray(flows, np.float32)
+    g1, g2 = (np.asarray(host.gray(x), np.float32) for x in (img1, img2))
+    if g1.shape != g2.shape or flows.ndim != 4 or len(flows) == 0 or flows.shape[1:] != g1.shape + (2,):
+        raise ValueError(f"candidate flows need two images of one size and flows [K, H, W, 2] on it (K >= 1), "
+                         f"got {g1.shape}, {g2.shape} and {flows.shape}")
+    if not np.all(np.isfinite(flows)):
+        raise ValueError("candidate flows must be finite")
+    h, w = g1.shape
+    hs, ws = shrunk_size(h, w, cfg.max_size)
+    if (hs, ws) != (h, w):
+        g1, g2 = (cv2.resize(g, (ws, hs), interpolation=cv2.INTER_AREA) for g in (g1, g2))
+        flows = np.stack([host.resize_flow(f, hs, ws) for f in flows])
+    return np.asarray(_flow_costs(jnp.asarray(g1), jnp.asarray(g2), jnp.asarray(flows), cfg), np.float64)

@@ -283,7 +283,8 @@ class CamFlowEstimator(VideoEstimator):
 
     def __init__(self, predictor, depth_files=None, intrinsics=None, fov_deg: float | None = None,
                  frame_size: tuple[int, int] | None = None, refine: bool = True,
-                 inlier_fit: bool = True, refine_size: int | None = None, two_motion_check: bool = True):
+                 inlier_fit: bool = True, refine_size: int | None = None, two_motion_check: bool = True,
+                 reference=None):
         """``inlier_fit``: return the flow of
         :func:`~camflow_jax.geometry.background.inlier_homography` of the model's flow at the
         refinement's inlier pixels (module doc; the network alone has no weights, so the
@@ -297,7 +298,14 @@ class CamFlowEstimator(VideoEstimator):
         of the original ``frame_size`` (H, W), or ``fov_deg`` (horizontal field of view) with
         the principal point at the centre. The pipeline asks for pairs (t, t+1) in order, so the
         t-th call uses depth maps t and t+1. ``refine_size``: refine at this longer side
-        (:meth:`camflow_jax.refine.RefineConfig.at_size`) instead of the default 288 px."""
+        (:meth:`camflow_jax.refine.RefineConfig.at_size`) instead of the default 288 px.
+        ``reference``: None, or a second predictor, the model ``predictor``'s was adapted from
+        (``stabilize --adapt``): every pair is measured with both, each estimate goes through the
+        steps above, and of the two motions the one with the lower photometric cost
+        (:func:`camflow_jax.refine.flow_costs`, the refinement's objective on one scale) is kept;
+        where one model's estimate fails, the other's. The pairs where the reference's was kept
+        are counted in ``stats()["reference_pairs"]`` (docs/adaptation.md, "Stabilizing with
+        --adapt")."""
         super().__init__()
         if not callable(predictor):
             raise ValueError("CamFlowEstimator needs a callable predictor(img1, img2) -> dict")
@@ -309,10 +317,14 @@ class CamFlowEstimator(VideoEstimator):
             raise ValueError("intrinsics need the frame size they are given in")
         self.predictor = predictor
         # the forward flow is all the stabilizer reads: the Predictor's forward-only path
-        self.motion_estimator = registry.get("camflow" if refine else "camflow_net", predictor=predictor,
-                                             forward_only=True,
-                                             **({} if refine_size is None else {"refine_size": refine_size}))
+        options = {"forward_only": True, **({} if refine_size is None else {"refine_size": refine_size})}
+        self.motion_estimator = registry.get("camflow" if refine else "camflow_net", predictor=predictor, **options)
         self.name = self.motion_estimator.name
+        if reference is not None and not callable(reference):
+            raise ValueError("the reference must be a callable predictor(img1, img2) -> dict, like the predictor")
+        self.reference_estimator = None if reference is None else registry.get(
+            "camflow" if refine else "camflow_net", predictor=reference, **options)
+        self.reference_pairs = 0  # pairs where the reference model's motion was kept
         self.depth_files = list(depth_files) if depth_files is not None else None
         self.intrinsics = None if intrinsics is None else np.asarray(intrinsics, np.float64).reshape(4)
         self.fov_deg = fov_deg
@@ -377,24 +389,56 @@ class CamFlowEstimator(VideoEstimator):
             a, b = registry.check_pair(x, y)
             items.append((a, b, *self._camera(self.calls + j, a.shape[0], a.shape[1])))
         motions = self.motion_estimator.estimate_many(items)
+        refs = ([None] * len(items) if self.reference_estimator is None
+                else self.reference_estimator.estimate_many(items))
         share = (time.perf_counter() - t0) / len(items)
         flows = []
-        for (a, b, *_), m in zip(items, motions):
+        for (a, b, *_), m, r in zip(items, motions, refs):
             t1 = time.perf_counter()
-            flows.append(self._account(a, b, self._flow_of(m, a, b), t1, share))
+            flows.append(self._account(a, b, self._flow_of(m, a, b, r), t1, share))
         return flows
 
     def _estimate(self, a, b):
         d1, d2, K = self._camera(self.calls, a.shape[0], a.shape[1])
-        return self._flow_of(self.motion_estimator(a, b, depth1=d1, depth2=d2, intrinsics=K), a, b)
+        m = self.motion_estimator(a, b, depth1=d1, depth2=d2, intrinsics=K)
+        r = None if self.reference_estimator is None else self.reference_estimator(
+            a, b, depth1=d1, depth2=d2, intrinsics=K)
+        return self._flow_of(m, a, b, r)
 
-    def _flow_of(self, m, a, b):
-        """The pair ``(a, b)``'s flow from the model's Motion ``m`` (None on failure); records the
-        pair's coefficients."""
-        self.coefficients.append(None)  # set below once the pair's estimate is known good
-        coeffs = (m.extras or {}).get("coeffs_f")
+    def _flow_of(self, m, a, b, reference=None):
+        """The pair ``(a, b)``'s flow from the model's Motion ``m`` (None on failure), or from the
+        reference model's Motion ``reference`` where that fits the pair better (:meth:`__init__`);
+        records the kept estimate's coefficients, inlier fraction and homography."""
+        mine = self._motion_of(m, a, b)
+        if reference is not None:
+            theirs = self._motion_of(reference, a, b)
+            if theirs["flow"] is not None and (mine["flow"] is None or self._fits_better(a, b, theirs, mine)):
+                mine = theirs
+                self.reference_pairs += 1
+        self.coefficients.append(mine["coeffs"] if mine["flow"] is not None else None)
+        if mine["inliers"] is not None:
+            self.inlier_fractions.append(mine["inliers"])
+        self.two_motion_pairs += int(mine["two_motion"])
+        self.last_homography = mine["homography"]
+        return mine["flow"]
+
+    @staticmethod
+    def _fits_better(a, b, theirs, mine) -> bool:
+        """Whether ``theirs`` explains the pair at a lower photometric cost than ``mine`` (ties:
+        mine)."""
+        from camflow_jax.refine import flow_costs  # JAX: only camflow needs it
+
+        costs = flow_costs(a, b, np.stack([mine["flow"], theirs["flow"]]))
+        return bool(costs[1] < costs[0])
+
+    def _motion_of(self, m, a, b) -> dict:
+        """One model's estimate of the pair ``(a, b)`` from its Motion ``m``, without bookkeeping:
+        ``flow`` (None on failure), ``coeffs``, ``inliers`` (the share of pixels the refinement
+        weighs at least 1/2, or None), ``two_motion`` (a tracked motion replaced the fit),
+        ``homography`` (or None)."""
+        res = {"flow": None, "coeffs": None, "inliers": None, "two_motion": False, "homography": None}
         if m.fallback:  # featureless, worse than no motion, no motion fits (geometry.plausibility)
-            return None
+            return res
         flow = np.asarray(m.flow_f, np.float32)
         if flow.ndim == 4 and flow.shape[0] == 1:
             flow = flow[0]
@@ -402,32 +446,31 @@ class CamFlowEstimator(VideoEstimator):
             raise ValueError(f"camflow predictor returned flow_f of shape {flow.shape}; "
                              "expected [H, W, 2] or [1, H, W, 2]")
         if not np.all(np.isfinite(flow)):
-            return None
+            return res
         flow = host.resize_flow(flow, a.shape[0], a.shape[1])
-        self.last_homography = None
+        coeffs = (m.extras or {}).get("coeffs_f")
         if coeffs is not None and np.all(np.isfinite(coeffs)):
-            self.coefficients[-1] = np.asarray(coeffs, np.float64).reshape(-1)
+            res["coeffs"] = np.asarray(coeffs, np.float64).reshape(-1)
         if not self.inlier_fit:
-            return flow
+            res["flow"] = flow
+            return res
         weights = None
         if m.weights is not None and np.size(m.weights) == flow.shape[0] * flow.shape[1]:
             weights = np.asarray(m.weights, np.float32).reshape(flow.shape[:2])
-            self.inlier_fractions.append(float((weights >= 0.5).mean()))
+            res["inliers"] = float((weights >= 0.5).mean())
         if self.two_motion_check:
             candidates = self._candidates(a, b, flow, weights)
         else:
             candidates = [H] if (H := background.inlier_homography(flow, weights)) is not None else []
         if not candidates:  # too few inliers: counted as a failure (identity), never a stale motion
-            self.coefficients[-1] = None
-            return None
+            return res
         k = 0
         if len(candidates) > 1:
             from camflow_jax.refine import dominant_homography  # JAX: only camflow needs it
 
             k = dominant_homography(a, b, candidates)[0]
-            self.two_motion_pairs += int(k > 0)
-        self.last_homography = H = candidates[k]
-        return host.homography_flow(H, *flow.shape[:2])
+        res.update(homography=candidates[k], two_motion=k > 0, flow=host.homography_flow(candidates[k], *flow.shape[:2]))
+        return res
 
     def _candidates(self, a, b, flow, weights) -> list[np.ndarray]:
         """The two-motion check's candidates (:func:`camflow_jax.geometry.background.motion_candidates`)."""
@@ -436,7 +479,7 @@ class CamFlowEstimator(VideoEstimator):
     def fresh(self) -> "CamFlowEstimator":
         new = super().fresh()
         new.inlier_fractions, new.last_homography, new.coefficients = [], None, []
-        new.two_motion_pairs = 0
+        new.two_motion_pairs = new.reference_pairs = 0
         return new
 
     def stats(self) -> dict:
@@ -446,6 +489,8 @@ class CamFlowEstimator(VideoEstimator):
             out["two_motion_pairs"] = self.two_motion_pairs
         if self.inlier_fractions:
             out["mean_inlier_fraction"] = float(np.mean(self.inlier_fractions))
+        if self.reference_estimator is not None:
+            out["reference_pairs"] = self.reference_pairs
         return out
 
 

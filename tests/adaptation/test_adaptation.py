@@ -237,7 +237,8 @@ def test_an_interrupted_adaptation_leaves_the_previous_checkpoint_untouched(clip
 
 def test_an_adaptation_that_did_not_help_is_not_kept(clip, loaded, tmp_path, monkeypatch, capsys):
     """adapt writes nothing (the previous checkpoint's bytes stay) and says why in one line;
-    stabilize --adapt goes on with the model it started from, with a warning."""
+    stabilize --adapt goes on with the model it started from, with a warning. With a gain it
+    stabilizes with the adapted checkpoint, the model it started from measuring beside it."""
     import argparse
     import contextlib
 
@@ -264,6 +265,17 @@ def test_an_adaptation_that_did_not_help_is_not_kept(clip, loaded, tmp_path, mon
     with contextlib.ExitStack() as stack:
         stabilize._adapt_first(args, False, stack)
     assert args.checkpoint is None and "stabilizing with the unadapted model" in capsys.readouterr().err
+    assert getattr(args, "reference", None) is None
+    # a gain: the adapted checkpoint is stabilized with, and the model it started from beside it
+    gain = dict(report, heldout_error_after_px=1.5, clips=[], checkpoint="shipped")
+    monkeypatch.setattr(run, "adapt_clips", lambda clips, **kw: (loaded[1], loaded[3], gain))
+    from camflow_jax.stabilization import estimators
+    with contextlib.ExitStack() as stack:
+        stabilize._adapt_first(args, False, stack)
+        assert os.path.isdir(args.checkpoint) and args.reference is loaded[4]
+        est = stabilize._estimator(argparse.Namespace(**vars(args), refine_size=None, two_motions=None, intrinsics=None,
+                                                      fov=None), estimators)
+        assert est.reference_estimator.predictor is loaded[4] and est.predictor is not loaded[4]
     assert run.no_gain(dict(report, heldout_error_after_px=1.9)) is None
     assert run.no_gain(dict(report, heldout_error_after_px=None)) is None  # nothing held out: nothing to judge
 

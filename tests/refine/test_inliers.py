@@ -132,3 +132,56 @@ def test_homography_weights_at_the_working_size():
     assert wts.shape == (hs, ws) and wts.dtype == np.float32
     split = int(SPLIT * ws / W)
     assert wts[4:-4, 4:split - 4].mean() > 2 * wts[4:-4, split + 4:-4].mean()
+
+
+def _warped_pair(seed=2):
+    """A textured image and its OpenCV warp (cubic) by a rotation, zoom and shift; the warp's
+    exact flow on image 1's grid."""
+    rng = np.random.default_rng(seed)
+    img1 = _texture(rng, 1.0)[4:4 + H, 4:4 + W].astype(np.uint8)
+    c, s = 1.01 * np.cos(0.01), 1.01 * np.sin(0.01)
+    Hm = np.array([[c, -s, 3.0], [s, c, -2.0], [0, 0, 1]])
+    img2 = cv2.warpPerspective(img1, Hm, (W, H), flags=cv2.INTER_CUBIC)
+    ys, xs = np.mgrid[0:H, 0:W].astype(np.float64)
+    p = Hm @ np.stack([xs.ravel(), ys.ravel(), np.ones(H * W)])
+    exact = np.stack([p[0] / p[2] - xs.ravel(), p[1] / p[2] - ys.ravel()], -1).reshape(H, W, 2)
+    return img1, img2, exact.astype(np.float32)
+
+
+def test_robust_costs_tell_apart_estimates_a_few_hundredths_of_a_pixel_apart():
+    """On the OpenCV-warped pair, the exact flow costs the least, and the cost grows with the
+    offset: 0.03, 0.1 and 0.3 px off in x (the inlier share, a count at the Cauchy width, needs
+    about a quarter pixel). ``flow_costs`` judges a 320 px wide pair at the working size 288,
+    the flows resized with it: the same order. An identical pair with no motion costs 0."""
+    img1, img2, exact = _warped_pair()
+    flows = np.stack([exact + [dx, 0.0] for dx in (0.3, 0.1, 0.0, 0.03)]).astype(np.float32)
+    costs = np.asarray(refine.robust_costs(img1, img2, jnp.asarray(flows)))
+    assert np.argmin(costs) == 2 and costs[3] < costs[1] < costs[0]
+    at_working = refine.flow_costs(img1, img2, flows)
+    assert at_working.dtype == np.float64 and np.argmin(at_working) == 2
+    assert at_working[3] < at_working[1] < at_working[0]
+    same = np.asarray(refine.robust_costs(img1, img1, jnp.zeros((1, H, W, 2))))
+    assert same[0] == 0.0
+
+
+def test_robust_costs_are_the_cauchy_costs_of_the_inlier_weights():
+    """Per pixel the Cauchy cost is ``c^2 / 2 log(1 + z)`` and its weight ``1 / (1 + z)``, with
+    ``z = (r / c)^2``: so over the common pixels, ``cost_j / cost_k = mean(-log w_j) / mean(-log
+    w_k)`` for any two candidates, whatever the common width c (numpy on the weights)."""
+    img1, img2 = _two_region_pair()
+    flows = jnp.stack([_flow(T_A), _flow(T_B), _flow((0, 0))])
+    costs = np.asarray(refine.robust_costs(img1, img2, flows), np.float64)
+    wts = np.asarray(refine.inlier_weights(img1, img2, flows), np.float64).reshape(3, -1)
+    common = np.all(wts > 0, axis=0)  # every candidate keeps the pixel inside image 2 (weight > 0)
+    neg_log = -np.log(wts[:, common]).mean(axis=1)
+    np.testing.assert_allclose(costs / costs[0], neg_log / neg_log[0], rtol=1e-4)
+
+
+def test_flow_costs_refuse_bad_flows():
+    img = np.zeros((H, W), np.uint8)
+    with pytest.raises(ValueError, match="K >= 1"):
+        refine.flow_costs(img, img, np.zeros((0, H, W, 2)))
+    with pytest.raises(ValueError, match="finite"):
+        refine.flow_costs(img, img, np.full((1, H, W, 2), np.nan))
+    with pytest.raises(ValueError, match="one size"):
+        refine.flow_costs(img, img[:, :100], np.zeros((1, H, W, 2)))

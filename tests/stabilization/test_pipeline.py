@@ -168,6 +168,53 @@ def test_camflow_adapter_with_fake_predictor():
         estimators.make_estimator("raft")
 
 
+def test_camflow_with_a_reference_keeps_the_motion_that_fits_the_pair_better():
+    """``stabilize --adapt``'s guard: the adapted model and the one it started from each estimate
+    the pair, and the motion with the lower photometric cost is kept. Oracle: a textured frame and
+    its OpenCV warp by a known homography; one fake model returns the exact flow, the other the
+    same 0.1 px off, each with its own coefficients. Whichever is exact is kept, the reference's
+    pairs are counted, and the kept model's coefficients are recorded; a failed estimate of either
+    leaves the other's; two equal estimates keep the adapted one's."""
+    rng = np.random.default_rng(4)
+    h, w = 120, 200
+    img1 = cv2.GaussianBlur(rng.integers(0, 256, (h, w, 3)).astype(np.uint8), (0, 0), 1.5)
+    Hm = np.array([[1.004, -0.006, 2.2], [0.005, 1.003, -1.4], [0, 0, 1.0]])
+    img2 = cv2.warpPerspective(img1, Hm, (w, h), flags=cv2.INTER_CUBIC, borderMode=cv2.BORDER_REFLECT)
+    ys, xs = np.mgrid[0:h, 0:w].astype(np.float64)
+    grid = np.stack([xs, ys], -1)
+    exact = (clips.apply_homography_np(Hm, grid) - grid).astype(np.float32)
+    ones = np.ones((h, w), np.float32)
+
+    def model(offset, coeff):
+        return lambda a, b, **kw: {"flow_f": exact + np.float32(offset), "weights_f": ones,
+                                   "coeffs_f": np.full(3, coeff, np.float32)}
+
+    def error(flow):
+        return float(np.abs(flow - exact)[8:-8, 8:-8].max())
+
+    good, off = model(0.0, 1.0), model([0.1, 0.0], 2.0)
+    est = estimators.CamFlowEstimator(off, reference=good, two_motion_check=False)
+    assert error(est(img1, img2)) < 0.02 and est.stats()["reference_pairs"] == 1
+    np.testing.assert_array_equal(est.coefficients[-1], 1.0)  # the reference's, kept
+    est = estimators.CamFlowEstimator(good, reference=off, two_motion_check=False)
+    assert error(est(img1, img2)) < 0.02 and est.stats()["reference_pairs"] == 0
+    np.testing.assert_array_equal(est.coefficients[-1], 1.0)
+    same = estimators.CamFlowEstimator(model(0.0, 1.0), reference=model(0.0, 2.0), two_motion_check=False)
+    same(img1, img2)
+    assert same.reference_pairs == 0 and same.coefficients[-1][0] == 1.0  # a tie: the adapted model's
+    failed = lambda a, b, **kw: {"flow_f": np.full((h, w, 2), np.nan, np.float32)}  # noqa: E731
+    for mine, theirs, kept in ((failed, good, 1), (good, failed, 0)):
+        est = estimators.CamFlowEstimator(mine, reference=theirs, two_motion_check=False)
+        assert error(est(img1, img2)) < 0.02 and est.reference_pairs == kept
+        assert est.stats()["recovered"] == {} and est.failures == 0  # no fallback was needed
+    pairs = [(img1, img2)] * 3  # the batched path (what the pipeline calls) keeps the same way
+    est = estimators.CamFlowEstimator(off, reference=good, two_motion_check=False)
+    assert all(error(f) < 0.02 for f in est.many(pairs)) and est.reference_pairs == 3
+    assert "reference_pairs" not in estimators.CamFlowEstimator(good).stats()
+    with pytest.raises(ValueError, match="reference"):
+        estimators.CamFlowEstimator(good, reference="model")
+
+
 def test_discontinuity_completion():
     ys, xs = np.mgrid[0:40, 0:60].astype(np.float32)
     smooth = np.stack([0.02 * xs + 1.0, -0.01 * ys], -1)

@@ -8,7 +8,10 @@ video) shaken by a seeded known motion, and the synthetic moving-object clip wit
 its object (``--synthetic-size``, ``--synthetic-frames``; ``--no-synthetic`` skips them);
 ``--hard`` adds the hard set (:func:`tools.bench.stabilization.hard_clips`); ``--clips`` keeps
 only the named ones. ``--adapt-minutes M`` adds a row per clip with the network adapted to it
-first, one per ``--adapt-seeds`` seed (the adaptation's own randomness: batches, synthetic pairs).
+first, one per ``--adapt-seeds`` seed (the adaptation's own randomness: batches, synthetic pairs),
+measured as ``stabilize --adapt`` measures it: with the unadapted model beside the adapted one,
+the better-fitting motion kept per pair (``--adapted-alone`` adds a row with the same adapted
+model alone).
 ``--checkpoint DIR``: the model the camflow estimators run (default: the shipped one). The
 work is :func:`tools.bench.stabilization.compare_with_vidstab`; this script parses
 arguments and prints the table (with the load average: timings on a shared machine are
@@ -79,6 +82,10 @@ def main(argv=None) -> int:
                         "(camflow_jax.adaptation, M minutes, labels included), as stabilize --adapt does")
     p.add_argument("--adapt-seeds", type=_seeds, default=(AdaptConfig().seed,), metavar="S[,S...]",
                    help="with --adapt-minutes: one adapted row per seed (AdaptConfig.seed; default: its default)")
+    p.add_argument("--adapted-alone", action="store_true",
+                   help="with --adapt-minutes: also a row camflow+adapt(alone) per adapted model: the adapted model "
+                        "without the unadapted one measuring each pair beside it (stabilize --adapt's guard, since "
+                        "7 Dec 2026)")
     p.add_argument("--clips", type=lambda t: [c for c in t.split(",") if c], default=None, metavar="NAME[,NAME...]",
                    help="only these clips (vtest_shaken, moving_object, no_object and, with --hard, low_res, "
                         "dark_noisy, low_texture, large_foreground)")
@@ -148,8 +155,12 @@ def _adapted_rows(named: dict, args) -> list[dict]:
                     [Clip(cname, clip.frames[:300])], minutes=args.adapt_minutes, model=loaded, progress=False,
                     config=AdaptConfig(seed=seed), log=lambda m: print(m, file=sys.stderr, flush=True))
                 adapt_run.save(tmp, variables, model_config, loaded[2], report, overwrite=True)
-                factory = stab_estimators.make_estimator("camflow", checkpoint=tmp).fresh
-                for row in stabilization.compare_with_vidstab({cname: clip}, {method: factory}, vidstab=False,
+                # as stabilize --adapt: the model it started from measures each pair too
+                factories = {method: stab_estimators.make_estimator("camflow", checkpoint=tmp, reference=loaded[4]).fresh}
+                if args.adapted_alone:
+                    factories[method.replace("adapt", "adapt(alone)", 1)] = stab_estimators.make_estimator(
+                        "camflow", checkpoint=tmp).fresh
+                for row in stabilization.compare_with_vidstab({cname: clip}, factories, vidstab=False,
                                                               ecc=args.ecc_score,
                                                               log=lambda m: print(m, file=sys.stderr, flush=True)):
                     row.update(adapt_seed=seed, adapt_seconds=report["total_seconds"], adapt_steps=report["steps"],
