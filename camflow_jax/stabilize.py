@@ -297,6 +297,10 @@ def _run(args) -> int:
         print(f"note: {w}", file=sys.stderr)
     for w in result.get("warnings", []):
         print(f"warning: {w}", file=sys.stderr)
+    stats = result.get("estimator_stats") or {}
+    if not args.quiet and "reference_pairs" in stats:
+        print(f"note: --adapt: the unadapted model's motion fit {stats['reference_pairs']} of {stats['calls']} "
+              "pairs better and was kept there", file=sys.stderr)
     if not args.quiet:
         m = result.get("metrics", {}).get("output", {})
         line = f"wrote {result['frames']} frames to {args.output} (zoom {result['zoom']:.3f})"
