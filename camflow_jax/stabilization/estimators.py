@@ -42,6 +42,11 @@ MAGSAC fit, which the stabilizer runs with a tighter inlier threshold than the r
 (:data:`FEATURE_THRESHOLD_PX`): with 3 px, an object moving less than 6 px per frame relative
 to the background lets RANSAC pick a compromise homography that half follows it (measured in
 docs/stabilization.md, "Moving objects").
+
+With a ``reference`` model (``stabilize --adapt``: the model the adapted one started from),
+camflow measures each pair with both models, each estimate through the steps above, and keeps
+the motion with the lower robust photometric cost (:func:`camflow_jax.refine.flow_costs`);
+docs/adaptation.md, "Stabilizing with --adapt".
 """
 
 from __future__ import annotations
