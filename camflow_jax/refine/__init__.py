@@ -6,8 +6,8 @@
   :func:`refine_with_pyramids`, :func:`refine_pair`);
 * :mod:`.inliers`: how much of a pair each candidate motion explains (:func:`inlier_shares`,
   :func:`dominant_homography`: the dominant motion where two compete; :func:`inlier_weights`,
-  :func:`homography_weights`: per pixel; :func:`robust_costs`, :func:`flow_costs`: the
-  refinement's objective on one scale, which tells two estimates of one motion apart);
+  :func:`homography_weights`: per pixel; :func:`robust_costs`: the refinement's objective on one
+  scale, which tells two estimates of one motion apart; :func:`judge_flows`: both measures);
 * :mod:`.pairs`: :class:`PairRefiner`, one pair as the Predictor refines it (working size,
   detail level, starts, both directions).
 

@@ -24,9 +24,10 @@ by the camera's motion with the second, docs/adaptation.md).
 :func:`robust_costs` is the refinement's own objective on that common scale: each candidate's
 mean Cauchy cost over the common pixels. Where the inlier share counts pixels (a step at the
 Cauchy width: the right question between two different motions), the cost moves with every
-hundredth of a pixel, so it tells two estimates of one motion apart;
-:func:`flow_costs` is its host wrapper at the working size (``stabilize --adapt`` keeps, per
-pair, the adapted or the unadapted model's motion by it, docs/adaptation.md).
+hundredth of a pixel, so it tells two estimates of one motion apart (but not the camera's
+motion from a compromise with a large object, which the share does, docs/stabilization.md);
+:func:`judge_flows` gives both, at the working size (``stabilize --adapt`` keeps, per pair,
+the unadapted model's motion where it fits better by both, docs/adaptation.md).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from camflow_jax.refine.pyramid import gray, local_normalize
 from camflow_jax.refine.solver import robust_scale
 
 __all__ = ["inlier_shares", "inlier_weights", "robust_costs", "dominant_homography", "homography_weights",
-           "flow_costs"]
+           "judge_flows"]
 
 
 def _judged(img1, img2, flows, cfg: RefineConfig):
@@ -101,8 +102,8 @@ def robust_costs(img1, img2, flows, cfg: RefineConfig = RefineConfig()) -> jax.A
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
-def _flow_costs(g1, g2, flows, cfg):
-    return robust_costs(g1, g2, flows, cfg)
+def _judge_flows(g1, g2, flows, cfg):
+    return robust_costs(g1, g2, flows, cfg), inlier_shares(g1, g2, flows, cfg)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
@@ -157,10 +158,11 @@ def homography_weights(img1, img2, homography, cfg: RefineConfig = RefineConfig(
     return np.asarray(_homography_weights(g1, g2, Hs[0], cfg), np.float32)
 
 
-def flow_costs(img1, img2, flows, cfg: RefineConfig = RefineConfig()) -> np.ndarray:
-    """``[K]`` float64: :func:`robust_costs` of candidate flows ``[K, H, W, 2]`` (image 1 -> image
-    2, pixels of image 1's grid) judged as :func:`dominant_homography` judges: the grey images
-    shrunk (area) to at most ``cfg.max_size`` on the longer side, the flows with them
+def judge_flows(img1, img2, flows, cfg: RefineConfig = RefineConfig()) -> tuple[np.ndarray, np.ndarray]:
+    """``(costs [K], shares [K])`` float64: :func:`robust_costs` and :func:`inlier_shares` of
+    candidate flows ``[K, H, W, 2]`` (image 1 -> image 2, pixels of image 1's grid) judged as
+    :func:`dominant_homography` judges: the grey images shrunk (area) to at most
+    ``cfg.max_size`` on the longer side, the flows with them
     (:func:`camflow_jax.geometry.host.resize_flow`, values rescaled)."""
     flows = np.asarray(flows, np.float32)
     g1, g2 = (np.asarray(host.gray(x), np.float32) for x in (img1, img2))
@@ -174,4 +176,5 @@ def flow_costs(img1, img2, flows, cfg: RefineConfig = RefineConfig()) -> np.ndar
     if (hs, ws) != (h, w):
         g1, g2 = (cv2.resize(g, (ws, hs), interpolation=cv2.INTER_AREA) for g in (g1, g2))
         flows = np.stack([host.resize_flow(f, hs, ws) for f in flows])
-    return np.asarray(_flow_costs(jnp.asarray(g1), jnp.asarray(g2), jnp.asarray(flows), cfg), np.float64)
+    costs, shares = _judge_flows(jnp.asarray(g1), jnp.asarray(g2), jnp.asarray(flows), cfg)
+    return np.asarray(costs, np.float64), np.asarray(shares, np.float64)

@@ -45,8 +45,11 @@ docs/stabilization.md, "Moving objects").
 
 With a ``reference`` model (``stabilize --adapt``: the model the adapted one started from),
 camflow measures each pair with both models, each estimate through the steps above, and keeps
-the motion with the lower robust photometric cost (:func:`camflow_jax.refine.flow_costs`);
-docs/adaptation.md, "Stabilizing with --adapt".
+the reference's motion where it fits the pair better by both of the refinement's measures
+(:func:`camflow_jax.refine.judge_flows`): a lower robust cost, which tells two estimates of one
+motion apart, and an inlier share at least as large, which keeps a compromise with a large
+object from winning on cost alone (docs/log/2026-12-06-two-motion-check.md); else the adapted
+model's. docs/adaptation.md, "Stabilizing with --adapt".
 """
 
 from __future__ import annotations
@@ -306,8 +309,8 @@ class CamFlowEstimator(VideoEstimator):
         (:meth:`camflow_jax.refine.RefineConfig.at_size`) instead of the default 288 px.
         ``reference``: None, or a second predictor, the model ``predictor``'s was adapted from
         (``stabilize --adapt``): every pair is measured with both, each estimate goes through the
-        steps above, and of the two motions the one with the lower photometric cost
-        (:func:`camflow_jax.refine.flow_costs`, the refinement's objective on one scale) is kept;
+        steps above, and the reference's motion is kept where it fits the pair better by both
+        the refinement's robust cost and the inlier share (module doc); else the model's;
         where one model's estimate fails, the other's. The pairs where the reference's was kept
         are counted in ``stats()["reference_pairs"]`` (docs/adaptation.md, "Stabilizing with
         --adapt")."""
@@ -429,12 +432,12 @@ class CamFlowEstimator(VideoEstimator):
 
     @staticmethod
     def _fits_better(a, b, theirs, mine) -> bool:
-        """Whether ``theirs`` explains the pair at a lower photometric cost than ``mine`` (ties:
-        mine)."""
-        from camflow_jax.refine import flow_costs  # JAX: only camflow needs it
+        """Whether ``theirs`` explains the pair better than ``mine``: a lower robust cost and an
+        inlier share at least as large (module doc; ties: mine)."""
+        from camflow_jax.refine import judge_flows  # JAX: only camflow needs it
 
-        costs = flow_costs(a, b, np.stack([mine["flow"], theirs["flow"]]))
-        return bool(costs[1] < costs[0])
+        costs, shares = judge_flows(a, b, np.stack([mine["flow"], theirs["flow"]]))
+        return bool(costs[1] < costs[0] and shares[1] >= shares[0])
 
     def _motion_of(self, m, a, b) -> dict:
         """One model's estimate of the pair ``(a, b)`` from its Motion ``m``, without bookkeeping:

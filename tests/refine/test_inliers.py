@@ -151,15 +151,20 @@ def _warped_pair(seed=2):
 def test_robust_costs_tell_apart_estimates_a_few_hundredths_of_a_pixel_apart():
     """On the OpenCV-warped pair, the exact flow costs the least, and the cost grows with the
     offset: 0.03, 0.1 and 0.3 px off in x (the inlier share, a count at the Cauchy width, needs
-    about a quarter pixel). ``flow_costs`` judges a 320 px wide pair at the working size 288,
-    the flows resized with it: the same order. An identical pair with no motion costs 0."""
+    about a quarter pixel). ``judge_flows`` judges a 320 px wide pair at the working size 288,
+    the flows resized with it: the same order, and the inlier shares it gives beside the costs
+    are :func:`inlier_shares` of the pair and flows shrunk as it shrinks them (OpenCV, area). An identical pair with no motion costs 0."""
     img1, img2, exact = _warped_pair()
     flows = np.stack([exact + [dx, 0.0] for dx in (0.3, 0.1, 0.0, 0.03)]).astype(np.float32)
     costs = np.asarray(refine.robust_costs(img1, img2, jnp.asarray(flows)))
     assert np.argmin(costs) == 2 and costs[3] < costs[1] < costs[0]
-    at_working = refine.flow_costs(img1, img2, flows)
+    at_working, shares = refine.judge_flows(img1, img2, flows)
     assert at_working.dtype == np.float64 and np.argmin(at_working) == 2
     assert at_working[3] < at_working[1] < at_working[0]
+    hs, ws = 173, 288  # 192 x 320 shrunk to 288 on the longer side
+    small = [cv2.resize(x.astype(np.float32), (ws, hs), interpolation=cv2.INTER_AREA) for x in (img1, img2)]
+    shrunk = np.stack([cv2.resize(f, (ws, hs), interpolation=cv2.INTER_AREA) * [ws / W, hs / H] for f in flows])
+    np.testing.assert_allclose(shares, refine.inlier_shares(*small, jnp.asarray(shrunk, jnp.float32)), atol=2e-3)
     same = np.asarray(refine.robust_costs(img1, img1, jnp.zeros((1, H, W, 2))))
     assert same[0] == 0.0
 
@@ -177,11 +182,11 @@ def test_robust_costs_are_the_cauchy_costs_of_the_inlier_weights():
     np.testing.assert_allclose(costs / costs[0], neg_log / neg_log[0], rtol=1e-4)
 
 
-def test_flow_costs_refuse_bad_flows():
+def test_judge_flows_refuses_bad_flows():
     img = np.zeros((H, W), np.uint8)
     with pytest.raises(ValueError, match="K >= 1"):
-        refine.flow_costs(img, img, np.zeros((0, H, W, 2)))
+        refine.judge_flows(img, img, np.zeros((0, H, W, 2)))
     with pytest.raises(ValueError, match="finite"):
-        refine.flow_costs(img, img, np.full((1, H, W, 2), np.nan))
+        refine.judge_flows(img, img, np.full((1, H, W, 2), np.nan))
     with pytest.raises(ValueError, match="one size"):
-        refine.flow_costs(img, img[:, :100], np.zeros((1, H, W, 2)))
+        refine.judge_flows(img, img[:, :100], np.zeros((1, H, W, 2)))

@@ -168,13 +168,15 @@ def test_camflow_adapter_with_fake_predictor():
         estimators.make_estimator("raft")
 
 
-def test_camflow_with_a_reference_keeps_the_motion_that_fits_the_pair_better():
+def test_camflow_with_a_reference_keeps_the_motion_that_fits_the_pair_better(monkeypatch):
     """``stabilize --adapt``'s guard: the adapted model and the one it started from each estimate
     the pair, and the motion with the lower photometric cost is kept. Oracle: a textured frame and
     its OpenCV warp by a known homography; one fake model returns the exact flow, the other the
     same 0.1 px off, each with its own coefficients. Whichever is exact is kept, the reference's
     pairs are counted, and the kept model's coefficients are recorded; a failed estimate of either
-    leaves the other's; two equal estimates keep the adapted one's."""
+    leaves the other's; two equal estimates keep the adapted one's. The reference's motion must
+    win on both measures: a lower cost with a smaller inlier share (what a compromise with a
+    large object can have) keeps the adapted model's."""
     rng = np.random.default_rng(4)
     h, w = 120, 200
     img1 = cv2.GaussianBlur(rng.integers(0, 256, (h, w, 3)).astype(np.uint8), (0, 0), 1.5)
@@ -211,6 +213,12 @@ def test_camflow_with_a_reference_keeps_the_motion_that_fits_the_pair_better():
     est = estimators.CamFlowEstimator(off, reference=good, two_motion_check=False)
     assert all(error(f) < 0.02 for f in est.many(pairs)) and est.reference_pairs == 3
     assert "reference_pairs" not in estimators.CamFlowEstimator(good).stats()
+    from camflow_jax import refine
+    for shares, kept in (((0.5, 0.4), 0), ((0.5, 0.5), 1)):  # the reference's cost lower in both
+        monkeypatch.setattr(refine, "judge_flows", lambda a, b, f, s=shares: (np.array([1.0, 0.9]), np.array(s)))
+        est = estimators.CamFlowEstimator(good, reference=off, two_motion_check=False)
+        est(img1, img2)
+        assert est.reference_pairs == kept
     with pytest.raises(ValueError, match="reference"):
         estimators.CamFlowEstimator(good, reference="model")
 
