@@ -119,12 +119,10 @@ def _homography_weights(g1, g2, H, cfg):
     return inlier_weights(g1, g2, device.homography_to_flow(H, h, w)[None], cfg)[0]
 
 
-def _at_working_size(img1, img2, homographies, cfg: RefineConfig):
-    """``(g1, g2, Hs)``: the grey images shrunk (area) to at most ``cfg.max_size`` on the longer
-    side, the refinement's working size, and the homographies conjugated to that size."""
-    Hs = np.asarray(homographies, np.float64)
-    if Hs.ndim != 3 or Hs.shape[1:] != (3, 3) or len(Hs) == 0 or not np.all(np.isfinite(Hs)):
-        raise ValueError(f"homographies must be finite [K, 3, 3] with K >= 1, got shape {Hs.shape}")
+def _grey_at_working_size(img1, img2, cfg: RefineConfig):
+    """``(g1, g2, (h, w), (hs, ws))``: the grey images (float32 numpy) shrunk (area) to at most
+    ``cfg.max_size`` on the longer side, the refinement's working size ``(hs, ws)``, and their
+    size before it ``(h, w)``."""
     g1, g2 = (np.asarray(host.gray(x), np.float32) for x in (img1, img2))
     if g1.shape != g2.shape:
         raise ValueError(f"the two images must have one size, got {g1.shape} and {g2.shape}")
@@ -132,6 +130,17 @@ def _at_working_size(img1, img2, homographies, cfg: RefineConfig):
     hs, ws = shrunk_size(h, w, cfg.max_size)
     if (hs, ws) != (h, w):
         g1, g2 = (cv2.resize(g, (ws, hs), interpolation=cv2.INTER_AREA) for g in (g1, g2))
+    return g1, g2, (h, w), (hs, ws)
+
+
+def _at_working_size(img1, img2, homographies, cfg: RefineConfig):
+    """``(g1, g2, Hs)``: the grey images at the working size (:func:`_grey_at_working_size`) and
+    the homographies conjugated to that size."""
+    Hs = np.asarray(homographies, np.float64)
+    if Hs.ndim != 3 or Hs.shape[1:] != (3, 3) or len(Hs) == 0 or not np.all(np.isfinite(Hs)):
+        raise ValueError(f"homographies must be finite [K, 3, 3] with K >= 1, got shape {Hs.shape}")
+    g1, g2, (h, w), (hs, ws) = _grey_at_working_size(img1, img2, cfg)
+    if (hs, ws) != (h, w):
         # pixel centres: x' = (x + 0.5) ws / w - 0.5, as INTER_AREA maps them
         S = np.array([[ws / w, 0, 0.5 * ws / w - 0.5], [0, hs / h, 0.5 * hs / h - 0.5], [0, 0, 1.0]])
         Hs = S[None] @ Hs @ np.linalg.inv(S)[None]
@@ -165,16 +174,13 @@ def judge_flows(img1, img2, flows, cfg: RefineConfig = RefineConfig()) -> tuple[
     ``cfg.max_size`` on the longer side, the flows with them
     (:func:`camflow_jax.geometry.host.resize_flow`, values rescaled)."""
     flows = np.asarray(flows, np.float32)
-    g1, g2 = (np.asarray(host.gray(x), np.float32) for x in (img1, img2))
-    if g1.shape != g2.shape or flows.ndim != 4 or len(flows) == 0 or flows.shape[1:] != g1.shape + (2,):
-        raise ValueError(f"candidate flows need two images of one size and flows [K, H, W, 2] on it (K >= 1), "
-                         f"got {g1.shape}, {g2.shape} and {flows.shape}")
+    g1, g2, (h, w), (hs, ws) = _grey_at_working_size(img1, img2, cfg)
+    if flows.ndim != 4 or len(flows) == 0 or flows.shape[1:] != (h, w, 2):
+        raise ValueError(f"candidate flows must be [K, H, W, 2] (K >= 1) on the images' {h}x{w} grid, "
+                         f"got {flows.shape}")
     if not np.all(np.isfinite(flows)):
         raise ValueError("candidate flows must be finite")
-    h, w = g1.shape
-    hs, ws = shrunk_size(h, w, cfg.max_size)
     if (hs, ws) != (h, w):
-        g1, g2 = (cv2.resize(g, (ws, hs), interpolation=cv2.INTER_AREA) for g in (g1, g2))
         flows = np.stack([host.resize_flow(f, hs, ws) for f in flows])
     costs, shares = _judge_flows(jnp.asarray(g1), jnp.asarray(g2), jnp.asarray(flows), cfg)
     return np.asarray(costs, np.float64), np.asarray(shares, np.float64)

@@ -153,7 +153,8 @@ def test_robust_costs_tell_apart_estimates_a_few_hundredths_of_a_pixel_apart():
     offset: 0.03, 0.1 and 0.3 px off in x (the inlier share, a count at the Cauchy width, needs
     about a quarter pixel). ``judge_flows`` judges a 320 px wide pair at the working size 288,
     the flows resized with it: the same order, and the inlier shares it gives beside the costs
-    are :func:`inlier_shares` of the pair and flows shrunk as it shrinks them (OpenCV, area). An identical pair with no motion costs 0."""
+    are :func:`inlier_shares` of the pair and flows shrunk by OpenCV (area). An identical pair
+    with no motion costs 0."""
     img1, img2, exact = _warped_pair()
     flows = np.stack([exact + [dx, 0.0] for dx in (0.3, 0.1, 0.0, 0.03)]).astype(np.float32)
     costs = np.asarray(refine.robust_costs(img1, img2, jnp.asarray(flows)))

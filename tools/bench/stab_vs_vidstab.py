@@ -156,10 +156,11 @@ def _adapted_rows(named: dict, args) -> list[dict]:
                     config=AdaptConfig(seed=seed), log=lambda m: print(m, file=sys.stderr, flush=True))
                 adapt_run.save(tmp, variables, model_config, loaded[2], report, overwrite=True)
                 # as stabilize --adapt: the model it started from measures each pair too
-                factories = {method: stab_estimators.make_estimator("camflow", checkpoint=tmp, reference=loaded[4]).fresh}
-                if args.adapted_alone:
-                    factories[method.replace("adapt", "adapt(alone)", 1)] = stab_estimators.make_estimator(
-                        "camflow", checkpoint=tmp).fresh
+                guarded = stab_estimators.make_estimator("camflow", checkpoint=tmp, reference=loaded[4])
+                factories = {method: guarded.fresh}
+                if args.adapted_alone:  # the same loaded adapted model, without the reference
+                    factories[method.replace("adapt", "adapt(alone)", 1)] = stab_estimators.CamFlowEstimator(
+                        guarded.predictor).fresh
                 for row in stabilization.compare_with_vidstab({cname: clip}, factories, vidstab=False,
                                                               ecc=args.ecc_score,
                                                               log=lambda m: print(m, file=sys.stderr, flush=True)):
