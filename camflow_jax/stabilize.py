@@ -299,8 +299,9 @@ def _run(args) -> int:
         print(f"warning: {w}", file=sys.stderr)
     stats = result.get("estimator_stats") or {}
     if not args.quiet and "reference_pairs" in stats:
-        print(f"note: --adapt: the unadapted model's motion fit {stats['reference_pairs']} of {stats['calls']} "
-              "pairs better and was kept there", file=sys.stderr)
+        print(f"note: --adapt: of {stats['calls']} pairs, the adapted and the unadapted model agreed on "
+              f"{stats.get('averaged_pairs', 0)} (their mean kept), and the unadapted model's motion fit "
+              f"{stats['reference_pairs']} better (kept there)", file=sys.stderr)
     if not args.quiet:
         m = result.get("metrics", {}).get("output", {})
         line = f"wrote {result['frames']} frames to {args.output} (zoom {result['zoom']:.3f})"

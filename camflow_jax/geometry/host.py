@@ -27,7 +27,7 @@ import numpy as np
 
 from camflow_jax.geometry import checks
 
-__all__ = ["in_frame", "gray", "pixel_grid", "warp", "warp_validity", "homography_flow", "resize_flow",
+__all__ = ["in_frame", "gray", "pixel_grid", "warp", "warp_validity", "homography_flow", "mean_homography", "resize_flow",
            "resize_intrinsics", "crop_intrinsics", "constant_value"]
 
 
@@ -180,6 +180,29 @@ def homography_flow(H: np.ndarray, h: int, w: int) -> np.ndarray:
     out[..., 0] = (H[0, 0] * xs + H[0, 1] * ys + H[0, 2]) / den - xs
     out[..., 1] = (H[1, 0] * xs + H[1, 1] * ys + H[1, 2]) / den - ys
     return out
+
+
+def mean_homography(homographies, h: int, w: int) -> np.ndarray:
+    """The homography that takes the four corner pixels of an ``h x w`` frame ((0, 0), (w-1, 0),
+    (w-1, h-1), (0, h-1)) to the mean of where ``homographies`` ``[K, 3, 3]`` take them, scaled
+    so ``H[2, 2] = 1`` (the four-point system solved in float64): the mean of K estimates of one
+    motion, exact at the corners (the mean of their flows, which is not itself a homography,
+    differs from it inside the frame by the order of the square of their differences)."""
+    Hs = np.asarray(homographies, np.float64)
+    if Hs.ndim != 3 or Hs.shape[1:] != (3, 3) or len(Hs) == 0:
+        raise ValueError(f"homographies must be [K, 3, 3] with K >= 1, got shape {Hs.shape}")
+    if not np.all(np.isfinite(Hs)):
+        raise ValueError("homographies must be finite")
+    x = np.array([0.0, w - 1, w - 1, 0.0])
+    y = np.array([0.0, 0.0, h - 1, h - 1])
+    p = np.stack([x, y, np.ones(4)])                        # [3, 4]
+    q = Hs @ p                                              # [K, 3, 4]
+    u, v = (q[:, :2] / q[:, 2:]).mean(0)                    # the corners' mean images
+    zero, one = np.zeros(4), np.ones(4)
+    A = np.concatenate([np.stack([x, y, one, zero, zero, zero, -u * x, -u * y], 1),
+                        np.stack([zero, zero, zero, x, y, one, -v * x, -v * y], 1)])
+    H = np.append(np.linalg.solve(A, np.concatenate([u, v])), 1.0).reshape(3, 3)
+    return H
 
 
 def resize_flow(flow: np.ndarray, h: int, w: int) -> np.ndarray:

@@ -108,6 +108,34 @@ def test_homography_flow_against_opencv_and_jax():
     np.testing.assert_allclose(flow, np.asarray(device.homography_to_flow(jnp.asarray(H), h, w)), atol=2e-3)
 
 
+def test_mean_homography_against_opencv():
+    """Oracle: OpenCV's four-point transform through the mean of the corners' images under each
+    homography (OpenCV's perspectiveTransform); one homography is its own mean, two translations
+    average to the mean translation, and the mean of two near estimates lies between their flows."""
+    h, w = 48, 64
+    Hs = np.array([[[1.02, 0.03, 4.0], [-0.02, 0.98, -3.0], [1e-4, -2e-4, 1.0]],
+                   [[1.01, 0.01, 3.0], [-0.01, 0.99, -2.0], [5e-5, -1e-4, 1.0]],
+                   [[0.99, 0.0, 3.5], [0.0, 1.0, -2.5], [0.0, 0.0, 1.0]]])
+    corners = np.array([[0, 0], [w - 1, 0], [w - 1, h - 1], [0, h - 1]], np.float64)
+    moved = np.mean([cv2.perspectiveTransform(corners[None], H)[0] for H in Hs], 0)
+    ref = cv2.getPerspectiveTransform(corners.astype(np.float32), moved.astype(np.float32))
+    got = host.mean_homography(Hs, h, w)
+    assert got[2, 2] == 1.0
+    np.testing.assert_allclose(cv2.perspectiveTransform(corners[None], got)[0], moved, atol=1e-9)
+    np.testing.assert_allclose(host.homography_flow(got, h, w), host.homography_flow(ref / ref[2, 2], h, w),
+                               atol=2e-3)
+    np.testing.assert_allclose(host.mean_homography(Hs[:1], h, w), Hs[0] / Hs[0][2, 2], atol=1e-9)
+    t1, t2 = np.eye(3), np.eye(3)
+    t1[:2, 2], t2[:2, 2] = (1.0, -2.0), (3.0, 4.0)
+    np.testing.assert_allclose(host.mean_homography([t1, t2], h, w)[:2, 2], [2.0, 1.0], atol=1e-9)
+    f1, f2 = (host.homography_flow(H, h, w) for H in Hs[1:])
+    mean = host.homography_flow(host.mean_homography(Hs[1:], h, w), h, w)
+    np.testing.assert_allclose(mean, (f1 + f2) / 2, atol=0.02)
+    for bad in (np.eye(3), np.full((1, 3, 3), np.nan), np.zeros((0, 3, 3))):
+        with pytest.raises(ValueError, match="homographies"):
+            host.mean_homography(bad, h, w)
+
+
 def test_resize_flow_against_opencv_and_translation():
     flow = np.zeros((40, 60, 2), np.float32)
     flow[..., 0], flow[..., 1] = 3.0, -2.0

@@ -168,15 +168,17 @@ def test_camflow_adapter_with_fake_predictor():
         estimators.make_estimator("raft")
 
 
-def test_camflow_with_a_reference_keeps_the_motion_that_fits_the_pair_better(monkeypatch):
+def test_camflow_with_a_reference_averages_agreeing_motions_and_else_keeps_the_better_fit(monkeypatch):
     """``stabilize --adapt``'s guard: the adapted model and the one it started from each estimate
-    the pair, and the motion with the lower photometric cost is kept. Oracle: a textured frame and
-    its OpenCV warp by a known homography; one fake model returns the exact flow, the other the
-    same 0.1 px off, each with its own coefficients. Whichever is exact is kept, the reference's
-    pairs are counted, and the kept model's coefficients are recorded; a failed estimate of either
-    leaves the other's; two equal estimates keep the adapted one's. The reference's motion must
-    win on both measures: a lower cost with a smaller inlier share (what a compromise with a
-    large object can have) keeps the adapted model's."""
+    the pair. Oracle: a textured frame and its OpenCV warp by a known homography; fake models
+    return the exact flow or the same shifted by a constant, each with its own coefficients.
+    Two motions within ``AGREE_PX`` are averaged: 0.3 px either side of the exact motion
+    average to it (through the inlier fit's homographies, and with the fit off as flows), with
+    the mean coefficients, counted in ``averaged_pairs``. Two motions further apart: the one
+    with the lower photometric cost is kept (the exact one, whichever model gives it), the
+    reference's pairs counted, the kept model's coefficients recorded; the reference's must win
+    on both measures: a lower cost with a smaller inlier share (what a compromise with a large
+    object can have) keeps the adapted model's. A failed estimate of either leaves the other's."""
     rng = np.random.default_rng(4)
     h, w = 120, 200
     img1 = cv2.GaussianBlur(rng.integers(0, 256, (h, w, 3)).astype(np.uint8), (0, 0), 1.5)
@@ -194,24 +196,31 @@ def test_camflow_with_a_reference_keeps_the_motion_that_fits_the_pair_better(mon
     def error(flow):
         return float(np.abs(flow - exact)[8:-8, 8:-8].max())
 
-    good, off = model(0.0, 1.0), model([0.1, 0.0], 2.0)
+    assert estimators.AGREE_PX < 2.0
+    left, right = model([-0.3, 0.2], 1.0), model([0.3, -0.2], 2.0)
+    for fit in (True, False):
+        est = estimators.CamFlowEstimator(left, reference=right, two_motion_check=False, inlier_fit=fit)
+        assert error(est(img1, img2)) < 1e-3 and est.stats()["averaged_pairs"] == 1
+        assert est.reference_pairs == 0
+        np.testing.assert_allclose(est.coefficients[-1], 1.5)
+    good, off = model(0.0, 1.0), model([2.0, 0.0], 2.0)
     est = estimators.CamFlowEstimator(off, reference=good, two_motion_check=False)
     assert error(est(img1, img2)) < 0.02 and est.stats()["reference_pairs"] == 1
+    assert est.averaged_pairs == 0
     np.testing.assert_array_equal(est.coefficients[-1], 1.0)  # the reference's, kept
     est = estimators.CamFlowEstimator(good, reference=off, two_motion_check=False)
     assert error(est(img1, img2)) < 0.02 and est.stats()["reference_pairs"] == 0
     np.testing.assert_array_equal(est.coefficients[-1], 1.0)
-    same = estimators.CamFlowEstimator(model(0.0, 1.0), reference=model(0.0, 2.0), two_motion_check=False)
-    same(img1, img2)
-    assert same.reference_pairs == 0 and same.coefficients[-1][0] == 1.0  # a tie: the adapted model's
     failed = lambda a, b, **kw: {"flow_f": np.full((h, w, 2), np.nan, np.float32)}  # noqa: E731
     for mine, theirs, kept in ((failed, good, 1), (good, failed, 0)):
         est = estimators.CamFlowEstimator(mine, reference=theirs, two_motion_check=False)
-        assert error(est(img1, img2)) < 0.02 and est.reference_pairs == kept
+        assert error(est(img1, img2)) < 0.02 and est.reference_pairs == kept and est.averaged_pairs == 0
         assert est.stats()["recovered"] == {} and est.failures == 0  # no fallback was needed
     pairs = [(img1, img2)] * 3  # the batched path (what the pipeline calls) keeps the same way
     est = estimators.CamFlowEstimator(off, reference=good, two_motion_check=False)
     assert all(error(f) < 0.02 for f in est.many(pairs)) and est.reference_pairs == 3
+    est = estimators.CamFlowEstimator(left, reference=right, two_motion_check=False)
+    assert all(error(f) < 1e-3 for f in est.many(pairs)) and est.averaged_pairs == 3
     assert "reference_pairs" not in estimators.CamFlowEstimator(good).stats()
     from camflow_jax import refine
     for shares, kept in (((0.5, 0.4), 0), ((0.5, 0.5), 1)):  # the reference's cost lower in both

@@ -10,8 +10,9 @@ its object (``--synthetic-size``, ``--synthetic-frames``; ``--no-synthetic`` ski
 only the named ones. ``--adapt-minutes M`` adds a row per clip with the network adapted to it
 first, one per ``--adapt-seeds`` seed (the adaptation's own randomness: batches, synthetic pairs),
 measured as ``stabilize --adapt`` measures it: with the unadapted model beside the adapted one,
-the better-fitting motion kept per pair (``--adapted-alone`` adds a row with the same adapted
-model alone).
+per pair their mean where they agree, else the better-fitting motion
+(:class:`camflow_jax.stabilization.estimators.CamFlowEstimator`; ``--adapted-alone`` adds a row
+with the same adapted model alone).
 ``--checkpoint DIR``: the model the camflow estimators run (default: the shipped one). The
 work is :func:`tools.bench.stabilization.compare_with_vidstab`; this script parses
 arguments and prints the table (with the load average: timings on a shared machine are

@@ -436,6 +436,7 @@ def compare_with_vidstab(named_clips: dict, estimators: dict,
                            estimator_failures=motion.stats.get("failures", 0),
                            two_motion_pairs=motion.stats.get("two_motion_pairs"),
                            reference_pairs=motion.stats.get("reference_pairs"),
+                           averaged_pairs=motion.stats.get("averaged_pairs"),
                            scaled_frames=int(np.sum(plan.update_scale < 1))
                            if plan.update_scale is not None else 0)
                 if clip.pair_homographies is not None:
