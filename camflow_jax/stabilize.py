@@ -100,8 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--adapt", action="store_true",
                    help="camflow: first adapt the network to this clip (python -m camflow_jax.adapt on its\n"
                         "first --adapt-frames frames, the refined model as teacher), then stabilize with\n"
-                        "the adapted model, the model it started from measuring each pair beside it: the\n"
-                        "motion that fits the pair better is kept (docs/adaptation.md)")
+                        "the adapted model, the model it started from measuring each pair beside it: their\n"
+                        "mean where they agree, else the motion that fits the pair better (docs/adaptation.md)")
     p.add_argument("--adapt-minutes", type=harness.finite_float, default=None, metavar="M",
                    help="with --adapt: the adaptation's budget, labels included (default 4.5)")
     p.add_argument("--adapt-frames", type=harness.int_at_least(3), default=300, metavar="N",
@@ -206,8 +206,9 @@ def _adapt_first(args, has_motion: bool, stack) -> None:
     ``args.checkpoint`` then names it. A network no better on its held-out pairs
     (:func:`camflow_jax.adaptation.run.no_gain`) is dropped with a warning: the clip is
     stabilized with the model it started from. Else ``args.reference`` holds the model it started
-    from, loaded: the estimator measures each pair with both and keeps the motion that fits the
-    pair better (:class:`camflow_jax.stabilization.estimators.CamFlowEstimator`)."""
+    from, loaded: the estimator measures each pair with both and keeps their mean where they
+    agree, else the motion that fits the pair better
+    (:class:`camflow_jax.stabilization.estimators.CamFlowEstimator`)."""
     from camflow_jax.adaptation import run as adapt_run
     from camflow_jax.adaptation.config import DEFAULT_MINUTES
     from camflow_jax.adaptation.footage import read_clips

@@ -26,8 +26,9 @@ mean Cauchy cost over the common pixels. Where the inlier share counts pixels (a
 Cauchy width: the right question between two different motions), the cost moves with every
 hundredth of a pixel, so it tells two estimates of one motion apart (but not the camera's
 motion from a compromise with a large object, which the share does, docs/stabilization.md);
-:func:`judge_flows` gives both, at the working size (``stabilize --adapt`` keeps, per pair,
-the unadapted model's motion where it fits better by both, docs/adaptation.md).
+:func:`judge_flows` gives both, at the working size (``stabilize --adapt`` keeps, per pair
+where the adapted and the unadapted model's motions differ by more than a pixel, the unadapted
+one where it fits better by both, docs/adaptation.md).
 """
 
 from __future__ import annotations

@@ -426,9 +426,10 @@ class CamFlowEstimator(VideoEstimator):
         return self._flow_of(m, a, b, r)
 
     def _flow_of(self, m, a, b, reference=None):
-        """The pair ``(a, b)``'s flow from the model's Motion ``m`` (None on failure), or from the
-        reference model's Motion ``reference`` where that fits the pair better (:meth:`__init__`);
-        records the kept estimate's coefficients, inlier fraction and homography."""
+        """The pair ``(a, b)``'s flow from the model's Motion ``m`` (None on failure), the mean of
+        it and the reference model's Motion ``reference`` where the two agree, or the reference's
+        where that fits the pair better (:meth:`__init__`); records the kept estimate's
+        coefficients, inlier fraction and homography."""
         mine = self._motion_of(m, a, b)
         if reference is not None:
             theirs = self._motion_of(reference, a, b)
