@@ -256,6 +256,18 @@ def main(argv=None) -> int:
     return harness.run_cli(lambda: _run(args), verbose=args.verbose)
 
 
+def adapt_note(stats: dict, agree_px: float) -> str:
+    """The note ``--adapt`` ends with: on how many pairs the adapted and the unadapted model's
+    motions agreed (averaged) and, of the others, on how many the unadapted one's was kept
+    (``stats``: the estimator's, with ``calls``, ``averaged_pairs`` and ``reference_pairs``)."""
+    averaged = stats.get("averaged_pairs", 0)
+    others = stats["calls"] - averaged
+    return (f"note: --adapt: the adapted and the unadapted model agreed within {agree_px:g} px on {averaged} of "
+            f"{stats['calls']} pairs (their mean kept)"
+            + (f"; of the other {others}, the unadapted model's motion fitted {stats['reference_pairs']} better "
+               "(kept there)" if others else ""))
+
+
 def _run(args) -> int:
     try:
         from camflow_jax.stabilization import estimators, fingerprint, motion_file, pipeline, profiles, runner
@@ -300,9 +312,7 @@ def _run(args) -> int:
         print(f"warning: {w}", file=sys.stderr)
     stats = result.get("estimator_stats") or {}
     if not args.quiet and "reference_pairs" in stats:
-        print(f"note: --adapt: of {stats['calls']} pairs, the adapted and the unadapted model agreed on "
-              f"{stats.get('averaged_pairs', 0)} (their mean kept), and the unadapted model's motion fit "
-              f"{stats['reference_pairs']} better (kept there)", file=sys.stderr)
+        print(adapt_note(stats, estimators.AGREE_PX), file=sys.stderr)
     if not args.quiet:
         m = result.get("metrics", {}).get("output", {})
         line = f"wrote {result['frames']} frames to {args.output} (zoom {result['zoom']:.3f})"

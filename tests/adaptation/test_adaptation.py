@@ -437,6 +437,15 @@ def test_stabilize_adapt_refuses_what_it_cannot_adapt(clip, tmp_path):
         assert not (tmp_path / "o.mp4").exists()
 
 
+def test_stabilize_adapt_note_counts_the_averaged_and_the_kept_pairs():
+    from camflow_jax import stabilize
+
+    note = stabilize.adapt_note({"calls": 10, "averaged_pairs": 7, "reference_pairs": 2}, 1.0)
+    assert "within 1 px on 7 of 10 pairs" in note and "of the other 3, the unadapted model's motion fitted 2" in note
+    note = stabilize.adapt_note({"calls": 10, "averaged_pairs": 10, "reference_pairs": 0}, 0.5)
+    assert "within 0.5 px on 10 of 10 pairs (their mean kept)" in note and "other" not in note
+
+
 def test_spread_orders_pairs_coarse_to_fine():
     order = teacher.spread(list(range(40)))
     assert sorted(order) == list(range(40))
