@@ -260,7 +260,7 @@ def adapt_note(stats: dict, agree_px: float) -> str:
     """The note ``--adapt`` ends with: on how many pairs the adapted and the unadapted model's
     motions agreed (averaged) and, of the others, on how many the unadapted one's was kept
     (``stats``: the estimator's, with ``calls``, ``averaged_pairs`` and ``reference_pairs``)."""
-    averaged = stats.get("averaged_pairs", 0)
+    averaged = stats["averaged_pairs"]
     others = stats["calls"] - averaged
     return (f"note: --adapt: the adapted and the unadapted model agreed within {agree_px:g} px on {averaged} of "
             f"{stats['calls']} pairs (their mean kept)"

@@ -48,11 +48,12 @@ camflow measures each pair with both models, each estimate through the steps abo
 two motions agree within :data:`AGREE_PX` they are two estimates of one motion, and their mean
 (:func:`camflow_jax.geometry.host.mean_homography`) is kept: on the development clips it was
 nearer the exact motion than either model's, and choosing one of two such estimates moves the
-stabilized shake by several per cent either way. Where they differ more, the reference's motion is kept where it fits the
-pair better by both of the refinement's measures (:func:`camflow_jax.refine.judge_flows`): a
-lower robust cost, and an inlier share at least as large, which keeps a compromise with a large
-object from winning on cost alone (docs/log/2026-12-06-two-motion-check.md); else the adapted
-model's. docs/adaptation.md, "Stabilizing with --adapt".
+stabilized shake by several per cent either way. Where they differ more, the reference's
+motion is kept where it fits the pair better by both of the refinement's measures
+(:func:`camflow_jax.refine.judge_flows`): a lower robust cost, and an inlier share at least as
+large, which keeps a compromise with a large object from winning on cost alone
+(docs/log/2026-12-06-two-motion-check.md); else the adapted model's. docs/adaptation.md,
+"Stabilizing with --adapt".
 """
 
 from __future__ import annotations
@@ -434,12 +435,11 @@ class CamFlowEstimator(VideoEstimator):
         mine = self._motion_of(m, a, b)
         if reference is not None:
             theirs = self._motion_of(reference, a, b)
-            if theirs["flow"] is None:
-                pass
-            elif mine["flow"] is not None and _largest_gap(mine["flow"], theirs["flow"]) <= AGREE_PX:
+            both = theirs["flow"] is not None and mine["flow"] is not None
+            if both and _largest_gap(mine["flow"], theirs["flow"]) <= AGREE_PX:
                 mine = _mean_motion(mine, theirs)
                 self.averaged_pairs += 1
-            elif mine["flow"] is None or self._fits_better(a, b, theirs, mine):
+            elif theirs["flow"] is not None and (not both or self._fits_better(a, b, theirs, mine)):
                 mine = theirs
                 self.reference_pairs += 1
         self.coefficients.append(mine["coeffs"] if mine["flow"] is not None else None)
