@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # camflow_jax from this checkout, installed or not (an accelerator lease)
+    sys.path.insert(0, str(ROOT))
 
 
 def main(argv=None) -> int:
@@ -40,7 +42,7 @@ def main(argv=None) -> int:
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    out = Path(args.out) if args.out else ROOT / "camflow_jax" / "weights" / (args.name or checkpoint.PRETRAINED)
+    out = Path(args.out) if args.out else checkpoint.WEIGHTS_DIR / (args.name or checkpoint.PRETRAINED)
     if (out / "model.json").exists() and not args.overwrite:
         print(f"error: {out} exists (-y to replace it)", file=sys.stderr)
         return 2
@@ -60,8 +62,10 @@ def main(argv=None) -> int:
     diffs = []
     for i in range(args.pairs):
         s = scenes[i]
-        a = full(s["img1"], s["img2"], depth1=s["depth1"], depth2=s["depth2"], intrinsics=s["K"])["flow_f"]
-        b = compact(s["img1"], s["img2"], depth1=s["depth1"], depth2=s["depth2"], intrinsics=s["K"])["flow_f"]
+        cam = {"depth1": s["depth1"], "depth2": s["depth2"], "intrinsics": s["K"]}
+        # the network alone: what 16 bits change (refined, both would meet at the refinement's optimum)
+        a = full(s["img1"], s["img2"], **cam, refine=False)["flow_f"]
+        b = compact(s["img1"], s["img2"], **cam, refine=False)["flow_f"]
         diffs.append(float(np.mean(np.linalg.norm(np.asarray(a) - np.asarray(b), axis=-1))))
     meta = json.loads((out / "model.json").read_text())
     meta["info"]["compact_roundtrip_mean_flow_diff_px"] = max(diffs)

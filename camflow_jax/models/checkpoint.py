@@ -44,17 +44,19 @@ NPZ_FORMAT = "camflow_jax.npz/1"
 NPZ_FILE = "weights.npz"
 
 __all__ = ["FORMAT", "NPZ_FORMAT", "save_model", "save_compact", "load_model", "read_model_config",
-           "write_model_json", "latest_step", "steps", "flatten", "PRETRAINED", "pretrained_path",
+           "write_model_json", "latest_step", "steps", "flatten", "PRETRAINED", "WEIGHTS_DIR", "pretrained_path",
            "tree_checksums", "verify_tree", "read_step_checksums", "CHECKSUMS_ITEM"]
 
 
 #: The model shipped in the package (docs/model_card.md).
 PRETRAINED = "camflow_plus_synthetic"
+#: The folder of the models shipped in the package, one subfolder each.
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 
 
 def pretrained_path(name: str = PRETRAINED) -> Path:
     """Folder of a model shipped inside the package (``camflow_jax/models/weights/<name>``)."""
-    root = Path(__file__).resolve().parent / "weights"
+    root = WEIGHTS_DIR
     path = root / name
     if not (path / "model.json").is_file():
         have = sorted(p.name for p in root.iterdir() if (p / "model.json").is_file()) if root.is_dir() else []
