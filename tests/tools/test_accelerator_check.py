@@ -36,6 +36,13 @@ def test_the_plan_names_only_benchmark_options_and_the_readme_training_command(t
     missing = [f for f in check.TEST_FILES if not (ROOT / f).is_file()]  # tests moved: the step names them anew
     assert not missing and set(check.TEST_FILES) <= set(picked[1].argv), missing
     assert f"--workdir={tmp_path / 'wd'}" in picked[0].argv
+    # the export reads the slice's workdir and writes what a lease brings back into out
+    picked = check.plan(tmp_path / "out", steps=("train_slice", "export"), workdir=tmp_path / "wd",
+                        config="configs/smoke.py", init_from="weights/earlier")
+    slice_, export = picked
+    assert "--config=configs/smoke.py" in slice_.argv and "--config.init_from=weights/earlier" in slice_.argv
+    assert export.argv[2:5] == (str(tmp_path / "wd"), "--out", str(tmp_path / "out" / "weights"))
+    assert export.after_slice and export.collect == ((str(tmp_path / "wd" / "metrics.jsonl"), "train_metrics.jsonl"),)
     with pytest.raises(ValueError, match="unknown step"):
         check.plan(tmp_path, steps=("tests", "nope"))
     # every train benchmark names its renderer and precision; all read earlier compilations back
@@ -56,6 +63,7 @@ def test_the_runner_reports_each_step_and_keeps_the_budget(tmp_path):
                    240, slice_s=180),
         check.Step("late", (py, "-c", "print('never')"), 60),
     ]
+    (tmp_path / "metrics.jsonl").write_text("{}\n")
     report = check.run_plan(steps, tmp_path / "out", budget_s=90, root=tmp_path)
     got = {s["name"]: s for s in report["steps"]}
     assert [got[n]["status"] for n in ("ok", "failed", "slow")] == ["ok", "failed", "timed out"]
@@ -71,3 +79,38 @@ def test_the_runner_reports_each_step_and_keeps_the_budget(tmp_path):
     assert "hello" in log and "boom" in log and "===== slow" in log
     short = check.run_plan(steps[:1] + steps[4:], tmp_path / "short", budget_s=25, root=tmp_path)
     assert [s["status"] for s in short["steps"]] == ["ok", "skipped"]  # 60 s step, < 30 s left
+
+
+def test_the_slice_leaves_room_for_the_steps_that_read_it_and_their_files_come_back(tmp_path):
+    py = sys.executable
+    src = tmp_path / "metrics.jsonl"
+    src.write_text('{"step": 1}\n')
+    steps = [
+        check.Step("slice", (py, "-c", "import sys; print(sys.argv[1])", "--config.stop_after_seconds=500"),
+                   560, slice_s=500),
+        check.Step("export", (py, "-c", "print('exported')"), 50, after_slice=True,
+                   collect=((str(src), "train_metrics.jsonl"), (str(tmp_path / "absent"), "absent"))),
+    ]
+    report = check.run_plan(steps, tmp_path / "out", budget_s=200, root=tmp_path)
+    got = {s["name"]: s for s in report["steps"]}
+    # 200 s of budget, less the margin and the export's 50 s
+    assert got["slice"]["slice_s"] <= 200 - check.SLICE_MARGIN_S - 50 and got["slice"]["slice_s"] > 80
+    assert got["export"]["status"] == "ok" and got["export"]["collected"] == ["train_metrics.jsonl"]
+    assert (tmp_path / "out" / "train_metrics.jsonl").read_text() == src.read_text()
+    assert not (tmp_path / "out" / "absent").exists()
+
+
+def test_a_rehearsal_on_the_cpu_trains_a_slice_and_brings_back_16_bit_weights_and_the_loss_curve(tmp_path):
+    """What a lease runs, on the CPU with the smoke config: the slice's weights come back as
+    the package's compact format (readable by the Predictor) beside the loss curve."""
+    from camflow_jax.models import checkpoint
+
+    out, wd = tmp_path / "out", tmp_path / "wd"
+    rc = check.main(["--out", str(out), "--steps", "train_slice,export", "--config", "configs/smoke.py",
+                     "--workdir", str(wd), "--train-slice", "60", "--budget", "400"])
+    report = json.loads((out / "accelerator_check.json").read_text())
+    assert rc == 0, [(s["name"], s["status"], s["tail"][-3:]) for s in report["steps"]]
+    assert sorted(p.name for p in (out / "weights").iterdir()) == ["model.json", checkpoint.NPZ_FILE]
+    assert checkpoint.read_model_config(out / "weights")["height"] > 0
+    lines = (out / "train_metrics.jsonl").read_text().splitlines()
+    assert lines and all("step" in json.loads(x) for x in lines)

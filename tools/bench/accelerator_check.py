@@ -14,8 +14,13 @@ first; ``--steps`` picks and orders them):
   renderer: the step's pairs/s on a fixed batch and fed (``pipeline_slowdown``);
 - ``train_bf16``, ``train_exact``: the same under the bfloat16 and exact policies;
 - ``train_slice``: a slice of ``configs/pretrained.py`` (``stop_after_seconds``), from the README's
-  training command with no other flags but the workdir and the slice; it takes what the budget
-  leaves, up to its length;
+  training command with no other flags but the workdir and the slice (``--init-from``: and
+  ``init_from``, e.g. the weights an earlier lease brought back; ``--config``: another config,
+  e.g. configs/smoke.py for a rehearsal on the CPU); it takes what the budget leaves, up to its
+  length, less the limits of the steps that need it (``export``);
+- ``export``: the slice's latest weights as compact 16-bit package weights
+  (``tools/export_pretrained.py``) in ``OUT/weights``, with the slice's ``metrics.jsonl`` (the
+  loss curve) as ``OUT/train_metrics.jsonl``: what a lease brings back;
 - ``train_host``: the train step fed by the host renderer (grain worker processes);
 - ``infer`` (batch 16), ``flows_only`` and ``refine`` (batch 1): inference;
 - ``refine_batch``: ``Predictor.predict_batch`` at the batch size, the network alone and refined,
@@ -37,6 +42,7 @@ import importlib.util
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -47,7 +53,7 @@ from tools.bench import timing
 #: The repository root: the steps run from there.
 ROOT = Path(__file__).resolve().parents[2]
 
-__all__ = ["DEFAULT_BUDGET_S", "STEP_NAMES", "TEST_FILES", "Step", "plan", "run_plan", "main"]
+__all__ = ["DEFAULT_BUDGET_S", "SLICE_CONFIG", "STEP_NAMES", "TEST_FILES", "Step", "plan", "run_plan", "main"]
 
 #: The whole check's time limit: 8 minutes.
 DEFAULT_BUDGET_S = 480.0
@@ -61,8 +67,10 @@ TEST_FILES = ("tests/models/test_parity.py", "tests/data/test_synthetic_device.p
               "tests/data/test_train_workers.py")
 #: The steps :func:`plan` knows, in the default order: what a short lease needs most comes first
 #: (a step that does not fit in what the budget leaves is skipped, and the slice takes the rest).
-STEP_NAMES = ("tests", "train_device", "train_bf16", "train_slice", "train_exact", "train_host", "infer",
+STEP_NAMES = ("tests", "train_device", "train_bf16", "train_slice", "export", "train_exact", "train_host", "infer",
               "flows_only", "refine", "refine_batch", "release")
+#: The training config the slice runs by default: the README's accelerator recipe.
+SLICE_CONFIG = "configs/pretrained.py"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +87,10 @@ class Step:
     slice_s: float | None = None
     #: environment variables of this step alone
     env: tuple[tuple[str, str], ...] = ()
+    #: a step that reads the slice's results: a slice before it leaves this step's limit free
+    after_slice: bool = False
+    #: files copied into the check's folder after the step, ``(source, name in out)``, where present
+    collect: tuple[tuple[str, str], ...] = ()
 
 
 def _bench(name: str, out: Path, limit_s: float, *args: str) -> Step:
@@ -91,13 +103,17 @@ def _bench(name: str, out: Path, limit_s: float, *args: str) -> Step:
 
 def plan(out, *, train_slice_s: float = 180.0, repeats: int = 10, release_code: str | None = None,
          torch_available: bool = False, size: tuple[int, int] = (320, 576), batch: int = 16,
-         steps: tuple[str, ...] | None = None, workdir=None) -> list[Step]:
+         steps: tuple[str, ...] | None = None, workdir=None, config: str = SLICE_CONFIG,
+         init_from: str | None = None) -> list[Step]:
     """The check's steps, writing under ``out`` (see the module's doc for what each measures):
     ``steps`` picks and orders them by name (default :data:`STEP_NAMES`, ``release`` only with
     torch and ``release_code``); ``size`` and ``batch`` are the benchmarks' (the slice trains at
-    configs/pretrained.py's own); ``workdir`` is the slice's (default ``out/workdir``)."""
+    its config's own); ``workdir`` is the slice's (default ``out/workdir``: keep it outside
+    ``out`` where only a few files may come back), ``config`` its config file and ``init_from``
+    the weights it starts from (the config's ``init_from``; resuming ``workdir`` comes first)."""
     out = Path(out)
     py = sys.executable
+    wd = Path(workdir) if workdir else out / "workdir"
     unknown = sorted(set(steps or ()) - set(STEP_NAMES))
     if unknown:
         raise ValueError(f"unknown step(s) {', '.join(unknown)}; the steps are {', '.join(STEP_NAMES)}")
@@ -124,10 +140,15 @@ def plan(out, *, train_slice_s: float = 180.0, repeats: int = 10, release_code: 
         "refine": _bench("refine", out, 90.0, "--mode", "refine", *hw, "--repeats", str(repeats)),
         "refine_batch": _bench("refine_batch", out, 240.0, "--mode", "refine_batch", *hw, "--batch", str(batch),
                                "--repeats", str(repeats)),
-        "train_slice": Step("train_slice", (py, "-m", "camflow_jax.train", "--config=configs/pretrained.py",
-                                            f"--workdir={Path(workdir) if workdir else out / 'workdir'}",
+        "train_slice": Step("train_slice", (py, "-m", "camflow_jax.train", f"--config={config}", f"--workdir={wd}",
+                                            *((f"--config.init_from={init_from}",) if init_from else ()),
                                             f"--config.stop_after_seconds={train_slice_s:g}"),
                             train_slice_s + SLICE_MARGIN_S, slice_s=train_slice_s),
+        # 16-bit weights (a 3 M-parameter model: about 6 MB) and the loss curve: what comes back
+        "export": Step("export", (py, str(ROOT / "tools" / "export_pretrained.py"), str(wd), "--out",
+                                  str(out / "weights"), "-y", "--pairs", "4"), 150.0,
+                       env=(("XLA_PYTHON_CLIENT_PREALLOCATE", "false"),), after_slice=True,
+                       collect=((str(wd / "metrics.jsonl"), "train_metrics.jsonl"),)),
     }
     if release_code and torch_available:
         known["release"] = _bench("release", out, 120.0, "--mode", "release", *hw, "--release-code",
@@ -152,7 +173,7 @@ def run_plan(steps: list[Step], out, *, budget_s: float = DEFAULT_BUDGET_S, root
     report = {"machine": timing.host_info(), "budget_s": budget_s, "steps": []}
     start = time.monotonic()
     with open(out / "accelerator_check.log", "w") as log:
-        for step in steps:
+        for i, step in enumerate(steps):
             left = budget_s - (time.monotonic() - start)
             entry = {"name": step.name, "command": shlex.join(step.argv), "limit_s": step.limit_s}
             if left < min(step.limit_s, 30.0):
@@ -161,8 +182,11 @@ def run_plan(steps: list[Step], out, *, budget_s: float = DEFAULT_BUDGET_S, root
                 continue
             limit = min(step.limit_s, left)
             argv = step.argv
-            if step.slice_s is not None:  # the slice gets what the budget leaves, up to its length
-                seconds = max(min(step.slice_s, left - SLICE_MARGIN_S), 10.0)
+            if step.slice_s is not None:  # the slice gets what the budget leaves, up to its length,
+                # less what the steps that read its results need
+                keep = sum(s.limit_s for s in steps[i + 1:] if s.after_slice)
+                seconds = max(min(step.slice_s, left - SLICE_MARGIN_S - keep), 10.0)
+                limit = min(limit, seconds + SLICE_MARGIN_S)
                 argv = tuple(f"--config.stop_after_seconds={seconds:g}" if a.startswith("--config.stop_after_seconds=")
                              else a for a in argv)
                 entry.update(command=shlex.join(argv), slice_s=seconds)
@@ -183,6 +207,10 @@ def run_plan(steps: list[Step], out, *, budget_s: float = DEFAULT_BUDGET_S, root
             log.flush()
             if step.json and Path(step.json).is_file():
                 entry["results"] = json.loads(Path(step.json).read_text())
+            for src, name in step.collect:
+                if Path(src).is_file():
+                    shutil.copyfile(src, out / name)
+                    entry.setdefault("collected", []).append(name)
             report["steps"].append(entry)
     report["seconds"] = round(time.monotonic() - start, 1)
     (out / "accelerator_check.json").write_text(json.dumps(report, indent=2) + "\n")
@@ -203,6 +231,10 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=16, help="batch of the benchmarks")
     p.add_argument("--workdir", default=None, help="the slice's training workdir (default OUT/workdir); "
                    "run again with the same one to resume it")
+    p.add_argument("--config", default=SLICE_CONFIG, help="the slice's training config (e.g. configs/smoke.py "
+                   "to rehearse the check on a CPU)")
+    p.add_argument("--init-from", default=None, metavar="DIR",
+                   help="the slice starts from these weights (e.g. an earlier lease's OUT/weights)")
     p.add_argument("--release-code", help="a checkout of the released CamFlow code (with torch: mode release)")
     p.add_argument("--plan", action="store_true", help="print the commands and stop")
     args = p.parse_args(argv)
@@ -211,11 +243,15 @@ def main(argv=None) -> int:
         print(f"accelerator_check.py: error: {', '.join(missing)} not installed (pip install -e . installs them)",
               file=sys.stderr)
         return 2
+    for flag, path in (("--config", args.config), ("--init-from", args.init_from)):
+        if path is not None and not (ROOT / path).exists():  # relative paths: from the repository root
+            p.error(f"{flag} {path}: no such file or folder")
     try:
         h, w = (int(v) for v in args.size.lower().split("x"))
         steps = plan(args.out, train_slice_s=args.train_slice, repeats=args.repeats,
                      release_code=args.release_code, size=(h, w), batch=args.batch,
                      steps=tuple(n.strip() for n in args.steps.split(",") if n.strip()), workdir=args.workdir,
+                     config=args.config, init_from=args.init_from,
                      torch_available=importlib.util.find_spec("torch") is not None)
     except ValueError as e:
         p.error(str(e) if "step" in str(e) else f"--size {args.size!r}: expected HxW, e.g. 320x576")
