@@ -10,7 +10,7 @@ import math
 from camflow_jax.models.camflow import group_layout
 from camflow_jax.models.config import DEPTH_GROUP, GROUP_NAMES
 
-__all__ = ['RefineConfig', 'shrunk_size', 'active_stages', 'default_groups', 'NOISE_SIZE', 'NOISE_BLOCK', 'OUT_OF_FRAME_WIDTHS']
+__all__ = ['RefineConfig', 'LOOPS', 'shrunk_size', 'active_stages', 'default_groups', 'NOISE_SIZE', 'NOISE_BLOCK', 'OUT_OF_FRAME_WIDTHS']
 
 
 def shrunk_size(h: int, w: int, longest: int) -> tuple[int, int]:
@@ -27,6 +27,8 @@ OUT_OF_FRAME_WIDTHS = 3.0
 #: The noise test (:func:`pair_pyramids`) looks at the grey image halved until its longer side
 #: is at most this (the default working size), so ``noise_ratio`` means the same at every size.
 NOISE_SIZE = 288
+#: The ways a level's iterations can run (:attr:`RefineConfig.loop`).
+LOOPS = ("while", "unrolled")
 #: The smallest longer side (pixels) the coarsest pyramid level of ``max_size`` may have: ``levels``
 #: beyond it are refused (RefineConfig(levels=8) at 288 px would align 3 px images).
 MIN_COARSEST = 8
@@ -172,6 +174,13 @@ class RefineConfig:
       320x576, 2.6x the working size's finest level at its stride 4; on development pairs it
       gave 0.61 and 0.73 px against 0.68 and 0.80 for 8, for about 2 ms more a pair:
       docs/refinement.md, "Detail level").
+    loop: how a level's iterations run (the results are the same): ``"while"``, a loop that
+      stops once the pair has converged (vmapped over a batch: once every pair has), or
+      ``"unrolled"``, every iteration of the budget as straight-line code with a converged pair's
+      state frozen: no loop test per iteration (on a GPU each test is a device-to-host copy) for
+      a program several times larger and a longer compile. At the default budget most
+      directions use every iteration at the finer levels (docs/refinement.md, "Batched
+      refinement on an accelerator"); which is faster on an accelerator is for a device to say.
     """
 
     levels: int = 3
@@ -195,6 +204,7 @@ class RefineConfig:
     detail_size: int | None = 576
     detail_iterations: int = 6
     detail_stride: int = 5
+    loop: str = "while"
 
     def __post_init__(self):
         if self.levels < 1:
@@ -236,6 +246,8 @@ class RefineConfig:
             raise ValueError(f"noise_ratio must be a positive number, got {self.noise_ratio}")
         if self.select_after is not None and not 0 <= int(self.select_after) < self.levels:
             raise ValueError(f"select_after must be None or a level in 0..{self.levels - 1}, got {self.select_after}")
+        if self.loop not in LOOPS:
+            raise ValueError(f"loop must be one of {', '.join(LOOPS)}, got {self.loop!r}")
         known = {"network", "zero", "homography"}
         if not self.starts or any(s not in known for s in self.starts) or len(set(self.starts)) != len(self.starts):
             raise ValueError(f"starts must be distinct names from {sorted(known)}, got {self.starts}")

@@ -230,7 +230,14 @@ def _level(data, coeffs0, sigma, max_iters: int, cfg: RefineConfig, grad1=None):
     state = {"w": coeffs0, "cost": cost0, "A": A0, "g": g0,
              "lam": jnp.asarray(cfg.damping, jnp.float32), "it": jnp.int32(0),
              "done": jnp.asarray(max_iters == 0)}
-    state = jax.lax.while_loop(cond, body, state)
+    def frozen_when_done(s):
+        return jax.tree.map(lambda old, new: jnp.where(s["done"], old, new), s, body(s))
+
+    if cfg.loop == "unrolled":  # the whole budget as straight-line code; a finished pair stays as it was
+        for _ in range(max_iters):
+            state = frozen_when_done(state)
+    else:
+        state = jax.lax.while_loop(cond, body, state)
     return state["w"], state["cost"], state["it"]
 
 

@@ -25,6 +25,8 @@ first; ``--steps`` picks and orders them):
 - ``infer`` (batch 16), ``flows_only`` and ``refine`` (batch 1): inference;
 - ``refine_batch``: ``Predictor.predict_batch`` at the batch size, the network alone and refined,
   against single-pair calls;
+- ``refine_trips``: the batched refinement's slowest-pair effect (iterations per level, and the
+  time and accuracy with each level capped at the median direction's count);
 - ``release``: the released PyTorch model, where torch and a checkout of the release are given.
 
 Every benchmark runs with ``--compile-cache``: a program an earlier step compiled (the train
@@ -68,7 +70,7 @@ TEST_FILES = ("tests/models/test_parity.py", "tests/data/test_synthetic_device.p
 #: The steps :func:`plan` knows, in the default order: what a short lease needs most comes first
 #: (a step that does not fit in what the budget leaves is skipped, and the slice takes the rest).
 STEP_NAMES = ("tests", "train_device", "train_bf16", "train_slice", "export", "train_exact", "train_host", "infer",
-              "flows_only", "refine", "refine_batch", "release")
+              "flows_only", "refine", "refine_batch", "refine_trips", "release")
 #: The training config the slice runs by default: the README's accelerator recipe.
 SLICE_CONFIG = "configs/pretrained.py"
 
@@ -139,6 +141,9 @@ def plan(out, *, train_slice_s: float = 180.0, repeats: int = 10, release_code: 
                              "--repeats", str(repeats)),
         "refine": _bench("refine", out, 90.0, "--mode", "refine", *hw, "--repeats", str(repeats)),
         "refine_batch": _bench("refine_batch", out, 240.0, "--mode", "refine_batch", *hw, "--batch", str(batch),
+                               "--repeats", str(repeats)),
+        # compiles the network and two refinement programs (on one H200: about 50 s and 25 s each)
+        "refine_trips": _bench("refine_trips", out, 180.0, "--mode", "refine_trips", *hw, "--batch", str(batch),
                                "--repeats", str(repeats)),
         "train_slice": Step("train_slice", (py, "-m", "camflow_jax.train", f"--config={config}", f"--workdir={wd}",
                                             *((f"--config.init_from={init_from}",) if init_from else ()),

@@ -34,6 +34,10 @@ Measurements (``--mode``; ``all`` runs the four in this order):
           each, the batch's speed-up over single refined calls, and the refinement's added time
           as a fraction of the network's. ``--batched-refinement on|off`` forces the batch's
           refinement into one vmapped program or a pair at a time (default: the Predictor's).
+  refine_trips  the slowest-pair effect of the batched refinement: ``predict_batch`` as one
+          vmapped program on ``--batch`` of those pairs, the iterations each direction ran per
+          level (mean, median, the batch's largest), then each level capped at the median
+          direction's count, timed interleaved with the default, with its EPE and final cost.
   flows_only  the network forward with the mask net (confidence maps) and without it (the
           flows-only path the Predictor runs by default), both compiled and timed interleaved
           at ``--batch`` with mode infer's weights and inputs: the time the mask net costs.

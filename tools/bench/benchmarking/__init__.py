@@ -34,6 +34,7 @@ from tools.bench.benchmarking.inference import (  # noqa: F401
     bench_infer,
     bench_refine,
     bench_refine_batch,
+    bench_refine_trips,
     flows_only_setup,
 )
 from tools.bench.benchmarking.profile import (  # noqa: F401
@@ -55,4 +56,4 @@ from tools.bench.benchmarking.roofline import bench_roofline, inference_predicto
 from tools.bench.benchmarking.run import run  # noqa: F401
 from tools.bench.benchmarking.training import bench_train, build_train, train_setup  # noqa: F401
 
-__all__ = ['MODES', 'BenchmarkOptions', 'run', 'bench_infer', 'bench_train', 'bench_refine', 'bench_refine_batch', 'build_train', 'load_config', 'apply_groups', 'arch_keys', 'machine_info', 'compile_fn', 'flops_of', 'memory_of', 'timing_summary', 'bench_roofline', 'inference_predictor', 'bench_flows_only', 'flows_only_setup', 'train_setup', 'ReleaseUnavailable', 'check_release', 'import_release', 'build_release', 'bench_release', 'bench_release_train', 'PROFILE_TARGETS', 'hlo_op_names', 'op_group', 'trace_op_times', 'profile_summary', 'bench_profile', 'bench_export']
+__all__ = ['MODES', 'BenchmarkOptions', 'run', 'bench_infer', 'bench_train', 'bench_refine', 'bench_refine_batch', 'bench_refine_trips', 'build_train', 'load_config', 'apply_groups', 'arch_keys', 'machine_info', 'compile_fn', 'flops_of', 'memory_of', 'timing_summary', 'bench_roofline', 'inference_predictor', 'bench_flows_only', 'flows_only_setup', 'train_setup', 'ReleaseUnavailable', 'check_release', 'import_release', 'build_release', 'bench_release', 'bench_release_train', 'PROFILE_TARGETS', 'hlo_op_names', 'op_group', 'trace_op_times', 'profile_summary', 'bench_profile', 'bench_export']

@@ -23,8 +23,8 @@ from camflow_jax.models import precision as precision_lib
 from camflow_jax.training import loop
 from tools.bench import accel, timing
 
-MODES = ("infer", "train", "all", "refine", "refine_batch", "roofline", "flows_only", "release", "profile",
-         "export")
+MODES = ("infer", "train", "all", "refine", "refine_batch", "refine_trips", "roofline", "flows_only", "release",
+         "profile", "export")
 PROFILE_TARGETS = ("all", "forward", "train")
 
 # Fields of ``Compiled.memory_analysis()`` reported when the installed jaxlib has them.

@@ -15,6 +15,7 @@ import numpy as np
 from camflow_jax.data.synthetic.scenes import SyntheticScenes
 from camflow_jax.models import build_model, init_variables
 from camflow_jax.predictor import Predictor
+from camflow_jax.refine import active_stages
 from tools.bench.benchmarking.common import (
     BenchmarkOptions,
     arch_summary,
@@ -232,6 +233,94 @@ def bench_refine_batch(opts: BenchmarkOptions) -> dict:
         "refined_speedup_over_single": round(b / med["batch_refined"] * med["single_refined"], 3),
         "batch_added_fraction_of_net": round((med["batch_refined"] - med["batch_net"]) / med["batch_net"], 3),
         "single_added_fraction_of_net": round((med["single_refined"] - med["single_net"]) / med["single_net"], 3),
+        "times_s": {k: [round(t, 4) for t in v] for k, v in times.items()},
+        "loadavg_before": load_before, "loadavg_after": load_average(),
+    }
+
+
+def _iteration_stats(results: list[dict]) -> np.ndarray:
+    """``[directions, levels]`` LM iterations of a batch's refined results (both directions of
+    each pair; a level's stages summed, the detail level last where it ran)."""
+    return np.array([d for r in results for d in r["refine_info"]["iterations"]], np.int64)
+
+
+def _epe(results: list[dict], samples: list[dict]) -> list[float]:
+    """Each pair's forward mean endpoint error against the renderer's exact flow, valid pixels."""
+    out = []
+    for r, s in zip(results, samples):
+        err = np.linalg.norm(np.asarray(r["flow_f"], np.float64) - s["flow_f"], axis=-1)
+        out.append(float(err[np.asarray(s["valid_f"], bool)].mean()))
+    return out
+
+
+def bench_refine_trips(opts: BenchmarkOptions) -> dict:
+    """What the batched refinement's loops cost (issue "on the next accelerator"): a batch's
+    vmapped ``while_loop`` at each level runs as long as its slowest direction needs, and tests
+    its condition every iteration.
+
+    ``Predictor.predict_batch`` forced to one vmapped program (as on an accelerator), the shipped
+    model with depth on ``opts.batch`` held-out synthetic pairs (seed 1000) at ``height x
+    width``: the iterations each direction ran per level (mean, median, the batch's largest; a
+    level's stages summed), then, timed interleaved with the default: ``capped``, each stage's
+    budget cut to the median direction's share (the time the slowest directions cost, and what
+    cutting them does to the forward EPE against the exact flow and to the final robust cost),
+    and ``unrolled`` (``RefineConfig.loop``: the full budget as straight-line code, the same
+    results without a loop test per iteration)."""
+    b = opts.batch
+    src = SyntheticScenes(seed=1000, num_samples=b, height=opts.height, width=opts.width)
+    u8 = lambda x: np.clip(np.round(np.asarray(x, np.float32)), 0, 255).astype(np.uint8)  # noqa: E731
+    samples = [src[i] for i in range(b)]
+    batch = {"images1": [u8(s["img1"]) for s in samples], "images2": [u8(s["img2"]) for s in samples],
+             "depths1": [s["depth1"] for s in samples], "depths2": [s["depth2"] for s in samples],
+             "intrinsics": [s["K"] for s in samples]}
+    pred = Predictor.from_pretrained(precision=precision_of(opts))
+    pred.batched_refinement = True
+    cfg = pred.refine_config
+    default = pred.predict_batch(**batch, refine=cfg, batch_size=b)
+    its = _iteration_stats(default)
+    levels = cfg.levels
+    stages = [len(active_stages(a, pred.basis_groups)) for a in cfg.active]
+    budget = list(cfg.iterations) + ([cfg.detail_iterations] if its.shape[1] > levels else [])
+    stages += [1] * (len(budget) - levels)
+    caps = [max(1, min(n, int(np.ceil(np.median(its[:, li]) / k)))) for li, (n, k) in enumerate(zip(budget, stages))]
+    configs = {"default": cfg,
+               "capped": cfg.replace(iterations=tuple(caps[:levels]),
+                                     **({"detail_iterations": caps[levels]} if len(caps) > levels else {})),
+               "unrolled": cfg.replace(loop="unrolled")}
+    calls = {name: (lambda c=c: pred.predict_batch(**batch, refine=c, batch_size=b)) for name, c in configs.items()}
+    first = {name: round(timed(call)[0], 3) for name, call in calls.items()}
+    for _ in range(opts.warmup):
+        for call in calls.values():
+            call()
+    load_before = load_average()
+    times, _ = interleaved(calls, opts.repeats)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    capped, unrolled = calls["capped"](), calls["unrolled"]()
+    cost = lambda rs: np.array([c for r in rs for c in r["refine_info"]["cost_after"]])  # noqa: E731
+    c0, c1 = cost(default), cost(capped)
+    e0, e1 = _epe(default, samples), _epe(capped, samples)
+    dev = jax.devices()[0]
+    return {
+        "measurement": "refine_trips", "device": str(dev), "platform": dev.platform, "cpu_count": os.cpu_count(),
+        "height": opts.height, "width": opts.width, "batch": b, "directions": int(its.shape[0]),
+        **compute_fields(pred.precision), "repeats": opts.repeats, "warmup": opts.warmup,
+        "budget_per_stage": budget, "stages": stages,
+        "iterations_mean": [round(float(x), 2) for x in its.mean(0)],
+        "iterations_median": [float(x) for x in np.median(its, 0)],
+        "iterations_max": [int(x) for x in its.max(0)],
+        # the share of the batch's iterations beyond what the mean direction needed (levels alike)
+        "trips_beyond_mean": round(1.0 - float(its.mean(0).sum() / its.max(0).sum()), 3),
+        "capped_per_stage": caps, "capped_iterations_max": [int(x) for x in _iteration_stats(capped).max(0)],
+        "first_call_s": first, "median_s": {k: round(v, 4) for k, v in med.items()},
+        "capped_time_ratio": round(med["capped"] / med["default"], 3),
+        "unrolled_time_ratio": round(med["unrolled"] / med["default"], 3),
+        "unrolled_same_iterations": bool(np.array_equal(_iteration_stats(unrolled), its)),
+        "unrolled_largest_flow_change_px": round(max(float(np.abs(np.asarray(u["flow_f"]) - np.asarray(d["flow_f"])).max())
+                                                     for u, d in zip(unrolled, default)), 5),
+        "epe_default_mean": round(float(np.mean(e0)), 4), "epe_capped_mean": round(float(np.mean(e1)), 4),
+        "epe_capped_worse_pairs": int(sum(x1 > x0 + 0.01 for x0, x1 in zip(e0, e1))),
+        "cost_capped_over_default_median": round(float(np.median(c1 / c0)), 4),
+        "cost_capped_worse_directions": int(np.sum(c1 > c0 * 1.01)),
         "times_s": {k: [round(t, 4) for t in v] for k, v in times.items()},
         "loadavg_before": load_before, "loadavg_after": load_average(),
     }

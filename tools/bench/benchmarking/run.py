@@ -20,7 +20,13 @@ from tools.bench.benchmarking.common import (
     train_config,
 )
 from tools.bench.benchmarking.export import bench_export
-from tools.bench.benchmarking.inference import bench_flows_only, bench_infer, bench_refine, bench_refine_batch
+from tools.bench.benchmarking.inference import (
+    bench_flows_only,
+    bench_infer,
+    bench_refine,
+    bench_refine_batch,
+    bench_refine_trips,
+)
 from tools.bench.benchmarking.profile import bench_profile
 from tools.bench.benchmarking.release import (
     bench_release,
@@ -61,6 +67,8 @@ def run(opts: BenchmarkOptions, on_result: Callable[[dict], None] | None = None)
         emit(bench_refine(opts))
     elif opts.mode == "refine_batch":
         emit(bench_refine_batch(opts))
+    elif opts.mode == "refine_trips":
+        emit(bench_refine_trips(opts))
     elif opts.mode == "export":
         emit(bench_export(opts))
     elif opts.mode == "profile":
