@@ -300,3 +300,24 @@ def test_profile_mode_reports_both_forwards_and_the_train_step(tiny_config):
     assert any(g.startswith("F CamFlow/mask_net") for g in groups["forward_with_confidence"])
     assert any(g.startswith("B CamFlow/mask_net") for g in groups["train_step"])
     assert not any(g.startswith("B ") for g in groups["forward_with_confidence"])
+
+
+def test_refine_trips_counts_iterations_within_the_budget_and_the_unrolled_loop_matches():
+    """Mode refine_trips on two small pairs: the iterations stay within each level's budget
+    (RefineConfig's, times the level's stages), the capped budget within it too, and the
+    unrolled loop runs the same iterations to the same flows (float32 round-off)."""
+    from camflow_jax.refine import RefineConfig
+
+    opts = benchmarking.BenchmarkOptions(mode="refine_trips", height=96, width=160, batch=2, repeats=1, warmup=0)
+    r = benchmarking.bench_refine_trips(opts)
+    cfg = RefineConfig()
+    budget = [n * k for n, k in zip(r["budget_per_stage"], r["stages"])]
+    assert r["budget_per_stage"][:len(cfg.iterations)] == list(cfg.iterations[:len(r["budget_per_stage"])])
+    assert r["directions"] == 4 and len(r["iterations_max"]) == len(budget)
+    assert all(0 < m <= n for m, n in zip(r["iterations_max"], budget))
+    assert all(a <= m for a, m in zip(r["iterations_mean"], r["iterations_max"]))
+    assert all(1 <= c <= n for c, n in zip(r["capped_per_stage"], r["budget_per_stage"]))
+    assert all(m <= c * k for m, c, k in zip(r["capped_iterations_max"], r["capped_per_stage"], r["stages"]))
+    assert r["unrolled_same_iterations"] and r["unrolled_largest_flow_change_px"] < 0.01
+    assert 0 <= r["trips_beyond_mean"] < 1 and np.isfinite(r["epe_default_mean"])
+    assert set(r["median_s"]) == {"default", "capped", "unrolled"}

@@ -22,6 +22,7 @@ MODES = {
     "adaptation": "test-time adaptation and self-training against exact motion (shaken clips, Aloe, the benchmark)",
     "benchmark": "speed, FLOPs and memory: --mode infer | train | all | refine | refine_batch | roofline | "
                  "flows_only | release | profile | export",
+    "model_compare": "a trained model against the shipped one with the model card's commands, and the shipping rule",
     "precision_compare": "the network's precision policies (exact | default | bfloat16): accuracy and speed",
     "stab_wall_time": "start-to-end wall time of python -m camflow_jax.stabilize against ffmpeg's vid.stab",
     "stab_vs_vidstab": "the stabilizer's estimators side by side with vid.stab on shaken and synthetic clips",

@@ -310,7 +310,7 @@ def bench_refine_trips(opts: BenchmarkOptions) -> dict:
         "iterations_max": [int(x) for x in its.max(0)],
         # the share of the batch's iterations beyond what the mean direction needed (levels alike)
         "trips_beyond_mean": round(1.0 - float(its.mean(0).sum() / its.max(0).sum()), 3),
-        "capped_per_stage": caps, "capped_iterations_max": [int(x) for x in _iteration_stats(capped).max(0)],
+        "capped_per_stage": caps, "capped_is_default": configs["capped"] == cfg, "capped_iterations_max": [int(x) for x in _iteration_stats(capped).max(0)],
         "first_call_s": first, "median_s": {k: round(v, 4) for k, v in med.items()},
         "capped_time_ratio": round(med["capped"] / med["default"], 3),
         "unrolled_time_ratio": round(med["unrolled"] / med["default"], 3),

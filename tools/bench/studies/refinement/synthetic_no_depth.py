@@ -3,8 +3,8 @@
 The evaluation passes each sample's depth1/depth2/K to CamFlow (evaluation/methods.py); this
 wrapper removes them, so the Predictor uses its constant-depth fallback. Everything else is
 `camflow_jax.evaluation.evaluate` unchanged (rows camflow + camflow_net).
-Usage: python -m tools.bench.studies.refinement.synthetic_no_depth OUT_DIR [--checkpoint DIR]
-(without --checkpoint: the shipped model)
+Usage: python -m tools.bench.studies.refinement.synthetic_no_depth OUT_DIR [--checkpoint DIR] [--num N]
+(without --checkpoint: the shipped model; --num: the first N pairs, default 100)
 """
 from camflow_jax.data import datasets
 from camflow_jax.evaluation import benchmark
@@ -30,7 +30,8 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("out_dir")
     ap.add_argument("--checkpoint", default=None, help="CamFlow checkpoint dir (default: the shipped model)")
+    ap.add_argument("--num", type=int, default=100, help="pairs (the first N of the 100)")
     args = ap.parse_args()
-    src = datasets.load_dataset("synthetic", None, num=100, seed=1000, size=(320, 576))
-    benchmark.evaluate("synthetic", "camflow", num=100, seed=1000, size=(320, 576), source=NoDepth(src),
+    src = datasets.load_dataset("synthetic", None, num=args.num, seed=1000, size=(320, 576))
+    benchmark.evaluate("synthetic", "camflow", num=args.num, seed=1000, size=(320, 576), source=NoDepth(src),
                        out_dir=args.out_dir, checkpoints=args.checkpoint, progress=False)
