@@ -38,9 +38,10 @@ def test_the_plan_names_only_benchmark_options_and_the_readme_training_command(t
     assert f"--workdir={tmp_path / 'wd'}" in picked[0].argv
     # the export reads the slice's workdir and writes what a lease brings back into out
     picked = check.plan(tmp_path / "out", steps=("train_slice", "export"), workdir=tmp_path / "wd",
-                        config="configs/smoke.py", init_from="weights/earlier")
+                        config="configs/smoke.py", init_from="weights/earlier", overrides=("model.precision=bfloat16",))
     slice_, export = picked
     assert "--config=configs/smoke.py" in slice_.argv and "--config.init_from=weights/earlier" in slice_.argv
+    assert "--config.model.precision=bfloat16" in slice_.argv and slice_.argv[-1].startswith("--config.stop_after")
     assert export.argv[2:5] == (str(tmp_path / "wd"), "--out", str(tmp_path / "out" / "weights"))
     assert export.after_slice and export.collect == ((str(tmp_path / "wd" / "metrics.jsonl"), "train_metrics.jsonl"),)
     with pytest.raises(ValueError, match="unknown step"):

@@ -15,8 +15,8 @@ first; ``--steps`` picks and orders them):
 - ``train_bf16``, ``train_exact``: the same under the bfloat16 and exact policies;
 - ``train_slice``: a slice of ``configs/pretrained.py`` (``stop_after_seconds``), from the README's
   training command with no other flags but the workdir and the slice (``--init-from``: and
-  ``init_from``, e.g. the weights an earlier lease brought back; ``--config``: another config,
-  e.g. configs/smoke.py for a rehearsal on the CPU); it takes what the budget leaves, up to its
+  ``init_from``, e.g. the weights an earlier lease brought back; ``--set KEY=VALUE``: a config
+  setting; ``--config``: another config, e.g. configs/smoke.py for a rehearsal on the CPU); it takes what the budget leaves, up to its
   length, less the limits of the steps that need it (``export``);
 - ``export``: the slice's latest weights as compact 16-bit package weights
   (``tools/export_pretrained.py``) in ``OUT/weights``, with the slice's ``metrics.jsonl`` (the
@@ -106,13 +106,14 @@ def _bench(name: str, out: Path, limit_s: float, *args: str) -> Step:
 def plan(out, *, train_slice_s: float = 180.0, repeats: int = 10, release_code: str | None = None,
          torch_available: bool = False, size: tuple[int, int] = (320, 576), batch: int = 16,
          steps: tuple[str, ...] | None = None, workdir=None, config: str = SLICE_CONFIG,
-         init_from: str | None = None) -> list[Step]:
+         init_from: str | None = None, overrides: tuple[str, ...] = ()) -> list[Step]:
     """The check's steps, writing under ``out`` (see the module's doc for what each measures):
     ``steps`` picks and orders them by name (default :data:`STEP_NAMES`, ``release`` only with
     torch and ``release_code``); ``size`` and ``batch`` are the benchmarks' (the slice trains at
     its config's own); ``workdir`` is the slice's (default ``out/workdir``: keep it outside
-    ``out`` where only a few files may come back), ``config`` its config file and ``init_from``
-    the weights it starts from (the config's ``init_from``; resuming ``workdir`` comes first)."""
+    ``out`` where only a few files may come back), ``config`` its config file, ``init_from``
+    the weights it starts from (the config's ``init_from``; resuming ``workdir`` comes first)
+    and ``overrides`` its config settings, ``KEY=VALUE`` each (``--config.KEY=VALUE``)."""
     out = Path(out)
     py = sys.executable
     wd = Path(workdir) if workdir else out / "workdir"
@@ -147,6 +148,7 @@ def plan(out, *, train_slice_s: float = 180.0, repeats: int = 10, release_code: 
                                "--repeats", str(repeats)),
         "train_slice": Step("train_slice", (py, "-m", "camflow_jax.train", f"--config={config}", f"--workdir={wd}",
                                             *((f"--config.init_from={init_from}",) if init_from else ()),
+                                            *(f"--config.{kv}" for kv in overrides),
                                             f"--config.stop_after_seconds={train_slice_s:g}"),
                             train_slice_s + SLICE_MARGIN_S, slice_s=train_slice_s),
         # 16-bit weights (a 3 M-parameter model: about 6 MB) and the loss curve: what comes back
@@ -240,6 +242,8 @@ def main(argv=None) -> int:
                    "to rehearse the check on a CPU)")
     p.add_argument("--init-from", default=None, metavar="DIR",
                    help="the slice starts from these weights (e.g. an earlier lease's OUT/weights)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config setting of the slice (--config.KEY=VALUE), e.g. model.precision=bfloat16; repeatable")
     p.add_argument("--release-code", help="a checkout of the released CamFlow code (with torch: mode release)")
     p.add_argument("--plan", action="store_true", help="print the commands and stop")
     args = p.parse_args(argv)
@@ -248,6 +252,10 @@ def main(argv=None) -> int:
         print(f"accelerator_check.py: error: {', '.join(missing)} not installed (pip install -e . installs them)",
               file=sys.stderr)
         return 2
+    bad = [kv for kv in args.set if "=" not in kv or kv.startswith(("=", "stop_after_seconds="))]
+    if bad:
+        p.error(f"--set {bad[0]!r}: expected KEY=VALUE (a config setting other than stop_after_seconds, "
+                "which --train-slice sets)")
     for flag, path in (("--config", args.config), ("--init-from", args.init_from)):
         if path is not None and not (ROOT / path).exists():  # relative paths: from the repository root
             p.error(f"{flag} {path}: no such file or folder")
@@ -256,7 +264,7 @@ def main(argv=None) -> int:
         steps = plan(args.out, train_slice_s=args.train_slice, repeats=args.repeats,
                      release_code=args.release_code, size=(h, w), batch=args.batch,
                      steps=tuple(n.strip() for n in args.steps.split(",") if n.strip()), workdir=args.workdir,
-                     config=args.config, init_from=args.init_from,
+                     config=args.config, init_from=args.init_from, overrides=tuple(args.set),
                      torch_available=importlib.util.find_spec("torch") is not None)
     except ValueError as e:
         p.error(str(e) if "step" in str(e) else f"--size {args.size!r}: expected HxW, e.g. 320x576")
