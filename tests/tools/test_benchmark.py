@@ -87,6 +87,11 @@ def test_the_timing_core_times_calls_in_turn_and_records_the_host_without_jax():
     wall, cpu = timing.repeat(lambda: time.sleep(0.01), 2)
     assert len(wall) == len(cpu) == 2 and min(wall) >= 0.01 and max(cpu) < min(wall)
     assert len(timing.load_average()) == 3
+    order = []
+    run = timing.warm_interleaved({"a": lambda: order.append("a"), "b": lambda: time.sleep(0.01)}, 3, 2)
+    assert order == ["a"] * 6  # a first call, 2 warm-up rounds, 3 timed rounds
+    assert run["first"]["b"] >= 0.01 and len(run["wall"]["b"]) == len(run["cpu"]["a"]) == 3
+    assert min(run["wall"]["b"]) >= 0.01 and len(run["loadavg_before"]) == len(run["loadavg_after"]) == 3
     code = ("import sys; from tools.bench import timing; h = timing.host_info(); timing.load_average(); "
             "print(sorted(k for k in ('cpu_count', 'cpu_model', 'python', 'os', 'date_utc') if k in h), "
             "'jax' in sys.modules)")

@@ -22,7 +22,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-__all__ = ["load_average", "cpu_model", "host_info", "timed", "repeat", "interleaved", "time_command", "write_result",
+__all__ = ["load_average", "cpu_model", "host_info", "timed", "repeat", "interleaved", "warm_interleaved", "time_command", "write_result",
            "as_users_run"]
 
 
@@ -89,6 +89,20 @@ def interleaved(calls: dict[str, Callable[[], object]], repeats: int) -> tuple[d
             wall[name].append(t)
             cpu[name].append(c)
     return wall, cpu
+
+
+def warm_interleaved(calls: dict[str, Callable[[], object]], repeats: int, warmup: int) -> dict:
+    """How the benchmarks compare several calls: each one's first call timed alone (``first``,
+    wall seconds rounded to ms: compilation included), ``warmup`` untimed rounds, then
+    ``repeats`` :func:`interleaved` rounds. Returns ``{"first", "wall", "cpu", "loadavg_before",
+    "loadavg_after"}`` (the load average around the timed rounds)."""
+    first = {name: round(timed(fn)[0], 3) for name, fn in calls.items()}
+    for _ in range(warmup):
+        for fn in calls.values():
+            fn()
+    before = load_average()
+    wall, cpu = interleaved(calls, repeats)
+    return {"first": first, "wall": wall, "cpu": cpu, "loadavg_before": before, "loadavg_after": load_average()}
 
 
 def time_command(cmd: list[str], env: dict | None = None) -> float:

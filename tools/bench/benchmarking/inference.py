@@ -27,7 +27,7 @@ from tools.bench.benchmarking.common import (
     precision_of,
     timing_summary,
 )
-from tools.bench.timing import interleaved, load_average, repeat, timed
+from tools.bench.timing import interleaved, load_average, repeat, timed, warm_interleaved
 
 
 def bench_infer(opts: BenchmarkOptions, batch: int, config) -> dict:
@@ -211,19 +211,15 @@ def bench_refine_batch(opts: BenchmarkOptions) -> dict:
         "single_net": lambda: pred(*one, **cam, refine=False),
         "single_refined": lambda: pred(*one, **cam, refine=True),
     }
-    first = {name: round(timed(call)[0], 3) for name, call in calls.items()}
-    for _ in range(opts.warmup):
-        for call in calls.values():
-            call()
-    load_before = load_average()
-    times, _ = interleaved(calls, opts.repeats)  # so load changes hit all alike
+    run = warm_interleaved(calls, opts.repeats, opts.warmup)  # so load changes hit all alike
+    times = run["wall"]
     med = {k: statistics.median(v) for k, v in times.items()}
     dev = jax.devices()[0]
     return {
         "measurement": "refine_batch", "device": str(dev), "platform": dev.platform, "cpu_count": os.cpu_count(),
         "height": opts.height, "width": opts.width, "batch": b, **compute_fields(pred.precision),
         "batched_refinement": pred.uses_batched_refinement(), "repeats": opts.repeats, "warmup": opts.warmup,
-        "first_call_s": first, "median_s": {k: round(v, 4) for k, v in med.items()},
+        "first_call_s": run["first"], "median_s": {k: round(v, 4) for k, v in med.items()},
         "batch_net_pairs_per_s": round(b / med["batch_net"], 2),
         "batch_refined_pairs_per_s": round(b / med["batch_refined"], 2),
         "stream_batches": STREAM_BATCHES,
@@ -234,7 +230,7 @@ def bench_refine_batch(opts: BenchmarkOptions) -> dict:
         "batch_added_fraction_of_net": round((med["batch_refined"] - med["batch_net"]) / med["batch_net"], 3),
         "single_added_fraction_of_net": round((med["single_refined"] - med["single_net"]) / med["single_net"], 3),
         "times_s": {k: [round(t, 4) for t in v] for k, v in times.items()},
-        "loadavg_before": load_before, "loadavg_after": load_average(),
+        "loadavg_before": run["loadavg_before"], "loadavg_after": run["loadavg_after"],
     }
 
 
@@ -287,15 +283,15 @@ def bench_refine_trips(opts: BenchmarkOptions) -> dict:
                "capped": cfg.replace(iterations=tuple(caps[:levels]),
                                      **({"detail_iterations": caps[levels]} if len(caps) > levels else {})),
                "unrolled": cfg.replace(loop="unrolled")}
-    calls = {name: (lambda c=c: pred.predict_batch(**batch, refine=c, batch_size=b)) for name, c in configs.items()}
-    first = {name: round(timed(call)[0], 3) for name, call in calls.items()}
-    for _ in range(opts.warmup):
-        for call in calls.values():
-            call()
-    load_before = load_average()
-    times, _ = interleaved(calls, opts.repeats)
+    last = {}  # each variant's latest results (every call returns the same)
+
+    def call(name):
+        last[name] = pred.predict_batch(**batch, refine=configs[name], batch_size=b)
+
+    run = warm_interleaved({name: (lambda n=name: call(n)) for name in configs}, opts.repeats, opts.warmup)
+    times = run["wall"]
     med = {k: statistics.median(v) for k, v in times.items()}
-    capped, unrolled = calls["capped"](), calls["unrolled"]()
+    capped, unrolled = last["capped"], last["unrolled"]
     cost = lambda rs: np.array([c for r in rs for c in r["refine_info"]["cost_after"]])  # noqa: E731
     c0, c1 = cost(default), cost(capped)
     e0, e1 = _epe(default, samples), _epe(capped, samples)
@@ -311,7 +307,7 @@ def bench_refine_trips(opts: BenchmarkOptions) -> dict:
         # the share of the batch's iterations beyond what the mean direction needed (levels alike)
         "trips_beyond_mean": round(1.0 - float(its.mean(0).sum() / its.max(0).sum()), 3),
         "capped_per_stage": caps, "capped_is_default": configs["capped"] == cfg, "capped_iterations_max": [int(x) for x in _iteration_stats(capped).max(0)],
-        "first_call_s": first, "median_s": {k: round(v, 4) for k, v in med.items()},
+        "first_call_s": run["first"], "median_s": {k: round(v, 4) for k, v in med.items()},
         "capped_time_ratio": round(med["capped"] / med["default"], 3),
         "unrolled_time_ratio": round(med["unrolled"] / med["default"], 3),
         "unrolled_same_iterations": bool(np.array_equal(_iteration_stats(unrolled), its)),
@@ -322,5 +318,5 @@ def bench_refine_trips(opts: BenchmarkOptions) -> dict:
         "cost_capped_over_default_median": round(float(np.median(c1 / c0)), 4),
         "cost_capped_worse_directions": int(np.sum(c1 > c0 * 1.01)),
         "times_s": {k: [round(t, 4) for t in v] for k, v in times.items()},
-        "loadavg_before": load_before, "loadavg_after": load_average(),
+        "loadavg_before": run["loadavg_before"], "loadavg_after": run["loadavg_after"],
     }

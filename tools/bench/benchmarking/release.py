@@ -32,7 +32,7 @@ from tools.bench.benchmarking.common import (
 )
 from tools.bench.benchmarking.inference import flows_only_setup
 from tools.bench.benchmarking.training import mem_available_bytes, train_setup
-from tools.bench.timing import interleaved, load_average, timed
+from tools.bench.timing import warm_interleaved
 
 
 class ReleaseUnavailable(RuntimeError):
@@ -244,16 +244,12 @@ def bench_release(opts: BenchmarkOptions, config, release: dict) -> dict:
     calls = {"release": release_forward,
              "ours_full": lambda: jax.block_until_ready(fns[True](variables, g1, g2, bases)),
              "ours_flows_only": lambda: jax.block_until_ready(fns[False](variables, g1, g2, bases))}
-    first = {name: round(timed(fn)[0], 3) for name, fn in calls.items()}
+    run = warm_interleaved(calls, opts.repeats, opts.warmup)  # load changes hit all three alike, never two at once
+    first, times, cpu, load_before, load_after = (run[k] for k in ("first", "wall", "cpu", "loadavg_before",
+                                                                   "loadavg_after"))
     out = release_forward()
     shapes = {k: list(v.shape) for k, v in out.items() if hasattr(v, "shape")}
     finite = bool(all(torch.isfinite(out[k]).all() for k in ("flow_f", "flow_b", "mask_f", "mask_b")))
-    for _ in range(opts.warmup):
-        for fn in calls.values():
-            fn()
-    load_before = load_average()
-    times, cpu = interleaved(calls, opts.repeats)  # load changes hit all three alike, never two at once
-    load_after = load_average()
     full_r, flows_r = (_ratio_summary(times[k], times["release"]) for k in ("ours_full", "ours_flows_only"))
     return {
         "measurement": "release", "height": h, "width": w, "batch": 1, "groups": s["groups"],
@@ -348,13 +344,9 @@ def bench_release_train(opts: BenchmarkOptions, release: dict) -> dict:
         losses_seen["ours"].append(float(terms["total"]))
 
     calls = {"release": release_step, "ours": ours_step}
-    first = {name: round(timed(fn)[0], 3) for name, fn in calls.items()}
-    for _ in range(opts.warmup):
-        for fn in calls.values():
-            fn()
-    load_before = load_average()
-    times, cpu = interleaved(calls, opts.repeats)
-    load_after = load_average()
+    run = warm_interleaved(calls, opts.repeats, opts.warmup)
+    first, times, cpu, load_before, load_after = (run[k] for k in ("first", "wall", "cpu", "loadavg_before",
+                                                                   "loadavg_after"))
     ratio = _ratio_summary(times["ours"], times["release"])
     weights = ":".join(f"{float(config.loss[k]):g}" for k in ("motion", "feature", "smooth"))
     return {
